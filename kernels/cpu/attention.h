@@ -1,0 +1,15 @@
+// Causal attention of a chunk of queries over one layer's dense KV, on the CPU.
+// Tiled with an online softmax (FlashAttention-style), so no n_queries x n_tokens score
+// matrix is ever materialised: memory is O(tile), whatever the context length.
+#pragma once
+
+#include "kernels/layouts.h"
+
+namespace kvbench {
+
+void attention_dense_cpu(const AttentionQuery& query, const DenseKv& kv);
+
+// Plain two-pass softmax reference with the same layouts, for tests.
+void attention_dense_reference(const AttentionQuery& query, const DenseKv& kv);
+
+}  // namespace kvbench

@@ -1,0 +1,43 @@
+// Plain layout structs shared by the CPU kernels (kernels/cpu) and their CUDA twins
+// (kernels/cuda). Framework-free: raw pointers with the shape written beside each one.
+#pragma once
+
+#include <cstdint>
+
+namespace kvbench {
+
+// Keys and values of one layer, stored per KV head (GQA stays GQA: never expanded per query
+// head). Token t of head h lives at k[(h * capacity + t) * head_dim].
+struct DenseKv {
+  const float* k;            // [n_kv_heads, capacity, head_dim]
+  const float* v;            // [n_kv_heads, capacity, head_dim]
+  const int32_t* positions;  // [n_tokens] original sequence position of each stored token
+  int32_t n_kv_heads;
+  int32_t head_dim;
+  int64_t capacity;          // row stride between heads, in tokens
+  int64_t n_tokens;          // stored tokens, all valid
+};
+
+// Queries of one layer for a chunk of new tokens, and where the result goes.
+// Causal by position: query i sees stored token t iff positions[t] <= q_positions[i].
+struct AttentionQuery {
+  const float* q;              // [n_queries, n_heads, head_dim], RoPE already applied
+  const int32_t* q_positions;  // [n_queries]
+  float* out;                  // [n_queries, n_heads, head_dim]
+  int32_t n_queries;
+  int32_t n_heads;             // multiple of n_kv_heads; head h reads KV head h / (n_heads / n_kv_heads)
+  float scale;                 // usually 1 / sqrt(head_dim)
+};
+
+// Weights in a ggml block format, row-major: row r starts at data + r * row_bytes.
+enum class BlockFormat : int32_t { F32, Q4_0, Q4_1, Q8_0 };
+
+struct BlockMatrix {
+  const void* data;  // [rows, row_bytes]
+  BlockFormat format;
+  int64_t rows;      // output features
+  int64_t cols;      // input features, a multiple of 32 for block formats
+  int64_t row_bytes;
+};
+
+}  // namespace kvbench
