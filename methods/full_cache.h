@@ -1,0 +1,37 @@
+// The full dense cache: every token's keys and values in fp32, per KV head. The
+// reference every other method is compared with.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "methods/kv_cache.h"
+
+namespace kvbench {
+
+class DenseLayerKv : public LayerKv {
+ public:
+  DenseLayerKv(int32_t n_kv_heads, int32_t head_dim);
+
+  void reserve(int64_t n_tokens) override;
+  void append(const float* k, const float* v, const int32_t* positions, int64_t n_new) override;
+  void attend(const AttentionQuery& query) const override;
+  int64_t n_tokens() const override { return n_tokens_; }
+  int64_t bytes_resident() const override;
+
+  DenseKv view() const;  // the stored KV in the kernels' layout
+  int64_t capacity() const { return capacity_; }
+
+ private:
+  int32_t n_kv_heads_;
+  int32_t head_dim_;
+  int64_t capacity_ = 0;
+  int64_t n_tokens_ = 0;
+  std::vector<float> k_;  // [n_kv_heads, capacity, head_dim]
+  std::vector<float> v_;  // [n_kv_heads, capacity, head_dim]
+  std::vector<int32_t> positions_;  // [capacity]
+};
+
+KvCache make_full_cache(const KvShape& shape);
+
+}  // namespace kvbench
