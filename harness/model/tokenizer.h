@@ -15,14 +15,20 @@ class GgufFile;
 
 // tokenizer.ggml.token_type values (llama.cpp's llama_token_type).
 enum class TokenType : int32_t {
-  UNDEFINED = 0, NORMAL = 1, UNKNOWN = 2, CONTROL = 3, USER_DEFINED = 4, UNUSED = 5, BYTE = 6,
+  UNDEFINED = 0,
+  NORMAL = 1,
+  UNKNOWN = 2,
+  CONTROL = 3,
+  USER_DEFINED = 4,
+  UNUSED = 5,
+  BYTE = 6,
 };
 
 struct VocabData {
-  std::vector<std::string> tokens;    // id -> token text (byte-level alphabet)
+  std::vector<std::string> tokens;     // id -> token text (byte-level alphabet)
   std::vector<TokenType> token_types;  // id -> type; empty means all NORMAL
-  std::vector<std::string> merges;    // "left right", in rank order
-  std::string pre = "default";        // pre-tokenizer name (tokenizer.ggml.pre)
+  std::vector<std::string> merges;     // "left right", in rank order
+  std::string pre = "default";         // pre-tokenizer name (tokenizer.ggml.pre)
   int32_t bos_id = -1;
   int32_t eos_id = -1;
   bool add_bos = false;
@@ -32,6 +38,8 @@ class Tokenizer {
  public:
   explicit Tokenizer(VocabData vocab);  // throws InputError on an unsupported pre-tokenizer
   static Tokenizer from_gguf(const GgufFile& file);  // throws InputError naming the file
+  // The tokenizer.ggml.* keys alone (from_gguf without building); InputError naming the file.
+  static VocabData read_vocab(const GgufFile& file);
 
   // parse_special: text such as "<|im_start|>" becomes its control token, as llama.cpp does
   // with parse_special=true. add_bos is taken from the vocab.
@@ -43,15 +51,28 @@ class Tokenizer {
   int32_t bos_id() const { return vocab_.bos_id; }
   int32_t eos_id() const { return vocab_.eos_id; }
   int32_t find_token(const std::string& text) const;  // exact token text, -1 if none
-  bool is_control(int32_t id) const;  // CONTROL tokens end generation / never print
+  // CONTROL tokens end generation / never print.
+  bool is_control(int32_t id) const;
 
  private:
+  // A merge of two adjacent symbols. Symbols are token ids, or ids from vocab_size() up for
+  // merge pieces that are not tokens (text in extra_symbols_).
+  struct Merge {
+    int32_t rank;
+    int32_t result;
+  };
   VocabData vocab_;
+  std::vector<uint8_t> pre_steps_;  // pre-tokenizer split steps, in order
+  bool ignore_merges_ = false;      // llama3: a pre-token that is a whole token skips BPE
   std::unordered_map<std::string, int32_t> token_to_id_;
-  std::unordered_map<std::string, int32_t> merge_rank_;  // "left right" -> rank
-  std::vector<std::string> special_tokens_;  // CONTROL + USER_DEFINED, longest first
+  std::unordered_map<uint64_t, Merge> merges_;  // (left << 32 | right) -> merge
+  std::vector<std::string> extra_symbols_;
+  int32_t byte_symbol_[256];                 // symbol of each byte's alphabet char, -1 if none
+  std::vector<std::string> special_tokens_;  // CONTROL, USER_DEFINED, UNKNOWN: longest first
   std::vector<int32_t> special_ids_;
+  void encode_text(const std::string& text, std::vector<int32_t>& out) const;
   void bpe_word(const std::string& word, std::vector<int32_t>& out) const;
+  void emit_symbol(int32_t symbol, uint8_t byte, std::vector<int32_t>& out) const;
 };
 
 // Splits text into pre-tokens with the regex set llama.cpp uses for `pre`
