@@ -1,8 +1,6 @@
 #include "harness/model/tokenizer.h"
 
 #include <algorithm>
-#include <cstring>
-#include <numeric>
 #include <queue>
 #include <string_view>
 #include <utility>
