@@ -125,8 +125,9 @@ TEST_CASE("attention_dense_cpu handles unsorted stored positions", "[unit]") {
 }
 
 TEST_CASE("attention_dense_cpu: a decode query sees every stored key", "[unit]") {
-  // Decode shape (split-K path): query position past all keys. 2e-5 absolute as above.
-  for (int64_t n_tokens : {1, 513, 4097, 9000}) {
+  // Decode shape (split-K path): query position past all keys; 0 keys gives zeros. 2e-5
+  // absolute as above.
+  for (int64_t n_tokens : {0, 1, 513, 4097, 9000}) {
     Problem p(Case{9, 3, 64, n_tokens, 1}, 3);
     p.q_positions[0] = std::numeric_limits<int32_t>::max();
     INFO("tokens " << n_tokens);

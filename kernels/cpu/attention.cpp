@@ -298,7 +298,7 @@ Plan make_plan(const AttentionQuery& query, const DenseKv& kv, int threads) {
     splits = std::max<int64_t>(splits, 1);
   }
   p.split_len = (kv.n_tokens + splits - 1) / splits;
-  p.split_len = (p.split_len + kKeyTile - 1) / kKeyTile * kKeyTile;
+  p.split_len = std::max<int64_t>(kKeyTile, (p.split_len + kKeyTile - 1) / kKeyTile * kKeyTile);
   p.n_splits = static_cast<int>(std::max<int64_t>(1, (kv.n_tokens + p.split_len - 1) / p.split_len));
   return p;
 }

@@ -1,0 +1,217 @@
+#include "kernels/cuda/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace kvbench {
+namespace {
+
+constexpr int kWarps = 4;            // warps per block, each walking its own keys
+constexpr int kMaxGroup = 8;         // query heads of one KV group handled by one block
+constexpr int kMinSplitKeys = 256;   // split-K never makes a split shorter than this
+constexpr float kLog2e = 1.4426950408889634f;
+
+void check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) {
+    throw std::runtime_error(std::string("attention_dense_cuda: ") + what + ": " +
+                             cudaGetErrorString(err));
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+// One block: query i, up to kMaxGroup heads of KV head kvh, stored tokens [t0, t1).
+// Each warp keeps an online softmax (max m, denominator l, unnormalised acc) per head over
+// the keys it visits (coalesced: lane holds elements lane, lane + 32, ...); the block then
+// merges its warps. One split writes normalised output; several write (acc, m, l) partials.
+template <int D>
+__global__ void __launch_bounds__(kWarps * 32)
+    attention_split_kernel(AttentionQuery query, DenseKv kv, int group, int head_chunks,
+                           int64_t split_len, int n_splits, float* partial) {
+  constexpr int E = D / 32;
+  const int i = blockIdx.x;
+  const int kvh = blockIdx.y / head_chunks;
+  const int g0 = (blockIdx.y % head_chunks) * kMaxGroup;
+  const int ng = min(kMaxGroup, group - g0);
+  const int split = blockIdx.z;
+  const int64_t t0 = split * split_len;
+  const int64_t t1 = min(kv.n_tokens, t0 + split_len);
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  const int32_t qpos = query.q_positions[i];
+
+  float q[kMaxGroup][E], acc[kMaxGroup][E], m[kMaxGroup], l[kMaxGroup];
+  const float qscale = query.scale * kLog2e;  // scores in the log2 domain: exp2f below
+#pragma unroll
+  for (int g = 0; g < kMaxGroup; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      acc[g][e] = 0.0f;
+      q[g][e] = 0.0f;
+      if (g < ng) {
+        const int h = kvh * group + g0 + g;
+        q[g][e] = query.q[(static_cast<int64_t>(i) * query.n_heads + h) * D + e * 32 + lane] *
+                  qscale;
+      }
+    }
+  }
+
+  const float* k_head = kv.k + static_cast<int64_t>(kvh) * kv.capacity * D;
+  const float* v_head = kv.v + static_cast<int64_t>(kvh) * kv.capacity * D;
+  for (int64_t t = t0 + warp; t < t1; t += kWarps) {
+    if (kv.positions[t] > qpos) continue;  // uniform across the warp
+    float kr[E], vr[E];
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      kr[e] = k_head[t * D + e * 32 + lane];
+      vr[e] = v_head[t * D + e * 32 + lane];
+    }
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g) {
+      if (g < ng) {
+        float s = 0.0f;
+#pragma unroll
+        for (int e = 0; e < E; ++e) s = fmaf(q[g][e], kr[e], s);
+        s = warp_sum(s);
+        const float m_new = fmaxf(m[g], s);
+        const float alpha = exp2f(m[g] - m_new);  // 0 while m was -inf
+        const float p = exp2f(s - m_new);
+        l[g] = l[g] * alpha + p;
+#pragma unroll
+        for (int e = 0; e < E; ++e) acc[g][e] = fmaf(acc[g][e], alpha, p * vr[e]);
+        m[g] = m_new;
+      }
+    }
+  }
+
+  __shared__ float sm_acc[kWarps][kMaxGroup][D];
+  __shared__ float sm_m[kWarps][kMaxGroup];
+  __shared__ float sm_l[kWarps][kMaxGroup];
+#pragma unroll
+  for (int g = 0; g < kMaxGroup; ++g) {
+#pragma unroll
+    for (int e = 0; e < E; ++e) sm_acc[warp][g][e * 32 + lane] = acc[g][e];
+    if (lane == 0) {
+      sm_m[warp][g] = m[g];
+      sm_l[warp][g] = l[g];
+    }
+  }
+  __syncthreads();
+
+  for (int idx = threadIdx.x; idx < ng * D; idx += blockDim.x) {
+    const int g = idx / D;
+    const int d = idx % D;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, sm_m[w][g]);
+    float o = 0.0f, sum = 0.0f;
+    if (mx != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float c = exp2f(sm_m[w][g] - mx);  // 0 for a warp that saw no key
+        o += c * sm_acc[w][g][d];
+        sum += c * sm_l[w][g];
+      }
+    }
+    const int h = kvh * group + g0 + g;
+    const int64_t row = static_cast<int64_t>(i) * query.n_heads + h;
+    if (partial == nullptr) {
+      query.out[row * D + d] = sum > 0.0f ? o / sum : 0.0f;  // no visible key: zeros
+    } else {
+      float* p = partial + (row * n_splits + split) * (D + 2);
+      p[d] = o;
+      if (d == 0) {
+        p[D] = mx;
+        p[D + 1] = sum;
+      }
+    }
+  }
+}
+
+// One block per (query, head), one thread per element: rescales every split to the common max.
+template <int D>
+__global__ void attention_merge_kernel(AttentionQuery query, int n_splits,
+                                       const float* partial) {
+  const int64_t row = blockIdx.x;  // query * n_heads + head
+  const int d = threadIdx.x;
+  const float* p = partial + row * n_splits * (D + 2);
+  float mx = -INFINITY;
+  for (int s = 0; s < n_splits; ++s) mx = fmaxf(mx, p[s * (D + 2) + D]);
+  float o = 0.0f, sum = 0.0f;
+  if (mx != -INFINITY) {
+    for (int s = 0; s < n_splits; ++s) {
+      const float c = exp2f(p[s * (D + 2) + D] - mx);
+      o += c * p[s * (D + 2) + d];
+      sum += c * p[s * (D + 2) + D + 1];
+    }
+  }
+  query.out[row * D + d] = sum > 0.0f ? o / sum : 0.0f;
+}
+
+template <int D>
+void launch(const AttentionQuery& query, const DenseKv& kv, cudaStream_t stream) {
+  const int group = query.n_heads / kv.n_kv_heads;
+  const int head_chunks = (group + kMaxGroup - 1) / kMaxGroup;
+  int device = 0, sms = 1;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "SM count");
+  // Split-K only when (query, head chunk) blocks alone would leave SMs idle.
+  const int64_t base = static_cast<int64_t>(query.n_queries) * kv.n_kv_heads * head_chunks;
+  const int64_t want = 2LL * sms;
+  int64_t splits = 1;
+  if (base < want) {
+    const int64_t most = std::max<int64_t>(1, kv.n_tokens / kMinSplitKeys);
+    splits = std::min<int64_t>({(want + base - 1) / base, most, 65535});
+  }
+  const int64_t split_len = std::max<int64_t>(1, (kv.n_tokens + splits - 1) / splits);
+  splits = std::max<int64_t>(1, (kv.n_tokens + split_len - 1) / split_len);
+
+  const dim3 grid(query.n_queries, kv.n_kv_heads * head_chunks, static_cast<unsigned>(splits));
+  if (splits == 1) {
+    attention_split_kernel<D><<<grid, kWarps * 32, 0, stream>>>(query, kv, group, head_chunks,
+                                                               split_len, 1, nullptr);
+    check(cudaGetLastError(), "split kernel launch");
+    return;
+  }
+  float* partial = nullptr;
+  const size_t bytes = static_cast<size_t>(query.n_queries) * query.n_heads * splits * (D + 2) *
+                       sizeof(float);
+  check(cudaMallocAsync(reinterpret_cast<void**>(&partial), bytes, stream), "cudaMallocAsync");
+  attention_split_kernel<D><<<grid, kWarps * 32, 0, stream>>>(
+      query, kv, group, head_chunks, split_len, static_cast<int>(splits), partial);
+  check(cudaGetLastError(), "split kernel launch");
+  attention_merge_kernel<D><<<static_cast<unsigned>(query.n_queries * query.n_heads), D, 0,
+                              stream>>>(query, static_cast<int>(splits), partial);
+  check(cudaGetLastError(), "merge kernel launch");
+  check(cudaFreeAsync(partial, stream), "cudaFreeAsync");
+}
+
+}  // namespace
+
+void attention_dense_cuda(const AttentionQuery& query, const DenseKv& kv, cudaStream_t stream) {
+  if (query.n_queries <= 0) return;
+  if (kv.n_kv_heads <= 0 || query.n_heads % kv.n_kv_heads != 0) {
+    throw std::invalid_argument("attention_dense_cuda: n_heads (" +
+                                std::to_string(query.n_heads) +
+                                ") must be a multiple of n_kv_heads (" +
+                                std::to_string(kv.n_kv_heads) + ")");
+  }
+  switch (kv.head_dim) {
+    case 64: launch<64>(query, kv, stream); break;
+    case 128: launch<128>(query, kv, stream); break;
+    default:
+      throw std::invalid_argument("attention_dense_cuda: head_dim must be 64 or 128, got " +
+                                  std::to_string(kv.head_dim));
+  }
+}
+
+}  // namespace kvbench

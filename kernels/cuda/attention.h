@@ -1,0 +1,17 @@
+// CUDA twin of attention_dense_cpu (kernels/cpu/attention.h): same layouts, device pointers.
+// Include only from CUDA-aware code: this header pulls in <cuda_runtime.h>.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernels/layouts.h"
+
+namespace kvbench {
+
+// Causal-by-position GQA attention of query.n_queries queries over kv's stored tokens, all
+// pointers on the device; enqueued on `stream` (asynchronous). head_dim must be 64 or 128.
+// Split-K (flash-decoding) when there are too few (query, head) pairs to fill the GPU.
+// Throws std::invalid_argument for an unsupported head_dim, std::runtime_error on a CUDA error.
+void attention_dense_cuda(const AttentionQuery& query, const DenseKv& kv, cudaStream_t stream);
+
+}  // namespace kvbench
