@@ -3,7 +3,6 @@
 // Each case rotates over enough copies of its data (>= 128 MiB) that it cannot sit in the
 // 32 MiB L3, as in a real decode step where 30 layers' KV and weights pass through.
 #include <benchmark/benchmark.h>
-
 #include <omp.h>
 
 #include <algorithm>
@@ -51,9 +50,9 @@ void BM_Triad(benchmark::State& state) {
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * 3 * n * 4);
-  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(3 * n * 4) * state.iterations(),
-                                              benchmark::Counter::kIsRate,
-                                              benchmark::Counter::kIs1000);
+  state.counters["GB/s"] =
+      benchmark::Counter(static_cast<double>(3 * n * 4) * state.iterations(),
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_Triad)->Unit(benchmark::kMillisecond)->UseRealTime();
 
@@ -72,8 +71,13 @@ struct KvLayers {
     for (int64_t t = 0; t < n_tokens; ++t) positions[t] = static_cast<int32_t>(t);
   }
   DenseKv layer(size_t l) const {
-    return DenseKv{k[l].data(), v[l].data(), positions.data(), kKvHeads, kHeadDim,
-                   static_cast<int64_t>(positions.size()), static_cast<int64_t>(positions.size())};
+    return DenseKv{k[l].data(),
+                   v[l].data(),
+                   positions.data(),
+                   kKvHeads,
+                   kHeadDim,
+                   static_cast<int64_t>(positions.size()),
+                   static_cast<int64_t>(positions.size())};
   }
 };
 
@@ -91,9 +95,9 @@ void BM_AttentionDecode(benchmark::State& state) {
     l = (l + 1) % kv.k.size();
     benchmark::DoNotOptimize(out.data());
   }
-  state.counters["GB/s"] = benchmark::Counter(
-      static_cast<double>(kv.bytes_per_layer) * state.iterations(), benchmark::Counter::kIsRate,
-      benchmark::Counter::kIs1000);
+  state.counters["GB/s"] =
+      benchmark::Counter(static_cast<double>(kv.bytes_per_layer) * state.iterations(),
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_AttentionDecode)
     ->ArgsProduct({{2048, 8192, 32768}, {1}})
@@ -123,18 +127,21 @@ void BM_AttentionPrefill(benchmark::State& state) {
   }
   // Q K^T and P V: 2 flops per multiply-add, head_dim of each per visible (query, key, head).
   const double flops = visible_pairs * kHeads * 4.0 * kHeadDim;
-  state.counters["GFLOP/s"] = benchmark::Counter(flops * state.iterations() / 1e9,
-                                                 benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * state.iterations() / 1e9, benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_AttentionPrefill)->Arg(2048)->Arg(8192)->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+BENCHMARK(BM_AttentionPrefill)->Arg(2048)->Arg(8192)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 int64_t block_bytes(BlockFormat f) {
   switch (f) {
-    case BlockFormat::Q4_0: return 18;
-    case BlockFormat::Q4_1: return 20;
-    case BlockFormat::Q8_0: return 34;
-    case BlockFormat::F32: return 128;
+    case BlockFormat::Q4_0:
+      return 18;
+    case BlockFormat::Q4_1:
+      return 20;
+    case BlockFormat::Q8_0:
+      return 34;
+    case BlockFormat::F32:
+      return 128;
   }
   return 0;
 }
@@ -170,18 +177,31 @@ void BM_BlockMatmul(benchmark::State& state, BlockFormat f, int64_t rows, int64_
     c = (c + 1) % weights.size();
     benchmark::DoNotOptimize(y.data());
   }
-  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(bytes) * state.iterations(),
-                                              benchmark::Counter::kIsRate,
-                                              benchmark::Counter::kIs1000);
+  state.counters["GB/s"] =
+      benchmark::Counter(static_cast<double>(bytes) * state.iterations(),
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 BENCHMARK_CAPTURE(BM_BlockMatmul, q4_1_576x1536, BlockFormat::Q4_1, 576, 1536)
-    ->Args({1, 1})->Args({4, 1})->Args({1, 0})->UseRealTime()->Unit(benchmark::kMicrosecond);
+    ->Args({1, 1})
+    ->Args({4, 1})
+    ->Args({1, 0})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_BlockMatmul, q4_1_1536x576, BlockFormat::Q4_1, 1536, 576)
-    ->Args({1, 1})->Args({1, 0})->UseRealTime()->Unit(benchmark::kMicrosecond);
+    ->Args({1, 1})
+    ->Args({1, 0})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_BlockMatmul, q8_0_49152x576, BlockFormat::Q8_0, 49152, 576)
-    ->Args({1, 1})->Args({1, 0})->UseRealTime()->Unit(benchmark::kMicrosecond);
+    ->Args({1, 1})
+    ->Args({1, 0})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_BlockMatmul, f32_576x1536, BlockFormat::F32, 576, 1536)
-    ->Args({1, 1})->Args({1, 0})->UseRealTime()->Unit(benchmark::kMicrosecond);
+    ->Args({1, 1})
+    ->Args({1, 0})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

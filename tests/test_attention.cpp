@@ -1,5 +1,6 @@
 // attention_dense_cpu against the double-precision reference over odd sizes.
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -7,16 +8,14 @@
 #include <random>
 #include <vector>
 
-#include <catch2/catch.hpp>
-
 #include "kernels/cpu/attention.h"
 
 namespace {
 
-using kvbench::AttentionQuery;
-using kvbench::DenseKv;
 using kvbench::attention_dense_cpu;
 using kvbench::attention_dense_reference;
+using kvbench::AttentionQuery;
+using kvbench::DenseKv;
 
 struct Case {
   int n_heads, n_kv_heads, head_dim;
@@ -64,10 +63,11 @@ struct Problem {
     // Scores of a few units so the softmax is far from uniform.
     q.resize(static_cast<size_t>(c.n_queries) * c.n_heads * c.head_dim);
     for (auto& x : q) x = 3.0f * uni(rng);
-    kv = DenseKv{k.data(), v.data(), positions.data(), c.n_kv_heads, c.head_dim, capacity,
-                 c.n_tokens};
-    query = AttentionQuery{q.data(), q_positions.data(), nullptr, c.n_queries, c.n_heads,
-                           1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+    kv = DenseKv{k.data(),   v.data(), positions.data(), c.n_kv_heads,
+                 c.head_dim, capacity, c.n_tokens};
+    query = AttentionQuery{q.data(),  q_positions.data(),
+                           nullptr,   c.n_queries,
+                           c.n_heads, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
   }
 
   std::vector<float> run(void (*fn)(const AttentionQuery&, const DenseKv&)) {
@@ -104,8 +104,8 @@ TEST_CASE("attention_dense_cpu matches the reference over odd sizes", "[unit]") 
           Problem p(c);
           const auto expected = p.run(attention_dense_reference);
           const auto got = p.run(attention_dense_cpu);
-          INFO("head_dim " << head_dim << " heads " << n_heads << "/" << n_kv_heads
-                           << " tokens " << n_tokens << " queries " << n_queries);
+          INFO("head_dim " << head_dim << " heads " << n_heads << "/" << n_kv_heads << " tokens "
+                           << n_tokens << " queries " << n_queries);
           CHECK(max_abs_diff(got, expected) <= tol);
         }
       }

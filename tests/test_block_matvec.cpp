@@ -1,12 +1,11 @@
 // block_matmul_cpu and block_matmul_reference against an independent decoder of the ggml
 // block formats, with error bounds derived from what each path rounds.
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "kernels/cpu/block_matvec.h"
 
@@ -24,27 +23,35 @@ double half_value(uint16_t h) {
 
 int64_t block_bytes(BlockFormat f) {
   switch (f) {
-    case BlockFormat::Q4_0: return 18;
-    case BlockFormat::Q4_1: return 20;
-    case BlockFormat::Q8_0: return 34;
-    case BlockFormat::F32: return 128;
+    case BlockFormat::Q4_0:
+      return 18;
+    case BlockFormat::Q4_1:
+      return 20;
+    case BlockFormat::Q8_0:
+      return 34;
+    case BlockFormat::F32:
+      return 128;
   }
   return 0;
 }
 
 const char* name(BlockFormat f) {
   switch (f) {
-    case BlockFormat::Q4_0: return "Q4_0";
-    case BlockFormat::Q4_1: return "Q4_1";
-    case BlockFormat::Q8_0: return "Q8_0";
-    case BlockFormat::F32: return "F32";
+    case BlockFormat::Q4_0:
+      return "Q4_0";
+    case BlockFormat::Q4_1:
+      return "Q4_1";
+    case BlockFormat::Q8_0:
+      return "Q8_0";
+    case BlockFormat::F32:
+      return "F32";
   }
   return "?";
 }
 
 struct Weights {
   std::vector<uint8_t> bytes;
-  std::vector<double> dense;  // [rows, cols] decoded independently of the kernel file
+  std::vector<double> dense;   // [rows, cols] decoded independently of the kernel file
   std::vector<double> scaled;  // [rows, cols] the part that multiplies x's int8 codes: q * d
   BlockMatrix m{};
 };

@@ -1,6 +1,7 @@
 // attention_dense_cuda against the CPU double-precision reference over odd sizes. Without a
 // CUDA device every case prints "no CUDA device: skipped" and exits 77 (ctest SKIP).
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -9,16 +10,14 @@
 #include <random>
 #include <vector>
 
-#include <catch2/catch.hpp>
-
 #include "kernels/cpu/attention.h"
 #include "kernels/cuda/attention.h"
 
 namespace {
 
+using kvbench::attention_dense_reference;
 using kvbench::AttentionQuery;
 using kvbench::DenseKv;
-using kvbench::attention_dense_reference;
 
 void require_device() {
   int count = 0;
@@ -84,10 +83,11 @@ struct Problem {
     // Scores of a few units so the softmax is far from uniform.
     q.resize(static_cast<size_t>(c.n_queries) * c.n_heads * c.head_dim);
     for (auto& x : q) x = 3.0f * uni(rng);
-    kv = DenseKv{k.data(), v.data(), positions.data(), c.n_kv_heads, c.head_dim, capacity,
-                 c.n_tokens};
-    query = AttentionQuery{q.data(), q_positions.data(), nullptr, c.n_queries, c.n_heads,
-                           1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+    kv = DenseKv{k.data(),   v.data(), positions.data(), c.n_kv_heads,
+                 c.head_dim, capacity, c.n_tokens};
+    query = AttentionQuery{q.data(),  q_positions.data(),
+                           nullptr,   c.n_queries,
+                           c.n_heads, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
   }
 
   std::vector<float> run(void (*fn)(const AttentionQuery&, const DenseKv&)) {
@@ -147,8 +147,8 @@ TEST_CASE("attention_dense_cuda matches the reference over odd sizes", "[gpu]") 
       for (int64_t n_tokens : {1, 15, 17, 4097}) {
         for (int n_queries : {1, 7, 64}) {
           Problem p(Case{n_heads, n_kv_heads, head_dim, n_tokens, n_queries});
-          INFO("head_dim " << head_dim << " heads " << n_heads << "/" << n_kv_heads
-                           << " tokens " << n_tokens << " queries " << n_queries);
+          INFO("head_dim " << head_dim << " heads " << n_heads << "/" << n_kv_heads << " tokens "
+                           << n_tokens << " queries " << n_queries);
           CHECK(max_abs_diff(run_cuda(p), p.run(attention_dense_reference)) <= 5e-5f);
         }
       }

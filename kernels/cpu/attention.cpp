@@ -19,11 +19,11 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr int kKeyTile = 64;     // keys per tile: K, K^T and V tiles stay in L1/L2
-constexpr int kTileRows = 192;   // target query rows (query x head) per work item
+constexpr int kKeyTile = 64;        // keys per tile: K, K^T and V tiles stay in L1/L2
+constexpr int kTileRows = 192;      // target query rows (query x head) per work item
 constexpr int kMinSplitKeys = 512;  // split-K never makes a split shorter than this
-constexpr int kMr = 6;           // micro-kernel rows
-constexpr int kNr = 16;          // micro-kernel columns (two AVX vectors)
+constexpr int kMr = 6;              // micro-kernel rows
+constexpr int kNr = 16;             // micro-kernel columns (two AVX vectors)
 
 // C[MR][nc] (+)= A[MR][kdim] * B[kdim][nc]; A(r, k) = a[r * lda + k], B rows are ldb apart.
 template <int MR>
@@ -66,8 +66,8 @@ inline void gemm_rows_x16(int kdim, const float* a, int64_t lda, const float* b,
 #endif
 
 template <int MR>
-inline void gemm_rows(int kdim, int ncols, const float* a, int64_t lda, const float* b,
-                      int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+inline void gemm_rows(int kdim, int ncols, const float* a, int64_t lda, const float* b, int64_t ldb,
+                      float* c, int64_t ldc, bool accumulate) {
   int j = 0;
 #if KVBENCH_ATTN_AVX2
   for (; j + kNr <= ncols; j += kNr) {
@@ -80,8 +80,8 @@ inline void gemm_rows(int kdim, int ncols, const float* a, int64_t lda, const fl
 }
 
 // C[rows][ncols] (+)= A[rows][kdim] * B[kdim][ncols], in blocks of kMr rows.
-void gemm(int rows, int kdim, int ncols, const float* a, int64_t lda, const float* b,
-          int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+void gemm(int rows, int kdim, int ncols, const float* a, int64_t lda, const float* b, int64_t ldb,
+          float* c, int64_t ldc, bool accumulate) {
   int r = 0;
   for (; r + kMr <= rows; r += kMr) {
     gemm_rows<kMr>(kdim, ncols, a + r * lda, lda, b, ldb, c + r * ldc, ldc, accumulate);
@@ -89,12 +89,23 @@ void gemm(int rows, int kdim, int ncols, const float* a, int64_t lda, const floa
   const float* ar = a + r * lda;
   float* cr = c + r * ldc;
   switch (rows - r) {
-    case 0: break;
-    case 1: gemm_rows<1>(kdim, ncols, ar, lda, b, ldb, cr, ldc, accumulate); break;
-    case 2: gemm_rows<2>(kdim, ncols, ar, lda, b, ldb, cr, ldc, accumulate); break;
-    case 3: gemm_rows<3>(kdim, ncols, ar, lda, b, ldb, cr, ldc, accumulate); break;
-    case 4: gemm_rows<4>(kdim, ncols, ar, lda, b, ldb, cr, ldc, accumulate); break;
-    default: gemm_rows<5>(kdim, ncols, ar, lda, b, ldb, cr, ldc, accumulate); break;
+    case 0:
+      break;
+    case 1:
+      gemm_rows<1>(kdim, ncols, ar, lda, b, ldb, cr, ldc, accumulate);
+      break;
+    case 2:
+      gemm_rows<2>(kdim, ncols, ar, lda, b, ldb, cr, ldc, accumulate);
+      break;
+    case 3:
+      gemm_rows<3>(kdim, ncols, ar, lda, b, ldb, cr, ldc, accumulate);
+      break;
+    case 4:
+      gemm_rows<4>(kdim, ncols, ar, lda, b, ldb, cr, ldc, accumulate);
+      break;
+    default:
+      gemm_rows<5>(kdim, ncols, ar, lda, b, ldb, cr, ldc, accumulate);
+      break;
   }
 }
 
@@ -152,7 +163,8 @@ inline __m256 exp2_nonpositive(__m256 x) {
   p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022650695910071e-01f));
   p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.9314718055994531e-01f));
   p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256i e =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), underflow);
 }
 
@@ -210,27 +222,27 @@ void scale_row(float* o, int n, float alpha) {
 
 // Per-thread buffers, reused across calls so decode does not allocate per layer.
 struct Scratch {
-  std::vector<float> q;      // [rows, head_dim] queries pre-scaled by scale * log2(e)
-  std::vector<float> kt;     // [head_dim, kKeyTile] one key tile, transposed
-  std::vector<float> s;      // [rows, kKeyTile] scores, then probabilities
-  std::vector<float> o;      // [rows, head_dim] unnormalised output
-  std::vector<float> m, l;   // [rows] running max (log2 domain) and softmax denominator
-  std::vector<int32_t> qpos; // [rows] query position of each row
+  std::vector<float> q;       // [rows, head_dim] queries pre-scaled by scale * log2(e)
+  std::vector<float> kt;      // [head_dim, kKeyTile] one key tile, transposed
+  std::vector<float> s;       // [rows, kKeyTile] scores, then probabilities
+  std::vector<float> o;       // [rows, head_dim] unnormalised output
+  std::vector<float> m, l;    // [rows] running max (log2 domain) and softmax denominator
+  std::vector<int32_t> qpos;  // [rows] query position of each row
 };
 
 struct Plan {
-  int group;       // query heads per KV head
-  int q_tile;      // queries per work item
+  int group;   // query heads per KV head
+  int q_tile;  // queries per work item
   int n_q_tiles;
-  int n_splits;    // key ranges per (kv head, query tile); > 1 only for few queries
+  int n_splits;  // key ranges per (kv head, query tile); > 1 only for few queries
   int64_t split_len;
-  int rows;        // q_tile * group
+  int rows;  // q_tile * group
 };
 
 // One work item: query tile [q0, q1) of KV head kvh over stored tokens [t0, t1).
 // Leaves unnormalised o, m, l for rows (query, head-in-group) in the scratch buffers.
-void attend_tile(const AttentionQuery& query, const DenseKv& kv, const Plan& plan, int kvh,
-                 int q0, int q1, int64_t t0, int64_t t1, Scratch& w) {
+void attend_tile(const AttentionQuery& query, const DenseKv& kv, const Plan& plan, int kvh, int q0,
+                 int q1, int64_t t0, int64_t t1, Scratch& w) {
   const int dim = kv.head_dim;
   const int group = plan.group;
   const int rows = (q1 - q0) * group;
@@ -255,8 +267,8 @@ void attend_tile(const AttentionQuery& query, const DenseKv& kv, const Plan& pla
     const int nk = static_cast<int>(std::min<int64_t>(kKeyTile, t1 - k0));
     const int32_t* pos = kv.positions + k0;
     const auto [pmin_it, pmax_it] = std::minmax_element(pos, pos + nk);
-    if (*pmin_it > qpos_max) continue;          // no query of the tile sees any key
-    const bool masked = *pmax_it > qpos_min;    // some query misses some key
+    if (*pmin_it > qpos_max) continue;        // no query of the tile sees any key
+    const bool masked = *pmax_it > qpos_min;  // some query misses some key
     const int ld = (nk + kNr - 1) / kNr * kNr;
     pack_transposed(k_head + k0 * dim, nk, dim, w.kt.data(), ld);
     gemm(rows, dim, ld, w.q.data(), dim, w.kt.data(), ld, w.s.data(), ld, false);
@@ -299,7 +311,8 @@ Plan make_plan(const AttentionQuery& query, const DenseKv& kv, int threads) {
   }
   p.split_len = (kv.n_tokens + splits - 1) / splits;
   p.split_len = std::max<int64_t>(kKeyTile, (p.split_len + kKeyTile - 1) / kKeyTile * kKeyTile);
-  p.n_splits = static_cast<int>(std::max<int64_t>(1, (kv.n_tokens + p.split_len - 1) / p.split_len));
+  p.n_splits =
+      static_cast<int>(std::max<int64_t>(1, (kv.n_tokens + p.split_len - 1) / p.split_len));
   return p;
 }
 
@@ -309,8 +322,10 @@ void ensure(Scratch& w, int rows, int dim) {
     w.q.resize(rd);
     w.o.resize(rd);
   }
-  if (w.kt.size() < static_cast<size_t>(dim) * kKeyTile) w.kt.resize(static_cast<size_t>(dim) * kKeyTile);
-  if (w.s.size() < static_cast<size_t>(rows) * kKeyTile) w.s.resize(static_cast<size_t>(rows) * kKeyTile);
+  if (w.kt.size() < static_cast<size_t>(dim) * kKeyTile)
+    w.kt.resize(static_cast<size_t>(dim) * kKeyTile);
+  if (w.s.size() < static_cast<size_t>(rows) * kKeyTile)
+    w.s.resize(static_cast<size_t>(rows) * kKeyTile);
   if (w.m.size() < static_cast<size_t>(rows)) {
     w.m.resize(rows);
     w.l.resize(rows);
@@ -380,8 +395,8 @@ void attention_dense_cpu(const AttentionQuery& query, const DenseKv& kv) {
     const int i = tile * plan.q_tile + r / plan.group;
     if (i >= query.n_queries) continue;
     const int h = kvh * plan.group + r % plan.group;
-    const float* first = partial.data() + rest * plan.n_splits * part_stride +
-                         static_cast<int64_t>(r) * (dim + 2);
+    const float* first =
+        partial.data() + rest * plan.n_splits * part_stride + static_cast<int64_t>(r) * (dim + 2);
     float m = kNegInf;
     for (int s = 0; s < plan.n_splits; ++s) m = std::max(m, first[s * part_stride + dim]);
     float* out = query.out + (static_cast<int64_t>(i) * query.n_heads + h) * dim;

@@ -84,10 +84,14 @@ void dequant_block(BlockFormat format, const uint8_t* blk, float* out) {
 
 int64_t block_bytes(BlockFormat format) {
   switch (format) {
-    case BlockFormat::Q4_0: return kQ4_0Bytes;
-    case BlockFormat::Q4_1: return kQ4_1Bytes;
-    case BlockFormat::Q8_0: return kQ8_0Bytes;
-    case BlockFormat::F32: return kBlock * 4;
+    case BlockFormat::Q4_0:
+      return kQ4_0Bytes;
+    case BlockFormat::Q4_1:
+      return kQ4_1Bytes;
+    case BlockFormat::Q8_0:
+      return kQ8_0Bytes;
+    case BlockFormat::F32:
+      return kBlock * 4;
   }
   return 0;
 }
@@ -96,8 +100,8 @@ int64_t block_bytes(BlockFormat format) {
 // x quantized per 32-block to int8 (q8_1-style, as llama.cpp does), so a weight block's
 // dot product is one maddubs + madd. Per-element error <= d / 2 = max|x_blk| / 254.
 struct BlockQ8 {
-  float d;         // x ~= d * q
-  float s;         // Q4_1: exact float sum of x; Q4_0: 8 * d * sum(q)
+  float d;  // x ~= d * q
+  float s;  // Q4_1: exact float sum of x; Q4_0: 8 * d * sum(q)
   int8_t q[kBlock];
 };
 
@@ -256,10 +260,14 @@ constexpr RowDotF kRowDotF32[kMaxRowsX] = {row_dot_f32<1>, row_dot_f32<2>, row_d
 
 RowDotQ const* row_dot_table(BlockFormat format) {
   switch (format) {
-    case BlockFormat::Q4_0: return kRowDotQ<BlockFormat::Q4_0>;
-    case BlockFormat::Q4_1: return kRowDotQ<BlockFormat::Q4_1>;
-    case BlockFormat::Q8_0: return kRowDotQ<BlockFormat::Q8_0>;
-    case BlockFormat::F32: break;
+    case BlockFormat::Q4_0:
+      return kRowDotQ<BlockFormat::Q4_0>;
+    case BlockFormat::Q4_1:
+      return kRowDotQ<BlockFormat::Q4_1>;
+    case BlockFormat::Q8_0:
+      return kRowDotQ<BlockFormat::Q8_0>;
+    case BlockFormat::F32:
+      break;
   }
   return nullptr;
 }
@@ -301,7 +309,8 @@ void block_matmul_avx2(const BlockMatrix& w, const float* x, float* y, int64_t n
 #endif
 
 // Portable path: dequantize a block to floats and take exact-x float dot products.
-[[maybe_unused]] void block_matmul_portable(const BlockMatrix& w, const float* x, float* y, int64_t n) {
+[[maybe_unused]] void block_matmul_portable(const BlockMatrix& w, const float* x, float* y,
+                                            int64_t n) {
   const auto* base = static_cast<const uint8_t*>(w.data);
   const int64_t bb = block_bytes(w.format);
   const int64_t nb = w.format == BlockFormat::F32 ? 0 : w.cols / kBlock;

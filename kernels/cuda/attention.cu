@@ -1,17 +1,17 @@
-#include "kernels/cuda/attention.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda/attention.h"
+
 namespace kvbench {
 namespace {
 
-constexpr int kWarps = 4;            // warps per block, each walking its own keys
-constexpr int kMaxGroup = 8;         // query heads of one KV group handled by one block
-constexpr int kMinSplitKeys = 256;   // split-K never makes a split shorter than this
+constexpr int kWarps = 4;           // warps per block, each walking its own keys
+constexpr int kMaxGroup = 8;        // query heads of one KV group handled by one block
+constexpr int kMinSplitKeys = 256;  // split-K never makes a split shorter than this
 constexpr float kLog2e = 1.4426950408889634f;
 
 void check(cudaError_t err, const char* what) {
@@ -59,8 +59,8 @@ __global__ void __launch_bounds__(kWarps * 32)
       q[g][e] = 0.0f;
       if (g < ng) {
         const int h = kvh * group + g0 + g;
-        q[g][e] = query.q[(static_cast<int64_t>(i) * query.n_heads + h) * D + e * 32 + lane] *
-                  qscale;
+        q[g][e] =
+            query.q[(static_cast<int64_t>(i) * query.n_heads + h) * D + e * 32 + lane] * qscale;
       }
     }
   }
@@ -139,8 +139,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 // One block per (query, head), one thread per element: rescales every split to the common max.
 template <int D>
-__global__ void attention_merge_kernel(AttentionQuery query, int n_splits,
-                                       const float* partial) {
+__global__ void attention_merge_kernel(AttentionQuery query, int n_splits, const float* partial) {
   const int64_t row = blockIdx.x;  // query * n_heads + head
   const int d = threadIdx.x;
   const float* p = partial + row * n_splits * (D + 2);
@@ -177,20 +176,21 @@ void launch(const AttentionQuery& query, const DenseKv& kv, cudaStream_t stream)
 
   const dim3 grid(query.n_queries, kv.n_kv_heads * head_chunks, static_cast<unsigned>(splits));
   if (splits == 1) {
-    attention_split_kernel<D><<<grid, kWarps * 32, 0, stream>>>(query, kv, group, head_chunks,
-                                                               split_len, 1, nullptr);
+    attention_split_kernel<D>
+        <<<grid, kWarps * 32, 0, stream>>>(query, kv, group, head_chunks, split_len, 1, nullptr);
     check(cudaGetLastError(), "split kernel launch");
     return;
   }
   float* partial = nullptr;
-  const size_t bytes = static_cast<size_t>(query.n_queries) * query.n_heads * splits * (D + 2) *
-                       sizeof(float);
+  const size_t bytes =
+      static_cast<size_t>(query.n_queries) * query.n_heads * splits * (D + 2) * sizeof(float);
   check(cudaMallocAsync(reinterpret_cast<void**>(&partial), bytes, stream), "cudaMallocAsync");
   attention_split_kernel<D><<<grid, kWarps * 32, 0, stream>>>(
       query, kv, group, head_chunks, split_len, static_cast<int>(splits), partial);
   check(cudaGetLastError(), "split kernel launch");
-  attention_merge_kernel<D><<<static_cast<unsigned>(query.n_queries * query.n_heads), D, 0,
-                              stream>>>(query, static_cast<int>(splits), partial);
+  attention_merge_kernel<D>
+      <<<static_cast<unsigned>(query.n_queries * query.n_heads), D, 0, stream>>>(
+          query, static_cast<int>(splits), partial);
   check(cudaGetLastError(), "merge kernel launch");
   check(cudaFreeAsync(partial, stream), "cudaFreeAsync");
 }
@@ -200,14 +200,17 @@ void launch(const AttentionQuery& query, const DenseKv& kv, cudaStream_t stream)
 void attention_dense_cuda(const AttentionQuery& query, const DenseKv& kv, cudaStream_t stream) {
   if (query.n_queries <= 0) return;
   if (kv.n_kv_heads <= 0 || query.n_heads % kv.n_kv_heads != 0) {
-    throw std::invalid_argument("attention_dense_cuda: n_heads (" +
-                                std::to_string(query.n_heads) +
+    throw std::invalid_argument("attention_dense_cuda: n_heads (" + std::to_string(query.n_heads) +
                                 ") must be a multiple of n_kv_heads (" +
                                 std::to_string(kv.n_kv_heads) + ")");
   }
   switch (kv.head_dim) {
-    case 64: launch<64>(query, kv, stream); break;
-    case 128: launch<128>(query, kv, stream); break;
+    case 64:
+      launch<64>(query, kv, stream);
+      break;
+    case 128:
+      launch<128>(query, kv, stream);
+      break;
     default:
       throw std::invalid_argument("attention_dense_cuda: head_dim must be 64 or 128, got " +
                                   std::to_string(kv.head_dim));
