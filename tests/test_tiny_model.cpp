@@ -205,8 +205,10 @@ TEST_CASE("tiny llama: one-token decode continues a prefill exactly", "[unit]") 
   for (size_t t = head.size(); t < tokens.size(); ++t) {
     const std::vector<float> step = model->forward({tokens[t]}, stepwise);
     for (int64_t i = 0; i < vocab; ++i) {
-      // 1e-4: decode reads block-format weights, prefill an fp32 GEMM: same values, other order.
-      REQUIRE(step[i] == Approx(all[t * vocab + i]).margin(1e-4));
+      // 1e-2: decode multiplies block-format weights by activations quantized to int8 per
+      // 32-block (as llama.cpp does, ~0.4% per product); prefill runs an fp32 GEMM. A cache
+      // bug (wrong position, lost token) moves logits by O(1).
+      REQUIRE(step[i] == Approx(all[t * vocab + i]).margin(1e-2));
     }
   }
 }

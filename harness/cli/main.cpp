@@ -30,14 +30,25 @@ std::string resolve_model_path(const ModelOptions& options) {
 int main(int argc, char** argv) {
   CLI::App app{"kvbench: a benchmark harness for KV-cache methods on a real LLM"};
   app.set_version_flag("--version", KVBENCH_VERSION);
-  app.require_subcommand(1);
+  app.require_subcommand(0, 1);
   kvbench::ModelOptions model;
   app.add_option("--model", model.model_path,
                  "GGUF model file (default: $KVBENCH_MODEL or models/SmolLM2-135M-Instruct.Q4_1.gguf)");
   kvbench::add_generate_command(app, model);
   kvbench::add_list_command(app, model);
+  app.allow_extras();  // after the commands, which stay strict: an unknown command is named below
   try {
     app.parse(argc, argv);
+    if (app.get_subcommands().empty()) {
+      const auto extras = app.remaining();
+      throw kvbench::InputError(extras.empty()
+                                    ? "no command given (commands: generate, list)"
+                                    : "unknown command '" + extras.front() +
+                                          "' (commands: generate, list)");
+    }
+    if (!app.remaining().empty()) {
+      throw kvbench::InputError("unexpected argument '" + app.remaining().front() + "'");
+    }
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
     std::cerr << "kvbench: error: " << e.what() << " (see kvbench --help)\n";
