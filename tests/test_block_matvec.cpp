@@ -136,29 +136,21 @@ TEST_CASE("block_matmul matches an independent decoder for every format", "[unit
           INFO(name(f) << " rows " << rows << " cols " << cols << " n " << n);
           for (int64_t i = 0; i < n; ++i) {
             for (int64_t r = 0; r < rows; ++r) {
-              double exact = 0.0, magnitude = 0.0, quant_bound = 0.0;
+              double exact = 0.0, magnitude = 0.0;
               for (int64_t b = 0; b < cols / 32; ++b) {
-                double amax = 0.0, scaled_abs = 0.0;
                 for (int e = 0; e < 32; ++e) {
                   const int64_t at = r * cols + b * 32 + e;
                   const double xv = x[i * cols + b * 32 + e];
                   exact += w.dense[at] * xv;
                   // Bounds every term's fp32 rounding, even where q * d + m cancels.
                   magnitude += (std::fabs(w.scaled[at]) + std::fabs(w.dense[at])) * std::fabs(xv);
-                  amax = std::max(amax, std::fabs(xv));
-                  scaled_abs += std::fabs(w.scaled[at]);
                 }
-                // x rounded to int8 with step amax / 127: each code off by <= step / 2, and
-                // only q * d meets the codes (Q4_1's m multiplies the exact float sum of x).
-                quant_bound += amax / 254.0 * scaled_abs;
               }
               // Reference: fp32 dequantized weights summed in double: ~1e-7 relative rounding.
               CHECK(std::fabs(y_ref[i * rows + r] - exact) <= 1e-6 * magnitude + 1e-30);
-              // Kernel: fp32 accumulation (1e-5 of the term magnitudes) plus, for block
-              // formats, x's int8 quantization (the AVX2 path quantizes x per 32-block as
-              // llama.cpp does; the portable path stays in fp32 and lands well inside this).
-              const double tol = 1e-5 * magnitude + (f == BlockFormat::F32 ? 0.0 : quant_bound);
-              CHECK(std::fabs(y[i * rows + r] - exact) <= tol + 1e-30);
+              // Kernel: x stays fp32, so only fp32 accumulation error: 1e-5 of the term
+              // magnitudes (576 terms, sums split over 8 lanes and per-block partials).
+              CHECK(std::fabs(y[i * rows + r] - exact) <= 1e-5 * magnitude + 1e-30);
             }
           }
         }
@@ -168,7 +160,7 @@ TEST_CASE("block_matmul matches an independent decoder for every format", "[unit
 }
 
 TEST_CASE("block_matmul_cpu with a zero x block gives exact zeros", "[unit]") {
-  // Exact: a zero x quantizes to scale 0, and every format's dot product must then be 0.
+  // Exact: with x all zero every format's dot product (and Q4 offsets times sum(x)) is 0.
   for (BlockFormat f : {BlockFormat::Q4_0, BlockFormat::Q4_1, BlockFormat::Q8_0}) {
     const Weights w = make_weights(f, 5, 64, 11);
     std::vector<float> x(64, 0.0f), y(5, 1.0f);

@@ -1,6 +1,12 @@
-// The C++ model against llama.cpp on the same GGUF (fixtures written by
-// scripts/make_parity_fixtures.py): token ids exactly, the top logits at every position
-// within a stated tolerance, and 32-token greedy continuations identical.
+// The C++ model against two independent implementations on the same GGUF:
+//  - llama.cpp (tests/fixtures/parity_smollm2.json, scripts/make_parity_fixtures.py);
+//  - an fp32 numpy forward on the dequantized weights (parity_smollm2_fp32.json,
+//    scripts/numpy_reference_forward.py), itself checked against llama.cpp.
+// Token ids must equal llama.cpp's exactly. Logits and greedy continuations are held to the
+// fp32 reference tightly and to llama.cpp within llama.cpp's own rounding noise: it
+// multiplies by activations rounded to 8 bits and keeps K/V in fp16, which moves this
+// model's logits by ~0.1 typically and up to ~2 (it disagrees with itself by as much between
+// batched and one-token evaluation), so exact agreement with it is not a meaningful bar.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -18,20 +24,33 @@ using nlohmann::json;
 
 namespace {
 
-// llama.cpp multiplies Q4_1/Q8_0 weights by activations quantized to 8 bits (q8_1/q8_0) and
-// keeps K/V in fp16; kvbench computes in fp32 on the dequantized weights. Measured with
-// scripts/numpy_reference_forward.py (an fp32 reference independent of both), that gap is
-// what separates llama.cpp from exact arithmetic; the tolerance sits above its maximum.
-constexpr double kLogitTolerance = 0.25;
+// kvbench and the numpy reference both compute in fp32 on the same dequantized weights and
+// differ only in summation order (BLAS GEMM, tiled attention, block kernels vs numpy).
+// Measured: at most 6.2e-5 on logits of magnitude ~20 (the fixture rounds to 1e-5); 1e-3
+// leaves room for another BLAS or thread count, and is far below any real bug's effect.
+constexpr double kFp32Tolerance = 1e-3;
 
-const json& fixtures() {
-  static const json data = [] {
-    std::ifstream in(std::string(KVBENCH_FIXTURES) + "/parity_smollm2.json");
+// Against llama.cpp: bounds on |logit difference| at llama.cpp's top-8 ids, set above what
+// the fp32 reference itself shows against llama.cpp (mean 0.14, p99 0.55, max 1.26).
+constexpr double kLlamaCppMean = 0.3;
+constexpr double kLlamaCppP99 = 1.0;
+constexpr double kLlamaCppMax = 2.0;
+// Where llama.cpp's top-2 logits are closer than this, its choice is within its noise
+// (every fp32-vs-llama.cpp top-1 disagreement measured sits below 0.57).
+constexpr double kNearTie = 0.6;
+
+const json& load_fixture(const std::string& name) {
+  static std::map<std::string, json> cache;
+  auto it = cache.find(name);
+  if (it == cache.end()) {
+    std::ifstream in(std::string(KVBENCH_FIXTURES) + "/" + name);
     REQUIRE(in.good());
-    return json::parse(in);
-  }();
-  return data;
+    it = cache.emplace(name, json::parse(in)).first;
+  }
+  return it->second;
 }
+const json& llama_cpp() { return load_fixture("parity_smollm2.json"); }
+const json& fp32_reference() { return load_fixture("parity_smollm2_fp32.json"); }
 
 const LlamaModel& model() {
   static const std::unique_ptr<LlamaModel> m = LlamaModel::load(testing::model_path_or_skip());
@@ -42,10 +61,50 @@ int32_t argmax(const float* logits, int64_t n) {
   return static_cast<int32_t>(std::max_element(logits, logits + n) - logits);
 }
 
+// Logits at every prompt position, computed once per prompt.
+const std::vector<float>& prompt_logits(const json& prompt) {
+  static std::map<std::string, std::vector<float>> cache;
+  const std::string name = prompt["name"];
+  auto it = cache.find(name);
+  if (it == cache.end()) {
+    KvCache kv = make_full_cache(model().kv_shape());
+    it = cache.emplace(name, model().forward(prompt["tokens"].get<std::vector<int32_t>>(), kv,
+                                             /*all_logits=*/true))
+             .first;
+  }
+  return it->second;
+}
+
+// Prefill, then one-token decode steps fed with our own choices, as the fixtures were made.
+std::vector<int32_t> greedy(const std::vector<int32_t>& prompt, size_t n_new) {
+  KvCache cache = make_full_cache(model().kv_shape());
+  std::vector<float> logits = model().forward(prompt, cache);
+  std::vector<int32_t> ids;
+  while (ids.size() < n_new) {
+    ids.push_back(argmax(logits.data(), static_cast<int64_t>(logits.size())));
+    if (ids.size() < n_new) logits = model().forward({ids.back()}, cache);
+  }
+  return ids;
+}
+
+// |ours - reference| at the reference's top-8 ids, over every position of a prompt.
+std::vector<double> top8_differences(const json& prompt, const std::vector<float>& logits) {
+  const int64_t vocab = model().config().vocab_size;
+  std::vector<double> diffs;
+  for (size_t pos = 0; pos < prompt["top_ids"].size(); ++pos) {
+    const auto ids = prompt["top_ids"][pos].get<std::vector<int32_t>>();
+    const auto values = prompt["top_logits"][pos].get<std::vector<double>>();
+    for (size_t j = 0; j < ids.size(); ++j) {
+      diffs.push_back(std::abs(logits[pos * vocab + ids[j]] - values[j]));
+    }
+  }
+  return diffs;
+}
+
 }  // namespace
 
 TEST_CASE("parity: token ids equal llama.cpp's", "[model]") {
-  for (const json& prompt : fixtures()["prompts"]) {
+  for (const json& prompt : llama_cpp()["prompts"]) {
     INFO("prompt " << prompt["name"].get<std::string>());
     const auto expected = prompt["tokens"].get<std::vector<int32_t>>();
     const auto ids = model().tokenizer().encode(prompt["text"].get<std::string>());
@@ -54,49 +113,73 @@ TEST_CASE("parity: token ids equal llama.cpp's", "[model]") {
   }
 }
 
-TEST_CASE("parity: top logits at every position within tolerance of llama.cpp", "[model]") {
+TEST_CASE("parity: logits equal the fp32 reference at every position", "[model]") {
   const int64_t vocab = model().config().vocab_size;
-  for (const json& prompt : fixtures()["prompts"]) {
-    const std::string name = prompt["name"];
-    INFO("prompt " << name);
-    const auto tokens = prompt["tokens"].get<std::vector<int32_t>>();
-    KvCache cache = make_full_cache(model().kv_shape());
-    const std::vector<float> logits = model().forward(tokens, cache, /*all_logits=*/true);
-    double max_diff = 0;
-    int64_t top1_checked = 0, top1_agree = 0;
-    for (size_t pos = 0; pos < tokens.size(); ++pos) {
-      const auto ids = prompt["top_ids"][pos].get<std::vector<int32_t>>();
+  for (const json& prompt : fp32_reference()["prompts"]) {
+    INFO("prompt " << prompt["name"].get<std::string>());
+    const std::vector<float>& logits = prompt_logits(prompt);
+    const auto diffs = top8_differences(prompt, logits);
+    const double max_diff = *std::max_element(diffs.begin(), diffs.end());
+    INFO("max |logit - fp32 reference| over top-8 = " << max_diff);
+    CHECK(max_diff < kFp32Tolerance);
+    for (size_t pos = 0; pos < prompt["top_ids"].size(); ++pos) {
       const auto values = prompt["top_logits"][pos].get<std::vector<double>>();
-      const float* row = logits.data() + pos * vocab;
-      for (size_t j = 0; j < ids.size(); ++j) {
-        max_diff = std::max(max_diff, std::abs(row[ids[j]] - values[j]));
-      }
-      // Top-1 must agree wherever llama.cpp's winner leads by more than both errors.
-      if (values[0] - values[1] > 2 * kLogitTolerance) {
-        ++top1_checked;
-        top1_agree += argmax(row, vocab) == ids[0];
+      if (values[0] - values[1] > 2 * kFp32Tolerance) {
+        CHECK(argmax(logits.data() + pos * vocab, vocab) == prompt["top_ids"][pos][0]);
       }
     }
-    INFO("max |logit - llama.cpp| over top-8 = " << max_diff << "; top-1 agreement "
-                                                 << top1_agree << "/" << top1_checked);
-    CHECK(max_diff < kLogitTolerance);
-    CHECK(top1_agree == top1_checked);
   }
 }
 
-TEST_CASE("parity: 32-token greedy continuations equal llama.cpp's", "[model]") {
-  for (const json& prompt : fixtures()["prompts"]) {
+TEST_CASE("parity: 32-token greedy continuations equal the fp32 reference's", "[model]") {
+  for (const json& prompt : fp32_reference()["prompts"]) {
     INFO("prompt " << prompt["name"].get<std::string>());
-    const auto tokens = prompt["tokens"].get<std::vector<int32_t>>();
     const auto expected = prompt["greedy"]["ids"].get<std::vector<int32_t>>();
-    KvCache cache = make_full_cache(model().kv_shape());
-    std::vector<float> logits = model().forward(tokens, cache);
-    std::vector<int32_t> ids;
-    // Prefill then one-token decode steps, as llama.cpp produced them; not stopped at EOS.
-    while (ids.size() < expected.size()) {
-      ids.push_back(argmax(logits.data(), static_cast<int64_t>(logits.size())));
-      if (ids.size() < expected.size()) logits = model().forward({ids.back()}, cache);
+    CHECK(greedy(prompt["tokens"].get<std::vector<int32_t>>(), expected.size()) == expected);
+  }
+}
+
+TEST_CASE("parity: logits within llama.cpp's rounding noise", "[model]") {
+  std::vector<double> all;
+  const int64_t vocab = model().config().vocab_size;
+  for (const json& prompt : llama_cpp()["prompts"]) {
+    INFO("prompt " << prompt["name"].get<std::string>());
+    const std::vector<float>& logits = prompt_logits(prompt);
+    const auto diffs = top8_differences(prompt, logits);
+    all.insert(all.end(), diffs.begin(), diffs.end());
+    for (size_t pos = 0; pos < prompt["top_ids"].size(); ++pos) {
+      const auto values = prompt["top_logits"][pos].get<std::vector<double>>();
+      if (values[0] - values[1] > kNearTie) {
+        INFO("position " << pos);
+        CHECK(argmax(logits.data() + pos * vocab, vocab) == prompt["top_ids"][pos][0]);
+      }
     }
-    CHECK(ids == expected);
+  }
+  std::sort(all.begin(), all.end());
+  double mean = 0;
+  for (double d : all) mean += d / all.size();
+  const double p99 = all[all.size() * 99 / 100];
+  INFO("top-8 |logit - llama.cpp|: mean " << mean << ", p99 " << p99 << ", max " << all.back());
+  CHECK(mean < kLlamaCppMean);
+  CHECK(p99 < kLlamaCppP99);
+  CHECK(all.back() < kLlamaCppMax);
+}
+
+TEST_CASE("parity: greedy continuations follow llama.cpp's up to its first near-tie",
+          "[model]") {
+  for (const json& prompt : llama_cpp()["prompts"]) {
+    INFO("prompt " << prompt["name"].get<std::string>());
+    const auto expected = prompt["greedy"]["ids"].get<std::vector<int32_t>>();
+    // Step k is decided by the last prompt position (k = 0) or by decode step k - 1.
+    auto margin = [&](size_t k) {
+      const json& top = k == 0 ? prompt["top_logits"].back() : prompt["greedy"]["decode_top_logits"][k - 1];
+      return top[0].get<double>() - top[1].get<double>();
+    };
+    size_t decided = 0;
+    while (decided < expected.size() && margin(decided) > kNearTie) ++decided;
+    const auto ids = greedy(prompt["tokens"].get<std::vector<int32_t>>(), expected.size());
+    INFO("llama.cpp's first near-tie at step " << decided);
+    CHECK(std::vector<int32_t>(ids.begin(), ids.begin() + decided) ==
+          std::vector<int32_t>(expected.begin(), expected.begin() + decided));
   }
 }

@@ -97,52 +97,10 @@ int64_t block_bytes(BlockFormat format) {
 }
 
 #if KVBENCH_MATVEC_AVX2
-// x quantized per 32-block to int8 (q8_1-style, as llama.cpp does), so a weight block's
-// dot product is one maddubs + madd. Per-element error <= d / 2 = max|x_blk| / 254.
-struct BlockQ8 {
-  float d;  // x ~= d * q
-  float s;  // Q4_1: exact float sum of x; Q4_0: 8 * d * sum(q)
-  int8_t q[kBlock];
-};
-
-void quantize_x(const float* x, int64_t cols, BlockFormat format, BlockQ8* out) {
-  const __m256 sign_mask = _mm256_set1_ps(-0.0f);
-  for (int64_t b = 0; b < cols / kBlock; ++b) {
-    const float* xb = x + b * kBlock;
-    __m256 v[4];
-    __m256 amax = _mm256_setzero_ps();
-    __m256 sum = _mm256_setzero_ps();
-    for (int i = 0; i < 4; ++i) {
-      v[i] = _mm256_loadu_ps(xb + 8 * i);
-      amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign_mask, v[i]));
-      sum = _mm256_add_ps(sum, v[i]);
-    }
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    const float d = _mm_cvtss_f32(m4) / 127.0f;
-    const __m256 id = _mm256_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
-    __m256i q[4];
-    for (int i = 0; i < 4; ++i) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id));
-    // Packs interleave 128-bit lanes; the permute restores element order.
-    const __m256i q01 = _mm256_packs_epi32(q[0], q[1]);
-    const __m256i q23 = _mm256_packs_epi32(q[2], q[3]);
-    __m256i q8 = _mm256_packs_epi16(q01, q23);
-    q8 = _mm256_permutevar8x32_epi32(q8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].q), q8);
-    out[b].d = d;
-    if (format == BlockFormat::Q4_1) {
-      __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1));
-      s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-      s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
-      out[b].s = _mm_cvtss_f32(s4);
-    } else {
-      int isum = 0;
-      for (int i = 0; i < kBlock; ++i) isum += out[b].q[i];
-      out[b].s = 8.0f * d * static_cast<float>(isum);
-    }
-  }
-}
+// Activations stay exact fp32: weights are decoded to floats in registers and multiplied by
+// x with FMAs. (llama.cpp instead rounds x to int8 per block, which moves this model's
+// logits by up to ~2 between batched and one-token evaluation; a harness that measures
+// fidelity between cache methods cannot afford that noise.)
 
 inline float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -151,82 +109,72 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// 32 nibbles -> 32 bytes in 0..15: low nibbles are elements 0..15, high ones 16..31.
-inline __m256i unpack_nibbles(const uint8_t* p) {
-  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw);
-  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+// Eight unsigned bytes -> eight floats.
+inline __m256 u8x8_to_float(__m128i bytes) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes));
+}
+inline __m256 i8x8_to_float(__m128i bytes) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
 }
 
-inline __m128 load_ds(const BlockQ8& b) {
-  return _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(&b.d)));
+// sum_e q_e * x_e over one 32-element block, q already unpacked to 4 x 8 floats.
+inline __m256 dot_block(const __m256 q[4], const float* xb) {
+  __m256 v = _mm256_mul_ps(q[0], _mm256_loadu_ps(xb));
+  v = _mm256_fmadd_ps(q[1], _mm256_loadu_ps(xb + 8), v);
+  v = _mm256_fmadd_ps(q[2], _mm256_loadu_ps(xb + 16), v);
+  return _mm256_fmadd_ps(q[3], _mm256_loadu_ps(xb + 24), v);
 }
 
-// Adds one weight block's contribution to NX x rows' accumulators.
-template <BlockFormat F, int NX>
-inline void block_dot(const uint8_t* w, int64_t b, const BlockQ8* const* xq, __m256* acc,
-                      __m128* acc_s) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  if constexpr (F == BlockFormat::Q4_1) {
-    const uint8_t* blk = w + b * kQ4_1Bytes;
-    int32_t dm_bits;
-    std::memcpy(&dm_bits, blk, 4);
-    const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(dm_bits));  // [d, m, 0, 0]
-    const __m256i q = unpack_nibbles(blk + 4);
-    for (int x = 0; x < NX; ++x) {
-      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[x][b].q));
-      const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), ones);
-      const __m128 prod = _mm_mul_ps(dm, load_ds(xq[x][b]));  // [d dx, m s]
-      acc[x] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_broadcastss_ps(prod), acc[x]);
-      acc_s[x] = _mm_add_ps(acc_s[x], prod);
-    }
-  } else if constexpr (F == BlockFormat::Q4_0) {
-    const uint8_t* blk = w + b * kQ4_0Bytes;
-    const __m128 dd = _mm_cvtph_ps(_mm_set1_epi16(static_cast<short>(load_u16(blk))));
-    const __m256i q = unpack_nibbles(blk + 2);
-    for (int x = 0; x < NX; ++x) {
-      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[x][b].q));
-      const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), ones);
-      const __m128 prod = _mm_mul_ps(dd, load_ds(xq[x][b]));  // [d dx, d s]
-      acc[x] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_broadcastss_ps(prod), acc[x]);
-      acc_s[x] = _mm_sub_ps(acc_s[x], prod);
-    }
-  } else {  // Q8_0: maddubs needs one unsigned operand, so move w's sign onto x.
+// The integer codes of one weight block as floats, and its scale d and offset
+// (value = q * d + offset: m for Q4_1, -8 d for Q4_0, 0 for Q8_0).
+template <BlockFormat F>
+inline void decode_block(const uint8_t* w, int64_t b, __m256 q[4], float* d, float* offset) {
+  if constexpr (F == BlockFormat::Q8_0) {
     const uint8_t* blk = w + b * kQ8_0Bytes;
-    const __m128 dd = _mm_cvtph_ps(_mm_set1_epi16(static_cast<short>(load_u16(blk))));
-    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
-    const __m256i q_abs = _mm256_sign_epi8(q, q);
-    for (int x = 0; x < NX; ++x) {
-      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[x][b].q));
-      const __m256i dot =
-          _mm256_madd_epi16(_mm256_maddubs_epi16(q_abs, _mm256_sign_epi8(xv, q)), ones);
-      const __m128 prod = _mm_mul_ss(dd, load_ds(xq[x][b]));
-      acc[x] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_broadcastss_ps(prod), acc[x]);
+    *d = half_to_float(load_u16(blk));
+    *offset = 0.0f;
+    for (int g = 0; g < 4; ++g) {
+      q[g] = i8x8_to_float(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * g)));
     }
+  } else {
+    const bool q4_1 = F == BlockFormat::Q4_1;
+    const uint8_t* blk = w + b * (q4_1 ? kQ4_1Bytes : kQ4_0Bytes);
+    *d = half_to_float(load_u16(blk));
+    *offset = q4_1 ? half_to_float(load_u16(blk + 2)) : -8.0f * *d;
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (q4_1 ? 4 : 2)));
+    const __m128i mask = _mm_set1_epi8(0x0F);
+    const __m128i lo = _mm_and_si128(raw, mask);                     // elements 0..15
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), mask);  // elements 16..31
+    q[0] = u8x8_to_float(lo);
+    q[1] = u8x8_to_float(_mm_srli_si128(lo, 8));
+    q[2] = u8x8_to_float(hi);
+    q[3] = u8x8_to_float(_mm_srli_si128(hi, 8));
   }
 }
 
-// y[x] = dot(weight row, x row) for NX x rows, weight blocks decoded once for all of them.
-// Two accumulator sets (even / odd blocks) hide the FMA latency, which otherwise bounds a
-// block at ~5 cycles: slower than DRAM delivers Q4 blocks.
+// y[x] = dot(weight row, x row) for NX x rows; each weight block is decoded once for all.
+// x_sums[x][b] is the sum of x row x over block b (for the per-block offset).
+// Two accumulator sets (even / odd blocks) hide the FMA latency.
 template <BlockFormat F, int NX>
-void row_dot_q(const uint8_t* w, int64_t nb, const BlockQ8* const* xq, float* y) {
-  __m256 acc0[NX], acc1[NX];
-  __m128 acc_s0[NX], acc_s1[NX];  // lane 1: per-block offsets (m sum(x), or d 8 dx sum(q))
+void row_dot_q(const uint8_t* w, int64_t nb, const float* const* xs, const float* const* x_sums,
+               float* y) {
+  __m256 acc[2][NX];
+  float offset_sum[NX];
   for (int x = 0; x < NX; ++x) {
-    acc0[x] = acc1[x] = _mm256_setzero_ps();
-    acc_s0[x] = acc_s1[x] = _mm_setzero_ps();
+    acc[0][x] = acc[1][x] = _mm256_setzero_ps();
+    offset_sum[x] = 0.0f;
   }
-  int64_t b = 0;
-  for (; b + 2 <= nb; b += 2) {
-    block_dot<F, NX>(w, b, xq, acc0, acc_s0);
-    block_dot<F, NX>(w, b + 1, xq, acc1, acc_s1);
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256 q[4];
+    float d, offset;
+    decode_block<F>(w, b, q, &d, &offset);
+    const __m256 dv = _mm256_set1_ps(d);
+    for (int x = 0; x < NX; ++x) {
+      acc[b & 1][x] = _mm256_fmadd_ps(dv, dot_block(q, xs[x] + b * kBlock), acc[b & 1][x]);
+      if constexpr (F != BlockFormat::Q8_0) offset_sum[x] += offset * x_sums[x][b];
+    }
   }
-  if (b < nb) block_dot<F, NX>(w, b, xq, acc0, acc_s0);
-  for (int x = 0; x < NX; ++x) {
-    const __m128 s = _mm_add_ps(acc_s0[x], acc_s1[x]);
-    y[x] = hsum(_mm256_add_ps(acc0[x], acc1[x])) + _mm_cvtss_f32(_mm_movehdup_ps(s));
-  }
+  for (int x = 0; x < NX; ++x) y[x] = hsum(_mm256_add_ps(acc[0][x], acc[1][x])) + offset_sum[x];
 }
 
 template <int NX>
@@ -250,7 +198,8 @@ void row_dot_f32(const float* w, int64_t cols, const float* const* xs, float* y)
 }
 
 // Dispatch table over (format, x rows in this pass): one entry per template instance.
-using RowDotQ = void (*)(const uint8_t*, int64_t, const BlockQ8* const*, float*);
+using RowDotQ = void (*)(const uint8_t*, int64_t, const float* const*, const float* const*,
+                        float*);
 template <BlockFormat F>
 constexpr RowDotQ kRowDotQ[kMaxRowsX] = {row_dot_q<F, 1>, row_dot_q<F, 2>, row_dot_q<F, 3>,
                                          row_dot_q<F, 4>};
@@ -290,18 +239,26 @@ void block_matmul_avx2(const BlockMatrix& w, const float* x, float* y, int64_t n
     return;
   }
   const int64_t nb = w.cols / kBlock;
-  std::vector<BlockQ8> xq(static_cast<size_t>(n * nb));
-  for (int64_t i = 0; i < n; ++i) quantize_x(x + i * w.cols, w.cols, w.format, &xq[i * nb]);
+  std::vector<float> x_sums(static_cast<size_t>(n * nb));
+  for (int64_t i = 0; i < n * nb; ++i) {
+    float s = 0.0f;
+    for (int e = 0; e < kBlock; ++e) s += x[i * kBlock + e];
+    x_sums[i] = s;
+  }
   RowDotQ const* table = row_dot_table(w.format);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < w.rows; ++r) {
     const uint8_t* wr = base + r * w.row_bytes;
     for (int64_t x0 = 0; x0 < n; x0 += kMaxRowsX) {
       const int nx = static_cast<int>(std::min<int64_t>(kMaxRowsX, n - x0));
-      const BlockQ8* xs[kMaxRowsX];
+      const float* xs[kMaxRowsX];
+      const float* sums[kMaxRowsX];
       float out[kMaxRowsX];
-      for (int i = 0; i < nx; ++i) xs[i] = &xq[(x0 + i) * nb];
-      table[nx - 1](wr, nb, xs, out);
+      for (int i = 0; i < nx; ++i) {
+        xs[i] = x + (x0 + i) * w.cols;
+        sums[i] = &x_sums[(x0 + i) * nb];
+      }
+      table[nx - 1](wr, nb, xs, sums, out);
       for (int i = 0; i < nx; ++i) y[(x0 + i) * w.rows + r] = out[i];
     }
   }
