@@ -109,6 +109,11 @@ TEST_CASE("BOS is prepended when the vocab asks for it", "[unit]") {
   CHECK_FALSE(tok.is_control(4));
   CHECK_FALSE(tok.is_control(byte_id('a')));
   CHECK(tok.decode({0, tok.find_token("hello"), 2}) == "<|endoftext|>hello<|im_end|>");
+  // A text that already begins with BOS (a rendered Llama-3 chat) does not get a second one,
+  // unless special tokens are not parsed, when the BOS text is only text.
+  CHECK(tok.encode("<|endoftext|>hello") == std::vector<int32_t>{0, tok.find_token("hello")});
+  CHECK(tok.encode("<|endoftext|>hello", false).front() == 0);
+  CHECK(tok.encode("<|endoftext|>hello", false).size() > 2);
 }
 
 TEST_CASE("GPT-2 pre-tokenizer splits", "[unit]") {

@@ -403,7 +403,12 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& file) {
 std::vector<int32_t> Tokenizer::encode(const std::string& text, bool parse_special) const {
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 2);
-  if (vocab_.add_bos && vocab_.bos_id >= 0) out.push_back(vocab_.bos_id);
+  // BOS is added unless the text already starts with it (a rendered Llama-3 chat does), so a
+  // prompt never begins with two.
+  if (vocab_.add_bos && vocab_.bos_id >= 0 &&
+      (!parse_special || text.rfind(vocab_.tokens[vocab_.bos_id], 0) != 0)) {
+    out.push_back(vocab_.bos_id);
+  }
 
   // Fragments of raw text (token < 0) and special tokens, as llama.cpp's tokenizer_st_partition.
   struct Fragment {

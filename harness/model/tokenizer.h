@@ -42,7 +42,8 @@ class Tokenizer {
   static VocabData read_vocab(const GgufFile& file);
 
   // parse_special: text such as "<|im_start|>" becomes its control token, as llama.cpp does
-  // with parse_special=true. add_bos is taken from the vocab.
+  // with parse_special=true. BOS is prepended when the vocab asks for it (add_bos) and the
+  // text does not already begin with it.
   std::vector<int32_t> encode(const std::string& text, bool parse_special = true) const;
   std::string decode(const std::vector<int32_t>& ids) const;
   std::string token_text(int32_t id) const;  // decoded bytes of one token (may be partial UTF-8)
