@@ -66,6 +66,18 @@ TEST_CASE("cli: corrupt and truncated GGUF files are named", "[unit]") {
   require_clear_error(run_kvbench("--model " + path + " generate --prompt hi"), path);
 }
 
+TEST_CASE("cli: an unknown tensor type is named", "[unit]") {
+  const std::string path = testing::temp_path("unknown_type.gguf");
+  testing::GgufWriter writer;
+  writer.add("general.architecture", testing::gguf_str("llama"));
+  writer.add_tensor_bytes("blk.0.attn_q.weight", {32}, static_cast<GgmlType>(6),
+                          std::vector<uint8_t>(256, 0));
+  writer.write(path);
+  const Run run = run_kvbench("--model " + path + " generate --prompt hi");
+  require_clear_error(run, path);
+  CHECK(run.output.find("type 6") != std::string::npos);
+}
+
 TEST_CASE("cli: an unsupported architecture is named", "[unit]") {
   const std::string path = testing::temp_path("mamba.gguf");
   testing::GgufWriter writer;
