@@ -10,10 +10,15 @@
 #include <random>
 #include <vector>
 
+#include "attention_problem.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cuda/attention.h"
 
 namespace {
+
+using kvbench::testing::AttentionProblem;
+using kvbench::testing::Case;
+using kvbench::testing::max_abs_diff;
 
 using kvbench::attention_dense_reference;
 using kvbench::AttentionQuery;
@@ -37,80 +42,8 @@ T* to_device(const std::vector<T>& host) {
   return dev;
 }
 
-struct Case {
-  int n_heads, n_kv_heads, head_dim;
-  int64_t n_tokens;
-  int n_queries;
-  bool shuffled = false;  // stored positions not in ascending order (after eviction/merging)
-};
-
-// Random KV with gaps in positions starting above 0, capacity > n_tokens (the slack filled
-// with NaN so any read past n_tokens shows), and queries whose positions spread over the key
-// range: early queries see only a prefix of the keys, the last one sees all of them.
-struct Problem {
-  std::vector<float> k, v, q;
-  std::vector<int32_t> positions, q_positions;
-  DenseKv kv{};
-  AttentionQuery query{};
-
-  explicit Problem(const Case& c, uint32_t seed = 1) {
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
-    const int64_t capacity = c.n_tokens + 13;
-    const float nan = std::numeric_limits<float>::quiet_NaN();
-    k.assign(static_cast<size_t>(c.n_kv_heads * capacity * c.head_dim), nan);
-    v.assign(k.size(), nan);
-    for (int h = 0; h < c.n_kv_heads; ++h) {
-      for (int64_t t = 0; t < c.n_tokens; ++t) {
-        for (int d = 0; d < c.head_dim; ++d) {
-          k[(h * capacity + t) * c.head_dim + d] = uni(rng);
-          v[(h * capacity + t) * c.head_dim + d] = uni(rng);
-        }
-      }
-    }
-    positions.resize(c.n_tokens);
-    int32_t p = 5;
-    for (auto& pos : positions) {
-      pos = p;
-      p += 1 + static_cast<int32_t>(rng() % 3);  // gaps of 0..2 evicted tokens
-    }
-    if (c.shuffled) std::shuffle(positions.begin(), positions.end(), rng);
-    const int32_t lo = 5, hi = p - 1;
-    q_positions.resize(c.n_queries);
-    for (int i = 0; i < c.n_queries; ++i) {
-      q_positions[i] = lo + static_cast<int32_t>(int64_t{hi - lo} * (i + 1) / c.n_queries);
-    }
-    // Scores of a few units so the softmax is far from uniform.
-    q.resize(static_cast<size_t>(c.n_queries) * c.n_heads * c.head_dim);
-    for (auto& x : q) x = 3.0f * uni(rng);
-    kv = DenseKv{k.data(),   v.data(), positions.data(), c.n_kv_heads,
-                 c.head_dim, capacity, c.n_tokens};
-    query = AttentionQuery{q.data(),  q_positions.data(),
-                           nullptr,   c.n_queries,
-                           c.n_heads, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
-  }
-
-  std::vector<float> run(void (*fn)(const AttentionQuery&, const DenseKv&)) {
-    std::vector<float> out(q.size(), 123.0f);
-    AttentionQuery qq = query;
-    qq.out = out.data();
-    fn(qq, kv);
-    return out;
-  }
-};
-
-// Largest |a - b| over all outputs; a NaN anywhere counts as infinitely far.
-float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  float worst = 0.0f;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const float d = std::fabs(a[i] - b[i]);
-    worst = std::isnan(d) ? std::numeric_limits<float>::infinity() : std::max(worst, d);
-  }
-  return worst;
-}
-
 // Runs the CUDA kernel on a device copy of the problem and brings the output back.
-std::vector<float> run_cuda(const Problem& p) {
+std::vector<float> run_cuda(const AttentionProblem& p) {
   float* k = to_device(p.k);
   float* v = to_device(p.v);
   float* q = to_device(p.q);
@@ -146,7 +79,7 @@ TEST_CASE("attention_dense_cuda matches the reference over odd sizes", "[gpu]") 
     for (auto [n_heads, n_kv_heads] : {std::pair{9, 3}, std::pair{4, 4}, std::pair{8, 1}}) {
       for (int64_t n_tokens : {1, 15, 17, 4097}) {
         for (int n_queries : {1, 7, 64}) {
-          Problem p(Case{n_heads, n_kv_heads, head_dim, n_tokens, n_queries});
+          AttentionProblem p(Case{n_heads, n_kv_heads, head_dim, n_tokens, n_queries});
           INFO("head_dim " << head_dim << " heads " << n_heads << "/" << n_kv_heads << " tokens "
                            << n_tokens << " queries " << n_queries);
           CHECK(max_abs_diff(run_cuda(p), p.run(attention_dense_reference)) <= 5e-5f);
@@ -161,7 +94,7 @@ TEST_CASE("attention_dense_cuda: unsorted positions, long decode, wide groups", 
   // 5e-5 absolute, as above. 16/1 heads spans two blocks of kMaxGroup = 8 query heads.
   for (const Case& c : {Case{9, 3, 64, 4097, 7, true}, Case{9, 3, 64, 20000, 1},
                         Case{16, 1, 128, 1000, 3}, Case{4, 4, 128, 0, 2}}) {
-    Problem p(c, 11);
+    AttentionProblem p(c, 11);
     INFO("heads " << c.n_heads << "/" << c.n_kv_heads << " tokens " << c.n_tokens);
     CHECK(max_abs_diff(run_cuda(p), p.run(attention_dense_reference)) <= 5e-5f);
   }
@@ -171,7 +104,7 @@ TEST_CASE("attention_dense_cuda: a query that sees no key outputs zeros", "[gpu]
   require_device();
   // Exact: nothing visible gives 0 by convention, in the split-K merge too.
   for (int64_t n_tokens : {15, 4097}) {
-    Problem p(Case{4, 4, 128, n_tokens, 7}, 5);
+    AttentionProblem p(Case{4, 4, 128, n_tokens, 7}, 5);
     p.q_positions[0] = 4;  // stored positions start at 5
     const auto got = run_cuda(p);
     for (int e = 0; e < 4 * 128; ++e) REQUIRE(got[e] == 0.0f);
