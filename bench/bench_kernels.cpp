@@ -132,24 +132,10 @@ void BM_AttentionPrefill(benchmark::State& state) {
 }
 BENCHMARK(BM_AttentionPrefill)->Arg(2048)->Arg(8192)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-int64_t block_bytes(BlockFormat f) {
-  switch (f) {
-    case BlockFormat::Q4_0:
-      return 18;
-    case BlockFormat::Q4_1:
-      return 20;
-    case BlockFormat::Q8_0:
-      return 34;
-    case BlockFormat::F32:
-      return 128;
-  }
-  return 0;
-}
-
 // y[n, rows] = x[n, cols] W^T with W streamed from memory: GB/s of weight bytes.
 void BM_BlockMatmul(benchmark::State& state, BlockFormat f, int64_t rows, int64_t cols) {
   const int64_t n = state.range(0);
-  const int64_t row_bytes = cols / 32 * block_bytes(f);
+  const int64_t row_bytes = cols / 32 * kvbench::block_format_bytes(f);
   const int64_t bytes = rows * row_bytes;
   const int64_t n_copies = copies_for(bytes, state.range(1) != 0);
   std::vector<std::vector<uint8_t>> weights(n_copies);
@@ -163,9 +149,9 @@ void BM_BlockMatmul(benchmark::State& state, BlockFormat f, int64_t rows, int64_
     }
     for (auto& byte : w) byte = static_cast<uint8_t>(rng());
     const uint16_t scale = 0x2C00;  // fp16 0.0625 in every d (and m) field
-    for (int64_t b = 0; b < bytes / block_bytes(f); ++b) {
-      std::memcpy(w.data() + b * block_bytes(f), &scale, 2);
-      if (f == BlockFormat::Q4_1) std::memcpy(w.data() + b * block_bytes(f) + 2, &scale, 2);
+    for (int64_t b = 0; b < bytes / kvbench::block_format_bytes(f); ++b) {
+      std::memcpy(w.data() + b * kvbench::block_format_bytes(f), &scale, 2);
+      if (f == BlockFormat::Q4_1) std::memcpy(w.data() + b * kvbench::block_format_bytes(f) + 2, &scale, 2);
     }
   }
   const auto x = random_floats(n * cols, 7);

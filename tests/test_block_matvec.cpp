@@ -21,20 +21,6 @@ double half_value(uint16_t h) {
   return (h & 0x8000) ? -v : v;
 }
 
-int64_t block_bytes(BlockFormat f) {
-  switch (f) {
-    case BlockFormat::Q4_0:
-      return 18;
-    case BlockFormat::Q4_1:
-      return 20;
-    case BlockFormat::Q8_0:
-      return 34;
-    case BlockFormat::F32:
-      return 128;
-  }
-  return 0;
-}
-
 const char* name(BlockFormat f) {
   switch (f) {
     case BlockFormat::Q4_0:
@@ -66,13 +52,13 @@ Weights make_weights(BlockFormat f, int64_t rows, int64_t cols, uint32_t seed) {
   std::mt19937 rng(seed);
   Weights w;
   const int64_t nb = cols / 32;
-  const int64_t row_bytes = nb * block_bytes(f);
+  const int64_t row_bytes = nb * kvbench::block_format_bytes(f);
   w.bytes.resize(rows * row_bytes);
   w.dense.resize(rows * cols);
   w.scaled.resize(rows * cols);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t b = 0; b < nb; ++b) {
-      uint8_t* blk = w.bytes.data() + r * row_bytes + b * block_bytes(f);
+      uint8_t* blk = w.bytes.data() + r * row_bytes + b * kvbench::block_format_bytes(f);
       double* out = w.dense.data() + r * cols + b * 32;
       if (f == BlockFormat::F32) {
         std::uniform_real_distribution<float> uni(-1.0f, 1.0f);

@@ -15,9 +15,9 @@ namespace kvbench {
 namespace {
 
 constexpr int kBlock = 32;
-constexpr int64_t kQ4_0Bytes = 18;  // fp16 d, 16 bytes of nibbles
-constexpr int64_t kQ4_1Bytes = 20;  // fp16 d, fp16 m, 16 bytes of nibbles
-constexpr int64_t kQ8_0Bytes = 34;  // fp16 d, 32 int8
+constexpr int64_t kQ4_0Bytes = block_format_bytes(BlockFormat::Q4_0);
+constexpr int64_t kQ4_1Bytes = block_format_bytes(BlockFormat::Q4_1);
+constexpr int64_t kQ8_0Bytes = block_format_bytes(BlockFormat::Q8_0);
 constexpr int kMaxRowsX = 4;        // x rows sharing one pass over a weight row
 
 // IEEE binary16 -> binary32, exact for every input (subnormals, inf, NaN included).
@@ -80,20 +80,6 @@ void dequant_block(BlockFormat format, const uint8_t* blk, float* out) {
       std::memcpy(out, blk, kBlock * sizeof(float));
       break;
   }
-}
-
-int64_t block_bytes(BlockFormat format) {
-  switch (format) {
-    case BlockFormat::Q4_0:
-      return kQ4_0Bytes;
-    case BlockFormat::Q4_1:
-      return kQ4_1Bytes;
-    case BlockFormat::Q8_0:
-      return kQ8_0Bytes;
-    case BlockFormat::F32:
-      return kBlock * 4;
-  }
-  return 0;
 }
 
 #if KVBENCH_MATVEC_AVX2
@@ -269,7 +255,7 @@ void block_matmul_avx2(const BlockMatrix& w, const float* x, float* y, int64_t n
 [[maybe_unused]] void block_matmul_portable(const BlockMatrix& w, const float* x, float* y,
                                             int64_t n) {
   const auto* base = static_cast<const uint8_t*>(w.data);
-  const int64_t bb = block_bytes(w.format);
+  const int64_t bb = block_format_bytes(w.format);
   const int64_t nb = w.format == BlockFormat::F32 ? 0 : w.cols / kBlock;
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < w.rows; ++r) {
@@ -313,7 +299,7 @@ void block_matmul_reference(const BlockMatrix& w, const float* x, float* y, int6
     if (w.format == BlockFormat::F32) {
       std::memcpy(row.data(), wr, w.cols * sizeof(float));
     } else {
-      const int64_t bb = block_bytes(w.format);
+      const int64_t bb = block_format_bytes(w.format);
       for (int64_t b = 0; b < w.cols / kBlock; ++b) {
         dequant_block(w.format, wr + b * bb, row.data() + b * kBlock);
       }
