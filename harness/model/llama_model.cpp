@@ -5,6 +5,9 @@
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/mm.h>
 
+#include <dlfcn.h>
+#include <omp.h>
+
 #include <cmath>
 #include <string>
 
@@ -21,6 +24,21 @@ namespace {
 // Up to this many rows, a linear layer reads its weights in their stored block format
 // (decode is bandwidth-bound); past it, an fp32 GEMM on the dequantized copy is faster.
 constexpr int64_t kMaxBlockRows = 4;
+
+// One threading layer: OpenBLAS runs single-threaded and GEMMs are split over OpenMP
+// threads, like every other kernel. Two pools (OpenBLAS pthreads and OpenMP) spinning in
+// turn on 2 cores made a 37-token prefill 3x slower than their sum. Looked up at run time
+// so another BLAS (MKL, reference) still works, just with its own threading.
+void use_openmp_threads_only() {
+  using SetThreads = void (*)(int);
+  static const bool done = [] {
+    if (auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
+      set(1);
+    }
+    return true;
+  }();
+  (void)done;
+}
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "[";
@@ -50,9 +68,16 @@ struct Linear {
     if (n <= kMaxBlockRows) {
       block_matmul_cpu(block, x, y, n);
     } else {
+      // Each thread multiplies x by its own slice of weight rows (output columns).
       at::Tensor xt = at::from_blob(const_cast<float*>(x), {n, cols});
       at::Tensor yt = at::from_blob(y, {n, rows});
-      at::mm_out(yt, xt, dense.t());
+      const int threads = std::max(1, std::min<int>(omp_get_max_threads(), rows / 64));
+#pragma omp parallel for num_threads(threads) schedule(static)
+      for (int part = 0; part < threads; ++part) {
+        const int64_t begin = rows * part / threads, end = rows * (part + 1) / threads;
+        at::Tensor out = yt.narrow(1, begin, end - begin);
+        at::mm_out(out, xt, dense.narrow(0, begin, end - begin).t());
+      }
     }
     if (!bias.empty()) {
       for (int64_t r = 0; r < n; ++r) {
@@ -183,6 +208,7 @@ LlamaModel::LlamaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 LlamaModel::~LlamaModel() = default;
 
 std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path) {
+  use_openmp_threads_only();
   auto impl = std::make_unique<Impl>();
   impl->file = std::make_unique<GgufFile>(path);
   const GgufFile& f = *impl->file;
