@@ -24,6 +24,7 @@ constexpr int kTileRows = 192;      // target query rows (query x head) per work
 constexpr int kMinSplitKeys = 512;  // split-K never makes a split shorter than this
 constexpr int kMr = 6;              // micro-kernel rows
 constexpr int kNr = 16;             // micro-kernel columns (two AVX vectors)
+constexpr int kDirectRows = 8;      // up to this many query rows, scores skip the K transpose
 
 // C[MR][nc] (+)= A[MR][kdim] * B[kdim][nc]; A(r, k) = a[r * lda + k], B rows are ldb apart.
 template <int MR>
@@ -144,6 +145,50 @@ void pack_transposed(const float* k, int nk, int head_dim, float* kt, int ld) {
   }
   for (int d = 0; d < head_dim; ++d) {
     for (int jj = nk; jj < ld; ++jj) kt[d * ld + jj] = 0.0f;
+  }
+}
+
+#if KVBENCH_ATTN_AVX2
+// Sum of each of eight vectors, as one vector: out[i] = sum(v[i]).
+inline __m256 sum8(const __m256 v[8]) {
+  const __m256 h01 = _mm256_hadd_ps(v[0], v[1]), h23 = _mm256_hadd_ps(v[2], v[3]);
+  const __m256 h45 = _mm256_hadd_ps(v[4], v[5]), h67 = _mm256_hadd_ps(v[6], v[7]);
+  const __m256 a = _mm256_hadd_ps(h01, h23), b = _mm256_hadd_ps(h45, h67);
+  // a = [s0 s1 s2 s3 | s0' s1' s2' s3'] (low / high 128-bit halves of each sum), b alike.
+  return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+}
+#endif
+
+// s[r][j] = q[r] . k[j] for a few query rows, reading each key row in place. For decode
+// (rows = one GQA group) this beats transposing the key tile for a GEMM: the tile is
+// used by only a handful of rows, so the transpose was most of the work.
+void scores_direct(int rows, int dim, const float* q, const float* k, int nk, float* s,
+                   int ld) {
+  int j = 0;
+#if KVBENCH_ATTN_AVX2
+  if (dim % 8 == 0) {
+    for (; j + 8 <= nk; j += 8) {
+      for (int r = 0; r < rows; ++r) {
+        const float* qr = q + r * dim;
+        __m256 acc[8];
+        for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
+        for (int d = 0; d < dim; d += 8) {
+          const __m256 qv = _mm256_loadu_ps(qr + d);
+          for (int i = 0; i < 8; ++i) {
+            acc[i] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + (j + i) * dim + d), acc[i]);
+          }
+        }
+        _mm256_storeu_ps(s + r * ld + j, sum8(acc));
+      }
+    }
+  }
+#endif
+  for (; j < nk; ++j) {
+    for (int r = 0; r < rows; ++r) {
+      float dot = 0.0f;
+      for (int d = 0; d < dim; ++d) dot += q[r * dim + d] * k[j * dim + d];
+      s[r * ld + j] = dot;
+    }
   }
 }
 
@@ -270,8 +315,12 @@ void attend_tile(const AttentionQuery& query, const DenseKv& kv, const Plan& pla
     if (*pmin_it > qpos_max) continue;        // no query of the tile sees any key
     const bool masked = *pmax_it > qpos_min;  // some query misses some key
     const int ld = (nk + kNr - 1) / kNr * kNr;
-    pack_transposed(k_head + k0 * dim, nk, dim, w.kt.data(), ld);
-    gemm(rows, dim, ld, w.q.data(), dim, w.kt.data(), ld, w.s.data(), ld, false);
+    if (rows <= kDirectRows) {
+      scores_direct(rows, dim, w.q.data(), k_head + k0 * dim, nk, w.s.data(), ld);
+    } else {
+      pack_transposed(k_head + k0 * dim, nk, dim, w.kt.data(), ld);
+      gemm(rows, dim, ld, w.q.data(), dim, w.kt.data(), ld, w.s.data(), ld, false);
+    }
     for (int r = 0; r < rows; ++r) {
       float* srow = w.s.data() + static_cast<int64_t>(r) * ld;
       if (masked) {
