@@ -38,7 +38,9 @@ GenerateResult generate(const LlamaModel& model, KvCache& cache,
   GenerateResult result;
   result.prompt_tokens = static_cast<int64_t>(prompt.size());
   // One allocation for the whole exchange, so bytes resident are what the tokens need.
-  cache.reserve(cache.next_position() + result.prompt_tokens + options.max_new_tokens);
+  cache.reserve(std::min<int64_t>(
+      cache.next_position() + result.prompt_tokens + options.max_new_tokens,
+      model.config().context_length));
   uint64_t rng_state = options.seed;
 
   const auto start = std::chrono::steady_clock::now();

@@ -270,3 +270,36 @@ TEST_CASE("tiny llama: bad model files and over-long inputs are InputErrors", "[
     CHECK(cache.next_position() == 0);
   }
 }
+
+TEST_CASE("model config: RoPE frequencies and hyper-parameter checks", "[unit]") {
+  auto write = [](const std::string& name, double linear_factor, int32_t head_count_kv) {
+    testing::GgufWriter w;
+    w.add("general.architecture", testing::gguf_str("llama"));
+    w.add("llama.block_count", testing::gguf_u32(1));
+    w.add("llama.context_length", testing::gguf_u32(64));
+    w.add("llama.embedding_length", testing::gguf_u32(32));
+    w.add("llama.feed_forward_length", testing::gguf_u32(64));
+    w.add("llama.attention.head_count", testing::gguf_u32(4));
+    w.add("llama.attention.head_count_kv", testing::gguf_u32(head_count_kv));
+    w.add("llama.rope.freq_base", testing::gguf_f32(10000.f));
+    if (linear_factor > 0) {
+      w.add("llama.rope.scaling.type", testing::gguf_str("linear"));
+      w.add("llama.rope.scaling.factor", testing::gguf_f32(static_cast<float>(linear_factor)));
+    }
+    w.add_tensor("token_embd.weight", {32, 16}, GgmlType::F32, std::vector<float>(32 * 16, 0.f));
+    const std::string path = testing::temp_path(name);
+    w.write(path);
+    return path;
+  };
+  const ModelConfig plain = ModelConfig::from_gguf(GgufFile(write("cfg_plain.gguf", 0, 2)));
+  CHECK(plain.head_dim == 8);
+  CHECK(plain.vocab_size == 16);
+  REQUIRE(plain.rope_inv_freq.size() == 4);
+  CHECK(plain.rope_inv_freq[0] == Approx(1.0));
+  CHECK(plain.rope_inv_freq[1] == Approx(std::pow(10000.0, -2.0 / 8)));
+  const ModelConfig scaled = ModelConfig::from_gguf(GgufFile(write("cfg_linear.gguf", 4, 2)));
+  for (int i = 0; i < 4; ++i) CHECK(scaled.rope_inv_freq[i] == Approx(plain.rope_inv_freq[i] / 4));
+  // 4 query heads cannot share 3 KV heads.
+  const std::string bad = write("cfg_bad.gguf", 0, 3);
+  CHECK_THROWS_WITH(ModelConfig::from_gguf(GgufFile(bad)), Catch::Contains(bad));
+}

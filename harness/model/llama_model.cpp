@@ -26,8 +26,8 @@ namespace {
 constexpr int64_t kMaxBlockRows = 4;
 
 // One threading layer: OpenBLAS runs single-threaded and GEMMs are split over OpenMP
-// threads, like every other kernel. Two pools (OpenBLAS pthreads and OpenMP) spinning in
-// turn on 2 cores made a 37-token prefill 3x slower than their sum. Looked up at run time
+// threads, like every other kernel: two pools (OpenBLAS pthreads and OpenMP) spinning in
+// turn on 2 cores made a 37-token prefill 3x slower. Looked up at run time
 // so another BLAS (MKL, reference) still works, just with its own threading.
 void use_openmp_threads_only() {
   using SetThreads = void (*)(int);

@@ -7,33 +7,6 @@
 
 namespace kvbench {
 
-namespace {
-
-constexpr double kPi = 3.14159265358979323846;
-
-}  // namespace
-
-std::vector<float> llama3_scaled_inv_freq(const std::vector<float>& inv_freq, float factor,
-                                          float low_freq_factor, float high_freq_factor,
-                                          int32_t original_context_length) {
-  const double low_freq_wavelen = original_context_length / low_freq_factor;
-  const double high_freq_wavelen = original_context_length / high_freq_factor;
-  std::vector<float> scaled;
-  for (float f : inv_freq) {
-    const double wavelen = 2 * kPi / f;
-    if (wavelen < high_freq_wavelen) {
-      scaled.push_back(f);
-    } else if (wavelen > low_freq_wavelen) {
-      scaled.push_back(static_cast<float>(f / factor));
-    } else {
-      const double smooth = (original_context_length / wavelen - low_freq_factor) /
-                            (high_freq_factor - low_freq_factor);
-      scaled.push_back(static_cast<float>((1 - smooth) * f / factor + smooth * f));
-    }
-  }
-  return scaled;
-}
-
 ModelConfig ModelConfig::from_gguf(const GgufFile& file) {
   ModelConfig c;
   c.architecture = file.get_string("general.architecture");
@@ -80,14 +53,11 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& file) {
     dequantize_row(freqs->type, freqs->data, divisors.data(), freqs->n_elements());
     for (int32_t i = 0; i < c.head_dim / 2; ++i) c.rope_inv_freq[i] /= divisors[i];
   } else if (file.get_string(a + "rope.scaling.type", "none") == "linear") {
-    const float factor = static_cast<float>(file.get_float(a + "rope.scaling.factor", 1.0));
-    for (float& f : c.rope_inv_freq) f /= factor;
-  } else if (file.get_string(a + "rope.scaling.type", "none") == "llama3") {
-    c.rope_inv_freq = llama3_scaled_inv_freq(
-        c.rope_inv_freq, static_cast<float>(file.get_float(a + "rope.scaling.factor", 8.0)),
-        static_cast<float>(file.get_float(a + "rope.scaling.low_freq_factor", 1.0)),
-        static_cast<float>(file.get_float(a + "rope.scaling.high_freq_factor", 4.0)),
-        static_cast<int32_t>(file.get_int(a + "rope.scaling.original_context_length", 8192)));
+    const double factor = file.get_float(a + "rope.scaling.factor", 1.0);
+    if (!(factor > 0)) {
+      throw InputError(file.path() + ": rope.scaling.factor must be positive");
+    }
+    for (float& f : c.rope_inv_freq) f = static_cast<float>(f / factor);
   }
 
   const GgufTensorInfo& embd = file.tensor("token_embd.weight");

@@ -22,7 +22,8 @@ struct ModelConfig {
   int32_t context_length = 0;
   float rms_eps = 1e-5f;
   float rope_theta = 10000.f;
-  // Per-pair RoPE frequency, theta^(-2i/head_dim), divided by llama3 / linear scaling.
+  // Per-pair RoPE frequency theta^(-2i/head_dim), divided by the rope_freqs.weight factors
+  // (how llama.cpp's converter stores Llama-3.1 scaling) or by a linear scaling factor.
   std::vector<float> rope_inv_freq;  // [head_dim / 2]
   bool tied_embeddings = true;  // no output.weight: the LM head is token_embd
   bool qkv_bias = false;
@@ -30,11 +31,5 @@ struct ModelConfig {
   // Throws InputError naming the file for an unsupported architecture or missing keys.
   static ModelConfig from_gguf(const GgufFile& file);
 };
-
-// Llama-3.1 RoPE scaling (Meta's apply_scaling): long wavelengths divided by `factor`,
-// short ones kept, a smooth ramp between. Returns the scaled inverse frequencies.
-std::vector<float> llama3_scaled_inv_freq(const std::vector<float>& inv_freq, float factor,
-                                          float low_freq_factor, float high_freq_factor,
-                                          int32_t original_context_length);
 
 }  // namespace kvbench
