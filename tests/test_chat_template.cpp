@@ -32,6 +32,19 @@ TEST_CASE("detect_chat_format picks Llama-3 by its header token, else ChatML", "
   CHECK(detect_chat_format("{{ something else }}") == ChatFormat::ChatML);
 }
 
+TEST_CASE("default_system_prompt reads the literal system prompt of a ChatML template",
+          "[unit]") {
+  CHECK(default_system_prompt(kSmolTemplate) == kSmolSystem);
+  // As stored in the GGUF: real newlines inside the Jinja string literal.
+  std::string raw = kSmolTemplate;
+  for (size_t at; (at = raw.find("\\n")) != std::string::npos;) raw.replace(at, 2, "\n");
+  CHECK(default_system_prompt(raw) == kSmolSystem);
+  CHECK(default_system_prompt(kLlama3Template).empty());
+  CHECK(default_system_prompt("").empty());
+  CHECK(default_system_prompt("{{ '<|im_start|>system\\n' + message['content'] + '<|im_end|>' }}")
+            .empty());
+}
+
 TEST_CASE("ChatML renders as SmolLM2's template does", "[unit]") {
   const std::vector<ChatMessage> user_only = {{"user", "What is 2+2?"}};
   CHECK(render_chat(ChatFormat::ChatML, user_only, true, kSmolSystem) ==

@@ -24,10 +24,6 @@ struct GenerateArgs {
   GenerateOptions options;
 };
 
-// SmolLM2's template inserts this system prompt when none is given.
-constexpr const char* kSmolDefaultSystem =
-    "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
-
 void run_generate(const ModelOptions& model_options, const GenerateArgs& args) {
   auto model = LlamaModel::load(resolve_model_path(model_options));
   const std::string jinja = model->file().get_string("tokenizer.chat_template", "");
@@ -37,8 +33,7 @@ void run_generate(const ModelOptions& model_options, const GenerateArgs& args) {
     std::vector<ChatMessage> messages;
     if (!args.system.empty()) messages.push_back({"system", args.system});
     messages.push_back({"user", args.prompt});
-    const bool smol_default = jinja.find("named SmolLM") != std::string::npos;
-    text = render_chat(format, messages, true, smol_default ? kSmolDefaultSystem : "");
+    text = render_chat(format, messages, true, default_system_prompt(jinja));
   }
   const std::vector<int32_t> prompt = model->tokenizer().encode(text);
   KvCache cache = make_full_cache(model->kv_shape());

@@ -53,6 +53,21 @@ std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& messa
   return render_chatml(messages, add_generation_prompt, default_system);
 }
 
+std::string default_system_prompt(const std::string& jinja_template) {
+  // The newline after the role is a real one in GGUF files, an escaped "\n" in some others.
+  for (const std::string open : {"<|im_start|>system\n", "<|im_start|>system\\n"}) {
+    const size_t begin = jinja_template.find(open);
+    if (begin == std::string::npos) continue;
+    const size_t text = begin + open.size();
+    const size_t end = jinja_template.find("<|im_end|>", text);
+    if (end == std::string::npos) return "";
+    const std::string prompt = jinja_template.substr(text, end - text);
+    // A template that builds the system message from variables has no literal default.
+    return prompt.find_first_of("{}'\"+") == std::string::npos ? prompt : "";
+  }
+  return "";
+}
+
 const char* end_of_turn_token(ChatFormat format) {
   return format == ChatFormat::Llama3 ? "<|eot_id|>" : "<|im_end|>";
 }

@@ -22,6 +22,11 @@ ChatFormat detect_chat_format(const std::string& jinja_template);
 std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& messages,
                         bool add_generation_prompt, const std::string& default_system = "");
 
+// The system prompt a ChatML template inserts when the conversation has none: the literal
+// text after "<|im_start|>system\n" up to "<|im_end|>" in the Jinja source (SmolLM2's
+// "You are a helpful AI assistant named SmolLM, ..."), or "" when the template has none.
+std::string default_system_prompt(const std::string& jinja_template);
+
 // The token text that ends an assistant turn ("<|im_end|>" or "<|eot_id|>").
 const char* end_of_turn_token(ChatFormat format);
 
