@@ -16,10 +16,10 @@ void DenseLayerKv::reserve(int64_t n_tokens) {
   std::vector<float> k(static_cast<size_t>(n_kv_heads_) * n_tokens * head_dim_);
   std::vector<float> v(k.size());
   const size_t row_floats = static_cast<size_t>(n_tokens_) * head_dim_;
-  for (int32_t h = 0; h < n_kv_heads_; ++h) {
-    std::memcpy(&k[h * n_tokens * head_dim_], &k_[h * capacity_ * head_dim_],
+  for (int32_t h = 0; h < n_kv_heads_ && n_tokens_ > 0; ++h) {
+    std::memcpy(k.data() + h * n_tokens * head_dim_, k_.data() + h * capacity_ * head_dim_,
                 row_floats * sizeof(float));
-    std::memcpy(&v[h * n_tokens * head_dim_], &v_[h * capacity_ * head_dim_],
+    std::memcpy(v.data() + h * n_tokens * head_dim_, v_.data() + h * capacity_ * head_dim_,
                 row_floats * sizeof(float));
   }
   k_.swap(k);

@@ -106,7 +106,8 @@ TEST_CASE("cli: bad options exit 2 with one line", "[unit]") {
 TEST_CASE("cli: generate on a tiny model prints the reply and the figures", "[unit]") {
   const std::string path = testing::temp_path("tiny_cli.gguf");
   testing::write_tiny_llama_gguf(path);
-  const Run run = run_kvbench("--model " + path + " generate --prompt 'say something' --max-new 8");
+  const Run run =
+      run_kvbench("--model " + path + " generate --threads 1 --prompt 'say something' --max-new 8");
   INFO(run.output);
   CHECK(run.exit_code == 0);
   CHECK(run.output.find("prefill:") != std::string::npos);

@@ -25,6 +25,7 @@ struct GenerateArgs {
 };
 
 void run_generate(const ModelOptions& model_options, const GenerateArgs& args) {
+  apply_thread_option(model_options);
   auto model = LlamaModel::load(resolve_model_path(model_options));
   const std::string jinja = model->file().get_string("tokenizer.chat_template", "");
   const ChatFormat format = detect_chat_format(jinja);

@@ -1,6 +1,7 @@
 // kvbench: a benchmark harness for KV-cache methods on a real LLM.
 // Exit codes: 0 success, 1 a check failed, 2 bad input (one line on stderr says which).
 #include <CLI/CLI.hpp>
+#include <omp.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -25,6 +26,10 @@ std::string resolve_model_path(const ModelOptions& options) {
   return path;
 }
 
+void apply_thread_option(const ModelOptions& options) {
+  if (options.threads > 0) omp_set_num_threads(options.threads);
+}
+
 }  // namespace kvbench
 
 int main(int argc, char** argv) {
@@ -32,8 +37,13 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", KVBENCH_VERSION);
   app.require_subcommand(0, 1);
   kvbench::ModelOptions model;
+  app.fallthrough();  // --model may follow the command too
   app.add_option("--model", model.model_path,
                  "GGUF model file (default: $KVBENCH_MODEL or models/SmolLM2-135M-Instruct.Q4_1.gguf)");
+  app.add_option("--threads", model.threads,
+                 "Compute threads (default: $OMP_NUM_THREADS, else one per core); on a machine "
+                 "shared with other busy processes, fewer threads avoid waiting on preempted ones")
+      ->check(CLI::Range(1, 1024));
   kvbench::add_generate_command(app, model);
   kvbench::add_list_command(app, model);
   app.allow_extras();  // after the commands, which stay strict: an unknown command is named below
