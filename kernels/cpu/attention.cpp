@@ -9,10 +9,7 @@
 #include <limits>
 #include <vector>
 
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#define KVBENCH_ATTN_AVX2 1
-#endif
+#include "kernels/cpu/avx2.h"
 
 namespace kvbench {
 namespace {
@@ -41,7 +38,7 @@ inline void gemm_rows_scalar(int kdim, int nc, const float* a, int64_t lda, cons
   }
 }
 
-#if KVBENCH_ATTN_AVX2
+#if KVBENCH_AVX2
 template <int MR>
 inline void gemm_rows_x16(int kdim, const float* a, int64_t lda, const float* b, int64_t ldb,
                           float* c, int64_t ldc, bool accumulate) {
@@ -70,7 +67,7 @@ template <int MR>
 inline void gemm_rows(int kdim, int ncols, const float* a, int64_t lda, const float* b, int64_t ldb,
                       float* c, int64_t ldc, bool accumulate) {
   int j = 0;
-#if KVBENCH_ATTN_AVX2
+#if KVBENCH_AVX2
   for (; j + kNr <= ncols; j += kNr) {
     gemm_rows_x16<MR>(kdim, a, lda, b + j, ldb, c + j, ldc, accumulate);
   }
@@ -113,7 +110,7 @@ void gemm(int rows, int kdim, int ncols, const float* a, int64_t lda, const floa
 // kt[d][j] = k[j][d] for j < nk; columns nk..ld-1 are zeroed so the padded scores are finite.
 void pack_transposed(const float* k, int nk, int head_dim, float* kt, int ld) {
   int j = 0;
-#if KVBENCH_ATTN_AVX2
+#if KVBENCH_AVX2
   if (head_dim % 8 == 0) {
     for (; j + 8 <= nk; j += 8) {
       for (int d = 0; d < head_dim; d += 8) {
@@ -148,7 +145,7 @@ void pack_transposed(const float* k, int nk, int head_dim, float* kt, int ld) {
   }
 }
 
-#if KVBENCH_ATTN_AVX2
+#if KVBENCH_AVX2
 // Sum of each of eight vectors, as one vector: out[i] = sum(v[i]).
 inline __m256 sum8(const __m256 v[8]) {
   const __m256 h01 = _mm256_hadd_ps(v[0], v[1]), h23 = _mm256_hadd_ps(v[2], v[3]);
@@ -165,7 +162,7 @@ inline __m256 sum8(const __m256 v[8]) {
 void scores_direct(int rows, int dim, const float* q, const float* k, int nk, float* s,
                    int ld) {
   int j = 0;
-#if KVBENCH_ATTN_AVX2
+#if KVBENCH_AVX2
   if (dim % 8 == 0) {
     for (; j + 8 <= nk; j += 8) {
       for (int r = 0; r < rows; ++r) {
@@ -192,7 +189,7 @@ void scores_direct(int rows, int dim, const float* q, const float* k, int nk, fl
   }
 }
 
-#if KVBENCH_ATTN_AVX2
+#if KVBENCH_AVX2
 // 2^x for x <= 0 (scores minus their running max): degree-7 Taylor polynomial on
 // [-0.5, 0.5], relative error < 1e-7; x below -126 (masked keys) gives exactly 0.
 inline __m256 exp2_nonpositive(__m256 x) {
@@ -212,26 +209,12 @@ inline __m256 exp2_nonpositive(__m256 x) {
       _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), underflow);
 }
-
-inline float hmax(__m256 v) {
-  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-  m = _mm_max_ss(m, _mm_movehdup_ps(m));
-  return _mm_cvtss_f32(m);
-}
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 #endif
 
 float row_max(const float* s, int n) {
   int j = 0;
   float m = kNegInf;
-#if KVBENCH_ATTN_AVX2
+#if KVBENCH_AVX2
   __m256 vm = _mm256_set1_ps(kNegInf);
   for (; j + 8 <= n; j += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(s + j));
   m = hmax(vm);
@@ -244,7 +227,7 @@ float row_max(const float* s, int n) {
 float exp2_shift_sum(float* s, int n, float m) {
   int j = 0;
   float sum = 0.0f;
-#if KVBENCH_ATTN_AVX2
+#if KVBENCH_AVX2
   const __m256 vm = _mm256_set1_ps(m);
   __m256 vs = _mm256_setzero_ps();
   for (; j + 8 <= n; j += 8) {

@@ -6,10 +6,7 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-#include <immintrin.h>
-#define KVBENCH_MATVEC_AVX2 1
-#endif
+#include "kernels/cpu/avx2.h"
 
 namespace kvbench {
 namespace {
@@ -22,7 +19,7 @@ constexpr int kMaxRowsX = 4;        // x rows sharing one pass over a weight row
 
 // IEEE binary16 -> binary32, exact for every input (subnormals, inf, NaN included).
 inline float half_to_float(uint16_t h) {
-#if KVBENCH_MATVEC_AVX2
+#if KVBENCH_AVX2
   return _cvtsh_ss(h);
 #else
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
@@ -82,18 +79,11 @@ void dequant_block(BlockFormat format, const uint8_t* blk, float* out) {
   }
 }
 
-#if KVBENCH_MATVEC_AVX2
+#if KVBENCH_AVX2
 // Activations stay exact fp32: weights are decoded to floats in registers and multiplied by
 // x with FMAs. (llama.cpp instead rounds x to int8 per block, which moves this model's
 // logits by up to ~2 between batched and one-token evaluation; a harness that measures
 // fidelity between cache methods cannot afford that noise.)
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 // Eight unsigned bytes -> eight floats.
 inline __m256 u8x8_to_float(__m128i bytes) {
@@ -284,7 +274,7 @@ void block_matmul_avx2(const BlockMatrix& w, const float* x, float* y, int64_t n
 
 void block_matmul_cpu(const BlockMatrix& w, const float* x, float* y, int64_t n) {
   assert(w.format == BlockFormat::F32 || w.cols % kBlock == 0);
-#if KVBENCH_MATVEC_AVX2
+#if KVBENCH_AVX2
   block_matmul_avx2(w, x, y, n);
 #else
   block_matmul_portable(w, x, y, n);
