@@ -3,6 +3,8 @@
 #include <cstring>
 #include <string>
 
+#include "kernels/cpu/half.h"
+
 // Every product of an fp16 scale and a quant fits in float's 24-bit mantissa, so a fused
 // multiply-add gives the same bits as ggml's separate multiply and add.
 
@@ -213,21 +215,7 @@ void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
                    " (expected F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K or Q6_K)");
 }
 
-float fp16_to_fp32(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  const uint32_t exp = (h >> 10) & 0x1F;
-  uint32_t mant = h & 0x3FF;
-  if (exp == 0x1F) return bits_float(sign | 0x7F800000 | (mant << 13));  // inf / nan
-  if (exp != 0) return bits_float(sign | ((exp + 112) << 23) | (mant << 13));
-  if (mant == 0) return bits_float(sign);
-  // Subnormal half: shift the mantissa up until its leading one becomes the implicit bit.
-  uint32_t e = 113;
-  while ((mant & 0x400) == 0) {
-    mant <<= 1;
-    --e;
-  }
-  return bits_float(sign | (e << 23) | ((mant & 0x3FF) << 13));
-}
+float fp16_to_fp32(uint16_t h) { return half_to_float(h); }
 
 uint16_t fp32_to_fp16(float f) {
   const uint32_t x = float_bits(f);
