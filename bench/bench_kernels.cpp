@@ -67,8 +67,8 @@ struct KvLayers {
       k.push_back(random_floats(kKvHeads * n_tokens * kHeadDim, 2 * l));
       v.push_back(random_floats(kKvHeads * n_tokens * kHeadDim, 2 * l + 1));
     }
-    positions.resize(n_tokens);
-    for (int64_t t = 0; t < n_tokens; ++t) positions[t] = static_cast<int32_t>(t);
+    positions.resize(kKvHeads * n_tokens);
+    for (int64_t i = 0; i < kKvHeads * n_tokens; ++i) positions[i] = static_cast<int32_t>(i % n_tokens);
   }
   DenseKv layer(size_t l) const {
     return DenseKv{k[l].data(),
@@ -76,8 +76,8 @@ struct KvLayers {
                    positions.data(),
                    kKvHeads,
                    kHeadDim,
-                   static_cast<int64_t>(positions.size()),
-                   static_cast<int64_t>(positions.size())};
+                   static_cast<int64_t>(positions.size()) / kKvHeads,
+                   static_cast<int64_t>(positions.size()) / kKvHeads};
   }
 };
 

@@ -7,11 +7,13 @@
 namespace kvbench {
 
 // Keys and values of one layer, stored per KV head (GQA stays GQA: never expanded per query
-// head). Token t of head h lives at k[(h * capacity + t) * head_dim].
+// head). Token t of head h lives at k[(h * capacity + t) * head_dim]. Each KV head has its
+// own positions because per-head eviction (SnapKV, H2O, Knorm) keeps different tokens in
+// different heads; every head holds the same number of tokens.
 struct DenseKv {
   const float* k;            // [n_kv_heads, capacity, head_dim]
   const float* v;            // [n_kv_heads, capacity, head_dim]
-  const int32_t* positions;  // [n_tokens] original sequence position of each stored token
+  const int32_t* positions;  // [n_kv_heads, capacity] original sequence position of each slot
   int32_t n_kv_heads;
   int32_t head_dim;
   int64_t capacity;          // row stride between heads, in tokens
@@ -19,7 +21,8 @@ struct DenseKv {
 };
 
 // Queries of one layer for a chunk of new tokens, and where the result goes.
-// Causal by position: query i sees stored token t iff positions[t] <= q_positions[i].
+// Causal by position: query i sees slot t of KV head h iff
+// positions[h * capacity + t] <= q_positions[i].
 struct AttentionQuery {
   const float* q;              // [n_queries, n_heads, head_dim], RoPE already applied
   const int32_t* q_positions;  // [n_queries]

@@ -1,6 +1,7 @@
 #include "methods/full_cache.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cstring>
 
 #include "kernels/cpu/attention.h"
@@ -10,45 +11,80 @@ namespace kvbench {
 DenseLayerKv::DenseLayerKv(int32_t n_kv_heads, int32_t head_dim)
     : n_kv_heads_(n_kv_heads), head_dim_(head_dim) {}
 
-void DenseLayerKv::reserve(int64_t n_tokens) {
-  if (n_tokens <= capacity_) return;
-  // Re-lay out per head: head h's rows move from h * old_capacity to h * new_capacity.
-  std::vector<float> k(static_cast<size_t>(n_kv_heads_) * n_tokens * head_dim_);
+// Moves the stored rows into buffers of exactly `capacity` tokens per head (head h's rows
+// go from h * old_capacity to h * capacity), so shrinking really returns the memory.
+void DenseLayerKv::reallocate(int64_t capacity) {
+  assert(capacity >= n_tokens_);
+  std::vector<float> k(static_cast<size_t>(n_kv_heads_) * capacity * head_dim_);
   std::vector<float> v(k.size());
+  std::vector<int32_t> positions(static_cast<size_t>(n_kv_heads_) * capacity);
   const size_t row_floats = static_cast<size_t>(n_tokens_) * head_dim_;
   for (int32_t h = 0; h < n_kv_heads_ && n_tokens_ > 0; ++h) {
-    std::memcpy(k.data() + h * n_tokens * head_dim_, k_.data() + h * capacity_ * head_dim_,
+    std::memcpy(k.data() + h * capacity * head_dim_, k_.data() + h * capacity_ * head_dim_,
                 row_floats * sizeof(float));
-    std::memcpy(v.data() + h * n_tokens * head_dim_, v_.data() + h * capacity_ * head_dim_,
+    std::memcpy(v.data() + h * capacity * head_dim_, v_.data() + h * capacity_ * head_dim_,
                 row_floats * sizeof(float));
+    std::memcpy(positions.data() + h * capacity, positions_.data() + h * capacity_,
+                n_tokens_ * sizeof(int32_t));
   }
   k_.swap(k);
   v_.swap(v);
-  positions_.resize(n_tokens);
-  capacity_ = n_tokens;
+  positions_.swap(positions);
+  capacity_ = capacity;
+}
+
+void DenseLayerKv::reserve(int64_t n_tokens) {
+  if (n_tokens > capacity_) reallocate(n_tokens);
 }
 
 void DenseLayerKv::append(const float* k, const float* v, const int32_t* positions,
                           int64_t n_new) {
   if (n_tokens_ + n_new > capacity_) {
     // Grow geometrically so token-by-token decode does not copy the cache every step.
-    reserve(std::max(n_tokens_ + n_new, capacity_ + capacity_ / 2 + 64));
+    reallocate(std::max(n_tokens_ + n_new, capacity_ + capacity_ / 2 + 64));
   }
   for (int64_t t = 0; t < n_new; ++t) {
     for (int32_t h = 0; h < n_kv_heads_; ++h) {
       const size_t src = (static_cast<size_t>(t) * n_kv_heads_ + h) * head_dim_;
-      const size_t dst = (static_cast<size_t>(h) * capacity_ + n_tokens_ + t) * head_dim_;
-      std::memcpy(&k_[dst], k + src, head_dim_ * sizeof(float));
-      std::memcpy(&v_[dst], v + src, head_dim_ * sizeof(float));
+      const size_t slot = static_cast<size_t>(h) * capacity_ + n_tokens_ + t;
+      std::memcpy(&k_[slot * head_dim_], k + src, head_dim_ * sizeof(float));
+      std::memcpy(&v_[slot * head_dim_], v + src, head_dim_ * sizeof(float));
+      positions_[slot] = positions[t];
     }
-    positions_[n_tokens_ + t] = positions[t];
   }
   n_tokens_ += n_new;
+}
+
+void DenseLayerKv::retain(const RetainPlan& plan) {
+  assert(plan.n_keep <= n_tokens_);
+  assert(static_cast<int64_t>(plan.slots.size()) == plan.n_keep * n_kv_heads_);
+  // Compact in place: slots ascend, so each kept row moves down or stays.
+  for (int32_t h = 0; h < n_kv_heads_; ++h) {
+    const int32_t* keep = plan.slots.data() + h * plan.n_keep;
+    const size_t head = static_cast<size_t>(h) * capacity_;
+    for (int64_t j = 0; j < plan.n_keep; ++j) {
+      assert(keep[j] >= j && keep[j] < n_tokens_ && (j == 0 || keep[j] > keep[j - 1]));
+      if (keep[j] == j) continue;
+      std::memcpy(&k_[(head + j) * head_dim_], &k_[(head + keep[j]) * head_dim_],
+                  head_dim_ * sizeof(float));
+      std::memcpy(&v_[(head + j) * head_dim_], &v_[(head + keep[j]) * head_dim_],
+                  head_dim_ * sizeof(float));
+      positions_[head + j] = positions_[head + keep[j]];
+    }
+  }
+  n_tokens_ = plan.n_keep;
+  // Give memory back when at least half the buffer is idle; smaller drops (one token per
+  // decode step) reuse the freed slots instead of reallocating every step.
+  if (n_tokens_ * 2 <= capacity_) reallocate(n_tokens_);
 }
 
 DenseKv DenseLayerKv::view() const {
   return DenseKv{k_.data(), v_.data(), positions_.data(), n_kv_heads_, head_dim_, capacity_,
                  n_tokens_};
+}
+
+std::unique_ptr<LayerKv> DenseLayerKv::clone() const {
+  return std::make_unique<DenseLayerKv>(*this);
 }
 
 void DenseLayerKv::attend(const AttentionQuery& query) const {

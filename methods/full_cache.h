@@ -1,5 +1,6 @@
 // The full dense cache: every token's keys and values in fp32, per KV head. The
-// reference every other method is compared with.
+// reference every other method is compared with, and the store eviction policies drop
+// slots from.
 #pragma once
 
 #include <memory>
@@ -16,22 +17,27 @@ class DenseLayerKv : public LayerKv {
   void reserve(int64_t n_tokens) override;
   void append(const float* k, const float* v, const int32_t* positions, int64_t n_new) override;
   void attend(const AttentionQuery& query) const override;
+  void retain(const RetainPlan& plan) override;
+  DenseKv view() const override;
+  std::unique_ptr<LayerKv> clone() const override;
   int64_t n_tokens() const override { return n_tokens_; }
   int64_t bytes_resident() const override;
 
-  DenseKv view() const;  // the stored KV in the kernels' layout
   int64_t capacity() const { return capacity_; }
 
  private:
+  void reallocate(int64_t capacity);
+
   int32_t n_kv_heads_;
   int32_t head_dim_;
   int64_t capacity_ = 0;
   int64_t n_tokens_ = 0;
-  std::vector<float> k_;  // [n_kv_heads, capacity, head_dim]
-  std::vector<float> v_;  // [n_kv_heads, capacity, head_dim]
-  std::vector<int32_t> positions_;  // [capacity]
+  std::vector<float> k_;            // [n_kv_heads, capacity, head_dim]
+  std::vector<float> v_;            // [n_kv_heads, capacity, head_dim]
+  std::vector<int32_t> positions_;  // [n_kv_heads, capacity]
 };
 
+// Dense stores for every layer and no policy: the plain model path.
 KvCache make_full_cache(const KvShape& shape);
 
 }  // namespace kvbench

@@ -1,13 +1,21 @@
 // The KV-store interface: attention reads keys and values only through it, so a cache
-// method (eviction, quantization, retrieval, ...) changes what attention sees by
-// implementing LayerKv. Framework-free: raw pointers in the layouts of kernels/layouts.h.
+// method (eviction, quantization, retrieval, ...) changes what attention sees.
+//
+// Two parts, after DESIGN.md's "plan, then apply":
+//   LayerKv     one layer's physical storage: appends, attends, applies retain plans and
+//               really frees what it drops;
+//   TokenPolicy (methods/policy.h) the method's decisions: scores tokens and plans.
+// KvCache ties them together for one sequence; the model calls only KvCache.
+// Framework-free: raw pointers in the layouts of kernels/layouts.h.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "kernels/layouts.h"
+#include "methods/policy.h"
 
 namespace kvbench {
 
@@ -18,12 +26,26 @@ struct KvShape {
   int32_t head_dim = 0;
 };
 
-// What a cache holds, measured from its storage. The one way a method reports itself.
+// Bytes a cache holds in one storage tier ("ram" for host memory; later "device",
+// "disk", "redis").
+struct TierBytes {
+  std::string tier;
+  int64_t bytes = 0;
+};
+
+// What a cache holds and did, measured from its storage: the one way a method reports
+// itself. Counters (evicted, hits, misses, bytes_moved) run from the cache's creation.
 struct CacheStats {
-  std::vector<int64_t> tokens_per_layer;  // tokens stored, per layer
-  std::vector<int64_t> bytes_per_layer;   // bytes allocated for KV (and metadata), per layer
+  std::vector<int64_t> tokens_per_layer;  // tokens kept per layer (per KV head; heads hold equal counts)
+  std::vector<int64_t> bytes_per_layer;   // bytes held per layer: KV, positions, policy scores
+  std::vector<TierBytes> tiers;           // bytes resident per tier; they sum to bytes_resident
   int64_t bytes_resident = 0;             // sum of bytes_per_layer
-  int64_t bytes_peak = 0;                 // largest bytes_resident seen since creation / reset_peak
+  int64_t bytes_peak = 0;                 // largest bytes_resident since creation / reset_peak
+  int64_t tokens_seen = 0;                // tokens fed to the model (the next position)
+  int64_t tokens_evicted = 0;             // slots dropped, summed over layers
+  int64_t hits = 0;                       // reuse lookups served from a store (stage 4)
+  int64_t misses = 0;                     // reuse lookups that had to prefill
+  int64_t bytes_moved = 0;                // bytes copied between tiers
 };
 
 // One layer of one sequence.
@@ -38,33 +60,62 @@ class LayerKv {
                       int64_t n_new) = 0;
   // Causal attention of a chunk's queries over what is stored (the chunk itself included).
   virtual void attend(const AttentionQuery& query) const = 0;
+  // Keeps only the planned slots (order kept) and frees storage the drop makes idle.
+  virtual void retain(const RetainPlan& plan) = 0;
+  // The stored KV in fp32, for policies to score.
+  virtual DenseKv view() const = 0;
+  virtual std::unique_ptr<LayerKv> clone() const = 0;
   virtual int64_t n_tokens() const = 0;
   virtual int64_t bytes_resident() const = 0;  // bytes this layer's storage really holds
 };
 
-// The cache of one sequence: a store per layer plus the next position to fill.
+// The cache of one sequence: a store per layer, the method's policy (none for the full
+// cache) and the next position to fill.
 class KvCache {
  public:
-  KvCache(KvShape shape, std::vector<std::unique_ptr<LayerKv>> layers);
+  KvCache(KvShape shape, std::vector<std::unique_ptr<LayerKv>> layers,
+          std::unique_ptr<TokenPolicy> policy = nullptr);
+  KvCache(KvCache&&) noexcept;
+  KvCache& operator=(KvCache&&) noexcept;
+  ~KvCache();
 
   const KvShape& shape() const { return shape_; }
-  LayerKv& layer(int32_t i) { return *layers_[i]; }
   const LayerKv& layer(int32_t i) const { return *layers_[i]; }
+  const TokenPolicy* policy() const { return policy_.get(); }
+
+  // The forward pass, layer by layer: store the chunk's K/V, then attend over the store
+  // (the policy sees the queries afterwards, for attention-based scores).
+  void append(int32_t layer, const float* k, const float* v, const int32_t* positions,
+              int64_t n_new);
+  void attend(int32_t layer, const AttentionQuery& query);
+  // End of a forward over n_tokens: positions move on and the policy may evict
+  // (CachePhase::ContextChunk before end_context, CachePhase::AfterContext after it).
+  void advance(int32_t n_tokens);
+  // The shared context is all in: the policy compresses it (CachePhase::ContextEnd).
+  void end_context();
+  bool context_ended() const { return context_ended_; }
 
   // Position of the next token fed to the model (tokens seen so far, evicted or not).
   int32_t next_position() const { return next_position_; }
-  void advance(int32_t n_tokens);
   void reserve(int64_t n_tokens);
+
+  // A deep copy (storage, policy state, counters): a branch that can decode and be dropped.
+  KvCache clone() const;
 
   int64_t bytes_resident() const;
   CacheStats stats() const;
   void reset_peak() { bytes_peak_ = bytes_resident(); }
 
  private:
+  void compress(CachePhase phase);
+
   KvShape shape_;
   std::vector<std::unique_ptr<LayerKv>> layers_;
+  std::unique_ptr<TokenPolicy> policy_;
   int32_t next_position_ = 0;
+  bool context_ended_ = false;
   int64_t bytes_peak_ = 0;
+  int64_t tokens_evicted_ = 0;
 };
 
 }  // namespace kvbench

@@ -45,14 +45,21 @@ struct AttentionProblem {
         }
       }
     }
-    positions.resize(c.n_tokens);
-    int32_t p = 5;
-    for (auto& pos : positions) {
-      pos = p;
-      p += 1 + static_cast<int32_t>(rng() % 3);  // gaps of 0..2 evicted tokens
+    // Each KV head keeps its own tokens (per-head eviction): its own gaps and order. Slack
+    // positions are -1, visible to every query, so a read past n_tokens would bring in NaN.
+    positions.assign(static_cast<size_t>(c.n_kv_heads * capacity), -1);
+    int32_t hi = 5;
+    for (int h = 0; h < c.n_kv_heads; ++h) {
+      int32_t* head = positions.data() + h * capacity;
+      int32_t p = 5;
+      for (int64_t t = 0; t < c.n_tokens; ++t) {
+        head[t] = p;
+        p += 1 + static_cast<int32_t>(rng() % 3);  // gaps of 0..2 evicted tokens
+      }
+      if (c.shuffled) std::shuffle(head, head + c.n_tokens, rng);
+      hi = std::max(hi, p - 1);
     }
-    if (c.shuffled) std::shuffle(positions.begin(), positions.end(), rng);
-    const int32_t lo = 5, hi = p - 1;
+    const int32_t lo = 5;
     q_positions.resize(c.n_queries);
     for (int i = 0; i < c.n_queries; ++i) {
       q_positions[i] = lo + static_cast<int32_t>(int64_t{hi - lo} * (i + 1) / c.n_queries);

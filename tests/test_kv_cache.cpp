@@ -44,8 +44,8 @@ TEST_CASE("dense cache stores each token per KV head and keeps it across growth"
   for (size_t chunk = 0; chunk < ks.size(); ++chunk) {
     const int64_t n_new = ks[chunk].size() / (n_kv_heads * head_dim);
     for (int64_t i = 0; i < n_new; ++i, ++t) {
-      CHECK(kv.positions[t] == t);
       for (int32_t h = 0; h < n_kv_heads; ++h) {
+        CHECK(kv.positions[h * kv.capacity + t] == t);
         for (int32_t d = 0; d < head_dim; ++d) {
           const float expected_k = ks[chunk][(i * n_kv_heads + h) * head_dim + d];
           const float expected_v = vs[chunk][(i * n_kv_heads + h) * head_dim + d];
@@ -62,8 +62,8 @@ TEST_CASE("dense cache reports the bytes its storage holds", "[unit]") {
   KvCache cache = make_full_cache(KvShape{4, n_kv_heads, head_dim});
   CHECK(cache.bytes_resident() == 0);
   cache.reserve(100);
-  // K and V in fp32 per KV head (GQA not expanded), plus one int32 position per token.
-  const int64_t per_layer = 2 * n_kv_heads * 100 * head_dim * 4 + 100 * 4;
+  // K and V in fp32 per KV head (GQA not expanded), plus one int32 position per slot.
+  const int64_t per_layer = 2 * n_kv_heads * 100 * head_dim * 4 + n_kv_heads * 100 * 4;
   CHECK(cache.bytes_resident() == 4 * per_layer);
   const CacheStats stats = cache.stats();
   REQUIRE(stats.bytes_per_layer.size() == 4);

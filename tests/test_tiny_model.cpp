@@ -225,8 +225,9 @@ TEST_CASE("tiny llama: keys stay per KV head and bytes are what the cache holds"
   const GenerateResult r = generate(*model, cache, prompt, options);
   const int64_t capacity = static_cast<int64_t>(prompt.size()) + options.max_new_tokens;
   const int64_t head_dim = spec.n_embd / spec.n_head;
-  // K and V, 2 KV heads (not 8 query heads), fp32, plus an int32 position per token.
-  const int64_t per_layer = 2 * spec.n_head_kv * capacity * head_dim * 4 + capacity * 4;
+  // K and V, 2 KV heads (not 8 query heads), fp32, plus an int32 position per slot.
+  const int64_t per_layer =
+      2 * spec.n_head_kv * capacity * head_dim * 4 + spec.n_head_kv * capacity * 4;
   CHECK(r.cache.bytes_resident == spec.n_layer * per_layer);
   CHECK(r.cache.tokens_per_layer[0] == cache.next_position());
   CHECK(r.prompt_tokens == static_cast<int64_t>(prompt.size()));

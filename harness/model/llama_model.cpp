@@ -181,10 +181,9 @@ struct LlamaModel::Impl {
                            c.rope_inv_freq.data());
       rope_interleaved_cpu(k.data(), positions.data(), n, c.n_kv_heads, c.head_dim,
                            c.rope_inv_freq.data());
-      LayerKv& store = cache.layer(l);
-      store.append(k.data(), v.data(), positions.data(), n);
-      store.attend(AttentionQuery{q.data(), positions.data(), attn.data(),
-                                  static_cast<int32_t>(n), c.n_heads, scale});
+      cache.append(l, k.data(), v.data(), positions.data(), n);
+      cache.attend(l, AttentionQuery{q.data(), positions.data(), attn.data(),
+                                     static_cast<int32_t>(n), c.n_heads, scale});
       w.o.apply(attn.data(), n, h.data());
       add_in_place(x.data(), h.data(), n * c.n_embd);
 

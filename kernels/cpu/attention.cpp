@@ -293,7 +293,7 @@ void attend_tile(const AttentionQuery& query, const DenseKv& kv, const Plan& pla
   const float* v_head = kv.v + static_cast<int64_t>(kvh) * kv.capacity * dim;
   for (int64_t k0 = t0; k0 < t1; k0 += kKeyTile) {
     const int nk = static_cast<int>(std::min<int64_t>(kKeyTile, t1 - k0));
-    const int32_t* pos = kv.positions + k0;
+    const int32_t* pos = kv.positions + static_cast<int64_t>(kvh) * kv.capacity + k0;
     const auto [pmin_it, pmax_it] = std::minmax_element(pos, pos + nk);
     if (*pmin_it > qpos_max) continue;        // no query of the tile sees any key
     const bool masked = *pmax_it > qpos_min;  // some query misses some key
@@ -456,10 +456,11 @@ void attention_dense_reference(const AttentionQuery& query, const DenseKv& kv) {
     for (int h = 0; h < query.n_heads; ++h) {
       const float* q = query.q + (static_cast<int64_t>(i) * query.n_heads + h) * dim;
       const int kvh = h / group;
+      const int32_t* head_pos = kv.positions + static_cast<int64_t>(kvh) * kv.capacity;
       double m = -std::numeric_limits<double>::infinity();
       for (int64_t t = 0; t < kv.n_tokens; ++t) {
         scores[t] = -std::numeric_limits<double>::infinity();
-        if (kv.positions[t] > query.q_positions[i]) continue;
+        if (head_pos[t] > query.q_positions[i]) continue;
         const float* k = kv.k + (kvh * kv.capacity + t) * dim;
         double dot = 0.0;
         for (int d = 0; d < dim; ++d) dot += static_cast<double>(q[d]) * k[d];
@@ -470,7 +471,7 @@ void attention_dense_reference(const AttentionQuery& query, const DenseKv& kv) {
       double sum = 0.0;
       if (m != -std::numeric_limits<double>::infinity()) {
         for (int64_t t = 0; t < kv.n_tokens; ++t) {
-          if (kv.positions[t] > query.q_positions[i]) continue;
+          if (head_pos[t] > query.q_positions[i]) continue;
           const double p = std::exp(scores[t] - m);
           sum += p;
           const float* v = kv.v + (kvh * kv.capacity + t) * dim;

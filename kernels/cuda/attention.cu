@@ -67,8 +67,9 @@ __global__ void __launch_bounds__(kWarps * 32)
 
   const float* k_head = kv.k + static_cast<int64_t>(kvh) * kv.capacity * D;
   const float* v_head = kv.v + static_cast<int64_t>(kvh) * kv.capacity * D;
+  const int32_t* pos_head = kv.positions + static_cast<int64_t>(kvh) * kv.capacity;
   for (int64_t t = t0 + warp; t < t1; t += kWarps) {
-    if (kv.positions[t] > qpos) continue;  // uniform across the warp
+    if (pos_head[t] > qpos) continue;  // uniform across the warp
     float kr[E], vr[E];
 #pragma unroll
     for (int e = 0; e < E; ++e) {

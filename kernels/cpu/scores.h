@@ -1,0 +1,40 @@
+// Token scores that cache policies (methods/) plan with, over one layer's dense KV.
+// None of them materialises an n_queries x n_tokens matrix: attention scores are computed
+// one query row at a time (O(n_tokens) scratch per thread), whatever the context length.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/layouts.h"
+
+namespace kvbench {
+
+// Softmax attention each stored slot receives, summed over the query rows:
+// scores[h * n_tokens + t] += sum_i softmax_t(q_i,h . k_t * scale) for query head h (causal
+// by position, as attention itself). ADDS into `scores` ([query.n_heads, kv.n_tokens]) so
+// H2O can accumulate across forwards; query.out is not touched.
+void attention_scores_cpu(const AttentionQuery& query, const DenseKv& kv, float* scores);
+
+// Plain double-precision reference of attention_scores_cpu, for tests.
+void attention_scores_reference(const AttentionQuery& query, const DenseKv& kv, float* scores);
+
+// L2 norm of every stored key: norms[h * n_tokens + t] = ||k_{h,t}|| ([n_kv_heads, n_tokens]).
+void key_norms_cpu(const DenseKv& kv, float* norms);
+
+// Cosine similarity of every stored key to its head's anchor, the mean of the head's
+// L2-normalised keys (KeyDiff): cosine[h * n_tokens + t] ([n_kv_heads, n_tokens]).
+void key_anchor_cosine_cpu(const DenseKv& kv, float* cosine);
+
+enum class PoolKind : int32_t { Avg, Max };
+
+// 1-D pooling along each row, stride 1, window `kernel` (odd) centred on each element.
+// Like PyTorch's pool1d with padding kernel/2: max ignores the padding, avg counts it as
+// zeros (count_include_pad). in, out: [rows, n]; in == out is not allowed.
+void pool1d_cpu(const float* in, float* out, int64_t rows, int64_t n, int32_t kernel,
+                PoolKind kind);
+
+// For each row, the indices of its k largest values (ties: the lower index), written in
+// ascending index order: out[r * k .. r * k + k). Requires 0 <= k <= n.
+void top_k_indices_cpu(const float* values, int64_t rows, int64_t n, int64_t k, int32_t* out);
+
+}  // namespace kvbench

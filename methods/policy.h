@@ -1,0 +1,52 @@
+// Stage 2 of a cache method (DESIGN.md): the policy that decides which tokens each layer
+// keeps. It scores and plans; the layer's store (LayerKv::retain) applies the plan and
+// frees the memory. A policy never touches storage itself.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/layouts.h"
+
+namespace kvbench {
+
+// Which stored slots a layer keeps: for KV head h, slots[h * n_keep + j], ascending in j.
+// Per-layer methods (TOVA, StreamingLLM) repeat one list for every head.
+struct RetainPlan {
+  int64_t n_keep = 0;
+  std::vector<int32_t> slots;  // [n_kv_heads, n_keep]
+};
+
+// When KvCache asks the policy to plan.
+enum class CachePhase : int32_t {
+  ContextChunk,  // after a forward chunk of the shared context (block-wise prefill)
+  ContextEnd,    // the whole shared context is in (SnapKV, Knorm, ... compress here)
+  AfterContext,  // after any later forward: a query, an appended answer, a decode step
+};
+
+class TokenPolicy {
+ public:
+  virtual ~TokenPolicy() = default;
+  virtual std::unique_ptr<TokenPolicy> clone() const = 0;
+
+  // Called right after `layer`'s queries attended over `kv` (which includes their own
+  // tokens): where attention-based scores (H2O, TOVA, SnapKV's window) are gathered.
+  virtual void observe(int32_t /*layer*/, const AttentionQuery& /*query*/,
+                       const DenseKv& /*kv*/) {}
+
+  // Plans `layer` at `phase`: fills `plan` and returns true to drop slots, or returns
+  // false to keep everything.
+  virtual bool plan(int32_t layer, const DenseKv& kv, CachePhase phase, RetainPlan& plan) = 0;
+
+  // The store applied `plan` to `layer`: per-slot state (accumulated scores) must follow.
+  virtual void retained(int32_t /*layer*/, const RetainPlan& /*plan*/) {}
+
+  // Bytes of per-token state held for `layer` (scores), counted in the layer's KV bytes.
+  virtual int64_t bytes_resident(int32_t /*layer*/) const { return 0; }
+
+  // Preferred chunk size for feeding the shared context (block-wise prefill), 0: any.
+  virtual int64_t context_block() const { return 0; }
+};
+
+}  // namespace kvbench
