@@ -10,12 +10,9 @@
 #include <variant>
 #include <vector>
 
-namespace kvbench {
+#include "harness/input_error.h"
 
-// A user-caused problem with an input file; the message names the file and what was expected.
-struct InputError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+namespace kvbench {
 
 // ggml tensor types, numbered as in ggml.h. Only the ones kvbench can dequantize are named.
 enum class GgmlType : uint32_t {

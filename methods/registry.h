@@ -1,0 +1,91 @@
+// The registry of cache methods: each method's name, stage, parameters (with defaults
+// and checks), paper, and factory. `kvbench list methods` prints it; make_cache builds a
+// sequence's cache from a spec string.
+//
+// Adding a method: write methods/<name>.cpp with its TokenPolicy and a
+// `MethodInfo <name>_method()` function, declare it in methods/method_list.cpp and add it
+// to the list there.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "methods/kv_cache.h"
+#include "methods/spec.h"
+
+namespace kvbench {
+
+enum class ParamType { Int, Float, Choice };
+
+struct ParamInfo {
+  std::string name;
+  ParamType type = ParamType::Int;
+  std::string default_value;  // "" = no default: unset unless given
+  std::string help;
+  double min = 0;             // inclusive bounds for Int and Float
+  double max = 1e18;
+  bool min_exclusive = false;  // (min, max] as for ratio
+  std::vector<std::string> choices;  // for Choice
+};
+
+// A component's parameters after validation, defaults filled in.
+class MethodParams {
+ public:
+  bool has(const std::string& name) const { return values_.count(name) > 0; }
+  bool given(const std::string& name) const { return given_.count(name) > 0; }  // written in the spec
+  int64_t get_int(const std::string& name) const;
+  double get_float(const std::string& name) const;
+  const std::string& get(const std::string& name) const;
+
+  void set(const std::string& name, const std::string& value, bool given);
+  // "key=value,..." with every parameter that has a value, in registry order (canonical).
+  std::string text() const;
+
+ private:
+  std::map<std::string, std::string> values_;
+  std::map<std::string, bool> given_;
+  std::vector<std::string> order_;
+};
+
+enum class MethodKind {
+  Full,      // the full cache, no policy
+  Eviction,  // a TokenPolicy over the dense store (stage 2)
+};
+
+struct MethodInfo {
+  std::string name;
+  MethodKind kind = MethodKind::Eviction;
+  std::string stage;    // e.g. "2 (after prefill) + decode"
+  std::string summary;  // one line: what it keeps
+  std::string paper;    // title, venue/arXiv id
+  std::vector<ParamInfo> params;
+  // Extra cross-parameter checks (e.g. budget xor ratio); throws InputError. May be empty.
+  std::function<void(const MethodParams&)> check;
+  // Builds the policy for one sequence (Eviction methods).
+  std::function<std::unique_ptr<TokenPolicy>(const MethodParams&, const KvShape&)> make_policy;
+};
+
+// Every registered method, in listing order (methods/method_list.cpp).
+const std::vector<MethodInfo>& method_registry();
+const MethodInfo* find_method(const std::string& name);
+
+// A parsed and validated spec: components with their infos and parameters.
+struct ResolvedSpec {
+  std::string canonical;  // every parameter written out, defaults included
+  std::vector<std::pair<const MethodInfo*, MethodParams>> components;
+};
+
+// Parses and validates; throws InputError naming the spec and the expected form for
+// unknown methods, unknown or missing parameters, values out of range, and compositions
+// that cannot form (two eviction policies, full with anything).
+ResolvedSpec resolve_method_spec(const std::string& spec);
+
+// The cache of one sequence for `spec`: dense stores plus the method's policy.
+KvCache make_cache(const ResolvedSpec& spec, const KvShape& shape);
+KvCache make_cache(const std::string& spec, const KvShape& shape);
+
+}  // namespace kvbench

@@ -1,0 +1,30 @@
+// Method spec strings: "name:key=value,key=value", components joined by "+" to compose
+// ("snapkv:budget=512+kivi:bits=2"). Syntax only; methods/registry.h checks names and
+// parameters against what each method accepts.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kvbench {
+
+struct MethodComponent {
+  std::string name;
+  std::vector<std::pair<std::string, std::string>> params;  // in the order written
+};
+
+struct MethodSpec {
+  std::string text;  // as given
+  std::vector<MethodComponent> components;
+};
+
+// Throws InputError naming the spec and the expected form on any syntax error: empty
+// spec or component, missing name, "key" without "=value", empty key or value, a key
+// given twice, characters outside [A-Za-z0-9_.-] in names and keys.
+MethodSpec parse_method_spec(const std::string& text);
+
+// The form every spec error message quotes.
+extern const char* const kSpecForm;
+
+}  // namespace kvbench
