@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "kernels/cpu/attention.h"
+#include "methods/registry.h"
 
 namespace kvbench {
 
@@ -96,12 +97,25 @@ int64_t DenseLayerKv::bytes_resident() const {
          static_cast<int64_t>(positions_.capacity()) * sizeof(int32_t);
 }
 
-KvCache make_full_cache(const KvShape& shape) {
+std::vector<std::unique_ptr<LayerKv>> make_dense_layers(const KvShape& shape) {
   std::vector<std::unique_ptr<LayerKv>> layers;
   for (int32_t i = 0; i < shape.n_layers; ++i) {
     layers.push_back(std::make_unique<DenseLayerKv>(shape.n_kv_heads, shape.head_dim));
   }
-  return KvCache(shape, std::move(layers));
+  return layers;
+}
+
+KvCache make_full_cache(const KvShape& shape) { return KvCache(shape, make_dense_layers(shape)); }
+
+// Registered as `full` (methods/method_list.cpp).
+MethodInfo full_method() {
+  MethodInfo m;
+  m.name = "full";
+  m.kind = MethodKind::Full;
+  m.stage = "-";
+  m.summary = "every token's keys and values in fp32: the reference for accuracy and fidelity";
+  m.paper = "-";
+  return m;
 }
 
 }  // namespace kvbench

@@ -37,6 +37,9 @@ class DenseLayerKv : public LayerKv {
   std::vector<int32_t> positions_;  // [n_kv_heads, capacity]
 };
 
+// A dense store per layer, empty.
+std::vector<std::unique_ptr<LayerKv>> make_dense_layers(const KvShape& shape);
+
 // Dense stores for every layer and no policy: the plain model path.
 KvCache make_full_cache(const KvShape& shape);
 

@@ -1,1 +1,185 @@
-// placeholder: being written
+#include "methods/registry.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
+#include "harness/input_error.h"
+#include "methods/full_cache.h"
+
+namespace kvbench {
+
+namespace {
+
+[[noreturn]] void fail(const std::string& spec, const std::string& what) {
+  throw InputError("bad method spec '" + spec + "': " + what + "; expected " + kSpecForm);
+}
+
+std::string join_names(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+bool parse_int(const std::string& s, int64_t* out) {
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  if (errno != 0 || end == s.c_str() || *end != '\0') return false;
+  *out = v;
+  return true;
+}
+
+bool parse_float(const std::string& s, double* out) {
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (errno != 0 || end == s.c_str() || *end != '\0' || !std::isfinite(v)) return false;
+  *out = v;
+  return true;
+}
+
+std::string format_number(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", x);
+  return buf;
+}
+
+std::string range_text(const ParamInfo& p) {
+  const std::string lo = (p.min_exclusive ? "(" : "[") + format_number(p.min);
+  const std::string hi = p.max >= 1e18 ? "inf)" : format_number(p.max) + "]";
+  return lo + ", " + hi;
+}
+
+// Checks one value against its ParamInfo; returns the reason it is wrong, or "".
+std::string check_value(const ParamInfo& p, const std::string& value) {
+  double x = 0;
+  if (p.type == ParamType::Choice) {
+    for (const auto& c : p.choices) {
+      if (c == value) return "";
+    }
+    return "must be one of " + join_names(p.choices);
+  }
+  if (p.type == ParamType::Int) {
+    int64_t i = 0;
+    if (!parse_int(value, &i)) return "must be an integer";
+    x = static_cast<double>(i);
+  } else if (!parse_float(value, &x)) {
+    return "must be a number";
+  }
+  const bool below = p.min_exclusive ? x <= p.min : x < p.min;
+  if (below || x > p.max) return "must be in " + range_text(p);
+  return "";
+}
+
+}  // namespace
+
+int64_t MethodParams::get_int(const std::string& name) const {
+  return std::strtoll(get(name).c_str(), nullptr, 10);
+}
+
+double MethodParams::get_float(const std::string& name) const {
+  return std::strtod(get(name).c_str(), nullptr);
+}
+
+const std::string& MethodParams::get(const std::string& name) const {
+  const auto it = values_.find(name);
+  if (it == values_.end()) throw std::logic_error("method parameter '" + name + "' has no value");
+  return it->second;
+}
+
+void MethodParams::set(const std::string& name, const std::string& value, bool given) {
+  if (!values_.count(name)) order_.push_back(name);
+  values_[name] = value;
+  if (given) given_[name] = true;
+}
+
+std::string MethodParams::text() const {
+  std::string out;
+  for (const auto& name : order_) out += (out.empty() ? "" : ",") + name + "=" + values_.at(name);
+  return out;
+}
+
+const MethodInfo* find_method(const std::string& name) {
+  for (const auto& m : method_registry()) {
+    if (m.name == name) return &m;
+  }
+  return nullptr;
+}
+
+ResolvedSpec resolve_method_spec(const std::string& text) {
+  const MethodSpec spec = parse_method_spec(text);
+  ResolvedSpec resolved;
+  const MethodInfo* full = nullptr;
+  const MethodInfo* eviction = nullptr;
+  for (const MethodComponent& component : spec.components) {
+    const MethodInfo* info = find_method(component.name);
+    if (!info) {
+      std::vector<std::string> names;
+      for (const auto& m : method_registry()) names.push_back(m.name);
+      fail(text, "unknown method '" + component.name + "' (methods: " + join_names(names) + ")");
+    }
+    MethodParams params;
+    for (const auto& [key, value] : component.params) {
+      const ParamInfo* p = nullptr;
+      for (const auto& candidate : info->params) {
+        if (candidate.name == key) p = &candidate;
+      }
+      if (!p) {
+        std::vector<std::string> names;
+        for (const auto& candidate : info->params) names.push_back(candidate.name);
+        fail(text, "method '" + info->name + "' has no parameter '" + key + "' (" +
+                       (names.empty() ? "it takes none" : "parameters: " + join_names(names)) +
+                       ")");
+      }
+      const std::string why = check_value(*p, value);
+      if (!why.empty()) fail(text, info->name + " " + key + "=" + value + ": " + key + " " + why);
+    }
+    // Registry order, so the canonical text does not depend on the order written.
+    for (const auto& p : info->params) {
+      for (const auto& [key, value] : component.params) {
+        if (key == p.name) params.set(key, value, true);
+      }
+      if (!params.has(p.name) && !p.default_value.empty()) {
+        params.set(p.name, p.default_value, false);
+      }
+    }
+    if (info->check) {
+      try {
+        info->check(params);
+      } catch (const InputError& e) {
+        fail(text, info->name + ": " + e.what());
+      }
+    }
+    const MethodInfo*& slot = info->kind == MethodKind::Full ? full : eviction;
+    if (slot) {
+      fail(text, "'" + slot->name + "' and '" + info->name +
+                     "' cannot compose: a cache takes at most one eviction method");
+    }
+    slot = info;
+    resolved.components.emplace_back(info, std::move(params));
+  }
+  if (full && spec.components.size() > 1) {
+    fail(text, "'full' is the uncompressed cache and composes with nothing");
+  }
+  for (const auto& [info, params] : resolved.components) {
+    const std::string p = params.text();
+    resolved.canonical += (resolved.canonical.empty() ? "" : "+") + info->name +
+                          (p.empty() ? "" : ":" + p);
+  }
+  return resolved;
+}
+
+KvCache make_cache(const ResolvedSpec& spec, const KvShape& shape) {
+  std::unique_ptr<TokenPolicy> policy;
+  for (const auto& [info, params] : spec.components) {
+    if (info->kind == MethodKind::Eviction) policy = info->make_policy(params, shape);
+  }
+  return KvCache(shape, make_dense_layers(shape), std::move(policy));
+}
+
+KvCache make_cache(const std::string& spec, const KvShape& shape) {
+  return make_cache(resolve_method_spec(spec), shape);
+}
+
+}  // namespace kvbench
