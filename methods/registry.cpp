@@ -110,7 +110,6 @@ const MethodInfo* find_method(const std::string& name) {
 ResolvedSpec resolve_method_spec(const std::string& text) {
   const MethodSpec spec = parse_method_spec(text);
   ResolvedSpec resolved;
-  const MethodInfo* full = nullptr;
   const MethodInfo* eviction = nullptr;
   for (const MethodComponent& component : spec.components) {
     const MethodInfo* info = find_method(component.name);
@@ -151,16 +150,17 @@ ResolvedSpec resolve_method_spec(const std::string& text) {
         fail(text, info->name + ": " + e.what());
       }
     }
-    const MethodInfo*& slot = info->kind == MethodKind::Full ? full : eviction;
-    if (slot) {
-      fail(text, "'" + slot->name + "' and '" + info->name +
+    if (info->kind == MethodKind::Full) {
+      if (spec.components.size() > 1) {
+        fail(text, "'full' is the uncompressed cache and cannot compose with anything");
+      }
+    } else if (eviction) {
+      fail(text, "'" + eviction->name + "' and '" + info->name +
                      "' cannot compose: a cache takes at most one eviction method");
+    } else {
+      eviction = info;
     }
-    slot = info;
     resolved.components.emplace_back(info, std::move(params));
-  }
-  if (full && spec.components.size() > 1) {
-    fail(text, "'full' is the uncompressed cache and composes with nothing");
   }
   for (const auto& [info, params] : resolved.components) {
     const std::string p = params.text();

@@ -1,4 +1,5 @@
-// `kvbench list models`: the GGUF files kvbench can run, with their shape.
+// `kvbench list models|methods`: the GGUF files kvbench can run, with their shape, and the
+// registered cache methods with their parameters, defaults and papers.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include "harness/cli/commands.h"
 #include "harness/model/gguf.h"
 #include "harness/model/model_config.h"
+#include "methods/registry.h"
 
 namespace kvbench {
 
@@ -46,6 +48,42 @@ void list_models(const ModelOptions& options) {
   }
 }
 
+const char* type_name(ParamType type) {
+  switch (type) {
+    case ParamType::Int: return "int";
+    case ParamType::Float: return "float";
+    case ParamType::Choice: return "choice";
+  }
+  return "";
+}
+
+void list_methods() {
+  for (const MethodInfo& m : method_registry()) {
+    std::printf("%s\n  %s\n  stage: %s\n", m.name.c_str(), m.summary.c_str(), m.stage.c_str());
+    if (m.paper != "-") std::printf("  paper: %s\n", m.paper.c_str());
+    for (const ParamInfo& p : m.params) {
+      std::string rule;
+      if (p.type == ParamType::Choice) {
+        for (const auto& c : p.choices) rule += (rule.empty() ? "" : "|") + c;
+      } else {
+        char buf[64];
+        if (p.max >= 1e18) {
+          std::snprintf(buf, sizeof(buf), "%s %s%g", type_name(p.type),
+                        p.min_exclusive ? "> " : ">= ", p.min);
+        } else {
+          std::snprintf(buf, sizeof(buf), "%s in %s%g, %g]", type_name(p.type),
+                        p.min_exclusive ? "(" : "[", p.min, p.max);
+        }
+        rule = buf;
+      }
+      const std::string def = p.default_value.empty() ? "unset" : p.default_value;
+      std::printf("    %-8s %-8s %-16s %s\n", p.name.c_str(), def.c_str(), rule.c_str(),
+                  p.help.c_str());
+    }
+  }
+  std::printf("\nspec: %s\n", kSpecForm);
+}
+
 }  // namespace
 
 void add_list_command(CLI::App& app, ModelOptions& model) {
@@ -53,6 +91,8 @@ void add_list_command(CLI::App& app, ModelOptions& model) {
   cmd->require_subcommand(1);
   cmd->add_subcommand("models", "GGUF models found (models/, $KVBENCH_MODEL, --model)")
       ->callback([&model] { list_models(model); });
+  cmd->add_subcommand("methods", "Cache methods with their parameters, defaults and papers")
+      ->callback([] { list_methods(); });
 }
 
 }  // namespace kvbench
