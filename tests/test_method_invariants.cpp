@@ -69,7 +69,16 @@ std::string spec_for(const MethodInfo& m, const std::string& budget) {
 struct Run {
   std::vector<std::vector<float>> logits;  // context end, then each decode step
   std::vector<CacheStats> stats;           // same moments
+  std::vector<int64_t> store_bytes;        // bytes of the layers' stores alone, same moments
 };
+
+void record(Run& r, const KvCache& cache, std::vector<float> logits) {
+  r.logits.push_back(std::move(logits));
+  r.stats.push_back(cache.stats());
+  int64_t bytes = 0;
+  for (int32_t l = 0; l < cache.shape().n_layers; ++l) bytes += cache.layer(l).bytes_resident();
+  r.store_bytes.push_back(bytes);
+}
 
 // The block a method wants the context fed in (KeyDiff's block-wise prefill), else all.
 int64_t context_block(const KvCache& cache) {
@@ -91,12 +100,8 @@ Run run(KvCache& cache, int64_t block) {
                            cache);
   }
   cache.end_context();
-  r.logits.push_back(logits);
-  r.stats.push_back(cache.stats());
-  for (int i = 0; i < kDecode; ++i) {
-    r.logits.push_back(model.forward({tokens[kContext + i]}, cache));
-    r.stats.push_back(cache.stats());
-  }
+  record(r, cache, logits);
+  for (int i = 0; i < kDecode; ++i) record(r, cache, model.forward({tokens[kContext + i]}, cache));
   return r;
 }
 
@@ -170,12 +175,11 @@ TEST_CASE("invariant: bytes resident fall in proportion to the tokens dropped", 
     const std::string spec = spec_for(*m, "ratio=0.25");
     INFO(spec);
     KvCache cache = make_cache(spec, tiny_model().kv_shape());
-    const CacheStats s = run(cache, context_block(cache)).stats.front();  // right after the context compressed
-    int64_t kept = 0, store_bytes = 0;
-    for (int32_t l = 0; l < kLayers; ++l) {
-      kept += s.tokens_per_layer[l];
-      store_bytes += cache.layer(l).bytes_resident();
-    }
+    const Run got = run(cache, context_block(cache));
+    const CacheStats& s = got.stats.front();  // right after the context was compressed
+    const int64_t store_bytes = got.store_bytes.front();
+    int64_t kept = 0;
+    for (int64_t k : s.tokens_per_layer) kept += k;
     CHECK(kept <= kLayers * (kContext / 4 + 1));
     // The store holds exactly what it keeps: no slack left behind by the drop...
     CHECK(store_bytes == Approx(per_token * kept).epsilon(1e-9));
