@@ -5,10 +5,24 @@
 namespace kvbench {
 
 MethodInfo full_method();
+MethodInfo streamingllm_method();
+MethodInfo h2o_method();
+MethodInfo snapkv_method();
+MethodInfo pyramidkv_method();
+MethodInfo tova_method();
+MethodInfo knorm_method();
+MethodInfo keydiff_method();
 
 const std::vector<MethodInfo>& method_registry() {
   static const std::vector<MethodInfo> methods = {
       full_method(),
+      streamingllm_method(),
+      h2o_method(),
+      snapkv_method(),
+      pyramidkv_method(),
+      tova_method(),
+      knorm_method(),
+      keydiff_method(),
   };
   return methods;
 }

@@ -1,1 +1,90 @@
-// placeholder: being written
+// StreamingLLM: keep the first `sink` tokens (the attention sinks) and a window of the most
+// recent ones; drop everything in between. Position-only, the same tokens in every head and
+// layer (mit-han-lab/streaming-llm StartRecentKVCache).
+//
+// Positions: the paper re-assigns positions inside the cache (keys cached before RoPE,
+// "pos shift"). Here RoPE is already in the stored keys, so kept tokens keep their
+// original positions, as kvpress's StreamingLLMPress does without KeyRerotationPress.
+#include <algorithm>
+#include <string>
+
+#include "harness/input_error.h"
+#include "methods/budget.h"
+#include "methods/plan_helpers.h"
+#include "methods/registry.h"
+
+namespace kvbench {
+namespace {
+
+class StreamingLlmPolicy : public TokenPolicy {
+ public:
+  StreamingLlmPolicy(const Budget& budget, int64_t sink, int32_t n_layers)
+      : limits_(budget, n_layers), sink_(sink) {}
+
+  std::unique_ptr<TokenPolicy> clone() const override {
+    return std::make_unique<StreamingLlmPolicy>(*this);
+  }
+
+  // Evicts whenever a layer is over its limit: after each context chunk (token budgets; a
+  // ratio is known only at ContextEnd), at ContextEnd and after every later forward, so
+  // memory stays bounded by the budget plus one forward's tokens.
+  bool plan(int32_t layer, const DenseKv& kv, CachePhase phase, RetainPlan& plan) override {
+    const int64_t limit = limits_.resolve(layer, phase, kv.n_tokens);
+    if (limit < 0 || kv.n_tokens <= limit) return false;
+    // Slots are in position order (appends come in order, retain keeps order), so the
+    // sinks are the first slots and the window the last. A ratio can resolve to a limit
+    // at or below `sink`: then the newest token still stays.
+    const int64_t n_sink = std::min(sink_, limit - 1);
+    std::vector<int32_t> keep;
+    keep.reserve(static_cast<size_t>(limit));
+    for (int64_t t = 0; t < n_sink; ++t) keep.push_back(static_cast<int32_t>(t));
+    for (int64_t t = kv.n_tokens - (limit - n_sink); t < kv.n_tokens; ++t) {
+      keep.push_back(static_cast<int32_t>(t));
+    }
+    plan_same_slots(keep, kv.n_kv_heads, plan);
+    return true;
+  }
+
+ private:
+  LayerLimits limits_;
+  int64_t sink_;
+};
+
+}  // namespace
+
+MethodInfo streamingllm_method() {
+  MethodInfo info;
+  info.name = "streamingllm";
+  info.kind = MethodKind::Eviction;
+  info.stage = "2: during prefill (token budgets), after prefill and every decode step";
+  info.summary = "keeps the first `sink` tokens and the most recent budget - sink tokens";
+  info.paper =
+      "Efficient Streaming Language Models with Attention Sinks (Xiao et al., ICLR 2024), "
+      "arXiv 2309.17453";
+  ParamInfo sink;
+  sink.name = "sink";
+  sink.type = ParamType::Int;
+  sink.default_value = "4";
+  sink.min = 0;
+  sink.max = 1e9;
+  sink.help = "attention-sink tokens always kept (the first positions); part of the budget";
+  info.params = budget_params(512);
+  info.params.push_back(sink);
+  info.check = [](const MethodParams& params) {
+    check_budget(params);
+    const Budget budget = budget_from(params);
+    const int64_t sink = params.get_int("sink");
+    if (!budget.is_ratio() && sink >= budget.tokens) {
+      throw InputError("streamingllm: sink=" + std::to_string(sink) +
+                       " must be smaller than budget=" + std::to_string(budget.tokens) +
+                       " (the budget counts the sinks and the recent window)");
+    }
+  };
+  info.make_policy = [](const MethodParams& params, const KvShape& shape) {
+    return std::unique_ptr<TokenPolicy>(
+        new StreamingLlmPolicy(budget_from(params), params.get_int("sink"), shape.n_layers));
+  };
+  return info;
+}
+
+}  // namespace kvbench

@@ -1,1 +1,97 @@
-// placeholder: being written
+// TOVA (Token Omission Via Attention): a fixed-size cache per layer; whenever it is over
+// budget, drop the tokens the latest query attends to least. Score = softmax attention of
+// the last query row of the latest forward, averaged over all query heads: one score per
+// token per layer, one kept set for every KV head (schwartz-lab-NLP/TOVA TOVACache.reduce).
+// No sink or recent window is forced, as in the original (kvpress's TOVAPress forces the
+// last token to stay; the original does not). Kept tokens keep their positions.
+#include <algorithm>
+
+#include "kernels/cpu/scores.h"
+#include "methods/budget.h"
+#include "methods/plan_helpers.h"
+#include "methods/registry.h"
+
+namespace kvbench {
+namespace {
+
+class TovaPolicy : public TokenPolicy {
+ public:
+  TovaPolicy(const Budget& budget, const KvShape& shape)
+      : limits_(budget, shape.n_layers), scores_(shape.n_layers), n_kv_heads_(shape.n_kv_heads) {}
+
+  std::unique_ptr<TokenPolicy> clone() const override {
+    return std::make_unique<TovaPolicy>(*this);
+  }
+
+  // Scores every stored slot by what the chunk's last query gives it, averaged over the
+  // query heads; kept until plan.
+  void observe(int32_t layer, const AttentionQuery& query, const DenseKv& kv) override {
+    std::vector<float>& scores = scores_[layer];
+    const Budget& budget = limits_.budget();
+    if (!budget.is_ratio() && kv.n_tokens <= budget.tokens) {
+      scores.clear();  // under a token budget plan evicts nothing: skip the work
+      return;
+    }
+    AttentionQuery last = query;
+    last.q += static_cast<int64_t>(query.n_queries - 1) * query.n_heads * kv.head_dim;
+    last.q_positions += query.n_queries - 1;
+    last.n_queries = 1;
+    std::vector<float> per_head(static_cast<size_t>(query.n_heads) * kv.n_tokens, 0.f);
+    attention_scores_cpu(last, kv, per_head.data());
+    scores.assign(static_cast<size_t>(kv.n_tokens), 0.f);
+    for (int32_t h = 0; h < query.n_heads; ++h) {
+      const float* row = per_head.data() + static_cast<int64_t>(h) * kv.n_tokens;
+      for (int64_t t = 0; t < kv.n_tokens; ++t) scores[t] += row[t];
+    }
+    for (float& s : scores) s /= static_cast<float>(query.n_heads);
+  }
+
+  // At ContextEnd (the last prompt token's query) and after every later forward: one
+  // token per decode step once the cache is full. Context chunks are left whole.
+  bool plan(int32_t layer, const DenseKv& kv, CachePhase phase, RetainPlan& plan) override {
+    if (phase == CachePhase::ContextChunk) return false;
+    const int64_t limit = limits_.resolve(layer, phase, kv.n_tokens);
+    if (limit < 0 || kv.n_tokens <= limit) return false;
+    std::vector<float>& scores = scores_[layer];
+    if (static_cast<int64_t>(scores.size()) != kv.n_tokens) {
+      // No query has looked at these slots (nothing attended since they were stored):
+      // keep the most recent ones.
+      scores.resize(static_cast<size_t>(kv.n_tokens));
+      for (int64_t t = 0; t < kv.n_tokens; ++t) scores[t] = static_cast<float>(t);
+    }
+    plan_top_k_same(scores.data(), kv.n_tokens, limit, kv.n_kv_heads, plan);
+    return true;
+  }
+
+  void retained(int32_t layer, const RetainPlan& plan) override {
+    std::vector<float>& scores = scores_[layer];
+    retain_rows(scores, 1, static_cast<int64_t>(scores.size()), plan, n_kv_heads_);
+  }
+
+  int64_t bytes_resident(int32_t layer) const override { return vector_bytes(scores_[layer]); }
+
+ private:
+  LayerLimits limits_;
+  std::vector<std::vector<float>> scores_;  // per layer: [n_tokens] head-mean attention
+  int32_t n_kv_heads_;
+};
+
+}  // namespace
+
+MethodInfo tova_method() {
+  MethodInfo info;
+  info.name = "tova";
+  info.kind = MethodKind::Eviction;
+  info.stage = "2: after prefill and every decode step";
+  info.summary =
+      "keeps the tokens the latest query attends to most (mean over heads), one set per layer";
+  info.paper = "Transformers are Multi-State RNNs (Oren et al., 2024), arXiv 2401.06104";
+  info.params = budget_params(512);
+  info.check = [](const MethodParams& params) { check_budget(params); };
+  info.make_policy = [](const MethodParams& params, const KvShape& shape) {
+    return std::unique_ptr<TokenPolicy>(new TovaPolicy(budget_from(params), shape));
+  };
+  return info;
+}
+
+}  // namespace kvbench

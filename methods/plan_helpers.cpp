@@ -1,0 +1,42 @@
+#include "methods/plan_helpers.h"
+
+#include <algorithm>
+
+#include "kernels/cpu/scores.h"
+
+namespace kvbench {
+
+LayerLimits::LayerLimits(const Budget& budget, int32_t n_layers)
+    : budget_(budget), resolved_(n_layers, budget.is_ratio() ? -1 : budget.tokens) {}
+
+int64_t LayerLimits::resolve(int32_t layer, CachePhase phase, int64_t n_tokens) {
+  int64_t& limit = resolved_[layer];
+  if (limit < 0 && phase == CachePhase::ContextEnd) limit = budget_.resolve(n_tokens);
+  return limit;
+}
+
+void plan_same_slots(const std::vector<int32_t>& keep, int32_t n_kv_heads, RetainPlan& plan) {
+  plan.n_keep = static_cast<int64_t>(keep.size());
+  plan.slots.resize(keep.size() * n_kv_heads);
+  for (int32_t h = 0; h < n_kv_heads; ++h) {
+    std::copy(keep.begin(), keep.end(), plan.slots.begin() + h * keep.size());
+  }
+}
+
+void plan_top_k_per_head(const float* scores, int32_t n_kv_heads, int64_t n_tokens, int64_t k,
+                         RetainPlan& plan) {
+  assert(0 <= k && k <= n_tokens);
+  plan.n_keep = k;
+  plan.slots.resize(static_cast<size_t>(n_kv_heads * k));
+  top_k_indices_cpu(scores, n_kv_heads, n_tokens, k, plan.slots.data());
+}
+
+void plan_top_k_same(const float* scores, int64_t n_tokens, int64_t k, int32_t n_kv_heads,
+                     RetainPlan& plan) {
+  assert(0 <= k && k <= n_tokens);
+  std::vector<int32_t> keep(static_cast<size_t>(k));
+  top_k_indices_cpu(scores, 1, n_tokens, k, keep.data());
+  plan_same_slots(keep, n_kv_heads, plan);
+}
+
+}  // namespace kvbench
