@@ -8,36 +8,15 @@
 #include <memory>
 #include <random>
 
+#include "bench/bench_model.h"
 #include "harness/model/llama_model.h"
 #include "methods/full_cache.h"
 
 using namespace kvbench;
+using kvbench::bench::model_or_skip;
+using kvbench::bench::some_tokens;
 
 namespace {
-
-const LlamaModel* model_or_skip(benchmark::State& state) {
-  static std::unique_ptr<LlamaModel> model;
-  static std::string error;
-  if (!model && error.empty()) {
-    const char* env = std::getenv("KVBENCH_MODEL");
-    try {
-      model = LlamaModel::load(env && *env ? env : KVBENCH_DEFAULT_MODEL);
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-  }
-  if (!model) state.SkipWithError(error.c_str());
-  return model.get();
-}
-
-// Deterministic ordinary-text-like ids (no control tokens).
-std::vector<int32_t> some_tokens(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> id(200, 20000);
-  std::vector<int32_t> tokens(n);
-  for (auto& t : tokens) t = id(rng);
-  return tokens;
-}
 
 void BM_Prefill(benchmark::State& state) {
   const LlamaModel* model = model_or_skip(state);

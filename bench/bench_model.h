@@ -1,0 +1,43 @@
+// What the model benchmarks share: the default model (or a skip with the reason) and
+// deterministic text-like token ids.
+#pragma once
+
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "harness/model/llama_model.h"
+
+namespace kvbench::bench {
+
+// $KVBENCH_MODEL, else the bundled SmolLM2-135M-Instruct Q4_1, loaded once; null (and the
+// benchmark marked skipped with the load error) when it cannot be loaded.
+inline const LlamaModel* model_or_skip(benchmark::State& state) {
+  static std::unique_ptr<LlamaModel> model;
+  static std::string error;
+  if (!model && error.empty()) {
+    const char* env = std::getenv("KVBENCH_MODEL");
+    try {
+      model = LlamaModel::load(env && *env ? env : KVBENCH_DEFAULT_MODEL);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  if (!model) state.SkipWithError(error.c_str());
+  return model.get();
+}
+
+// Deterministic ordinary-text-like ids (no control tokens).
+inline std::vector<int32_t> some_tokens(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> id(200, 20000);
+  std::vector<int32_t> tokens(n);
+  for (auto& t : tokens) t = id(rng);
+  return tokens;
+}
+
+}  // namespace kvbench::bench
