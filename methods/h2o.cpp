@@ -1,1 +1,141 @@
-// placeholder: being written
+// H2O (Heavy-Hitter Oracle): every slot accumulates the softmax attention it receives from
+// every query, at every forward (context chunks, later queries, decode steps). Once the
+// context is in and after every later forward, a layer over budget keeps, per KV head, its
+// most recent tokens plus the heaviest hitters among the rest; one decode step evicts one.
+//
+// Where sources differ (shared/METHODS-FACTS.md, H2O):
+// - scores are SUMS over queries, as the original (FMInference/H2O _update_hh_score), which
+//   favours early tokens; kvpress's ObservedAttentionPress takes a mean and only prefills.
+// - scores are kept per query head (the original is MHA); the GQA group's scores are summed
+//   per KV head when planning, since the cache stays per KV head.
+// - budget: the original sets heavy and recent as ratios of the prompt (0.1 + 0.1) or as
+//   token counts (1024 + 1024); here `budget` (or `ratio`) is the total and `recent` the
+//   share of it for the recent window: floor(recent * budget) recent tokens, as the
+//   original's int(ratio * len), the rest heavy hitters.
+// - the context is not compressed chunk by chunk: scores accumulate over the chunks (the
+//   original's full prompt attention matrix, summed by columns) and eviction starts at
+//   ContextEnd, as in the original where eviction follows the prompt.
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+
+#include "kernels/cpu/scores.h"
+#include "methods/budget.h"
+#include "methods/plan_helpers.h"
+#include "methods/registry.h"
+
+namespace kvbench {
+namespace {
+
+class H2oPolicy : public TokenPolicy {
+ public:
+  H2oPolicy(const Budget& budget, double recent, const KvShape& shape)
+      : limits_(budget, shape.n_layers),
+        recent_(recent),
+        n_kv_heads_(shape.n_kv_heads),
+        layers_(shape.n_layers) {}
+
+  std::unique_ptr<TokenPolicy> clone() const override { return std::make_unique<H2oPolicy>(*this); }
+
+  void observe(int32_t layer, const AttentionQuery& query, const DenseKv& kv) override {
+    LayerScores& s = layers_[layer];
+    if (s.n_heads == 0) s.n_heads = query.n_heads;
+    grow(s, kv.n_tokens);
+    attention_scores_cpu(query, kv, s.values.data());
+  }
+
+  bool plan(int32_t layer, const DenseKv& kv, CachePhase phase, RetainPlan& plan) override {
+    if (phase == CachePhase::ContextChunk) return false;
+    const int64_t n = kv.n_tokens;
+    const int64_t limit = limits_.resolve(layer, phase, n);
+    if (limit < 0 || n <= limit) return false;
+    LayerScores& s = layers_[layer];
+    grow(s, n);
+    // Per KV head, the group's summed scores; the recent slots (the last ones: slots stay
+    // in position order) ranked above any score so top-k keeps them.
+    const int64_t n_recent =
+        std::min(limit, static_cast<int64_t>(std::floor(recent_ * limit + 1e-9)));
+    std::vector<float> ranked(static_cast<size_t>(n_kv_heads_ * n), 0.f);
+    const int32_t group = std::max(1, s.n_heads / n_kv_heads_);
+    for (int32_t h = 0; h < s.n_heads; ++h) {
+      float* out = ranked.data() + (h / group) * n;
+      const float* in = s.values.data() + h * n;
+      for (int64_t t = 0; t < n; ++t) out[t] += in[t];
+    }
+    for (int32_t g = 0; g < n_kv_heads_; ++g) {
+      std::fill(ranked.begin() + g * n + (n - n_recent), ranked.begin() + (g + 1) * n, FLT_MAX);
+    }
+    plan_top_k_per_head(ranked.data(), n_kv_heads_, n, limit, plan);
+    return true;
+  }
+
+  void retained(int32_t layer, const RetainPlan& plan) override {
+    LayerScores& s = layers_[layer];
+    retain_rows(s.values, s.n_heads, s.n_tokens, plan, n_kv_heads_);
+    s.n_tokens = plan.n_keep;
+  }
+
+  int64_t bytes_resident(int32_t layer) const override {
+    return vector_bytes(layers_[layer].values);
+  }
+
+ private:
+  struct LayerScores {
+    std::vector<float> values;  // [n_heads, n_tokens]: attention received, per query head
+    int64_t n_tokens = 0;
+    int32_t n_heads = 0;
+  };
+
+  // New slots (appended at the end of every head) start at 0.
+  static void grow(LayerScores& s, int64_t n) {
+    if (n <= s.n_tokens) return;
+    const int64_t old = s.n_tokens;
+    s.values.resize(static_cast<size_t>(s.n_heads * n));
+    for (int64_t r = s.n_heads - 1; r >= 0; --r) {
+      std::copy_backward(s.values.begin() + r * old, s.values.begin() + (r + 1) * old,
+                         s.values.begin() + r * n + old);
+      std::fill(s.values.begin() + r * n + old, s.values.begin() + (r + 1) * n, 0.f);
+    }
+    s.n_tokens = n;
+  }
+
+  LayerLimits limits_;
+  double recent_;
+  int32_t n_kv_heads_;
+  std::vector<LayerScores> layers_;
+};
+
+}  // namespace
+
+// Registered as `h2o` (methods/method_list.cpp).
+MethodInfo h2o_method() {
+  MethodInfo info;
+  info.name = "h2o";
+  info.kind = MethodKind::Eviction;
+  info.stage =
+      "2: at the end of the shared context, then after every forward (one token per "
+      "decode step)";
+  info.summary =
+      "per KV head, the most recent tokens plus the heavy hitters: the largest attention "
+      "received, summed over every query so far";
+  info.paper =
+      "H2O: Heavy-Hitter Oracle for Efficient Generative Inference of Large Language Models "
+      "(Zhang et al., NeurIPS 2023), arXiv 2306.14048";
+  info.params = budget_params(1024);
+  ParamInfo recent;
+  recent.name = "recent";
+  recent.type = ParamType::Float;
+  recent.default_value = "0.5";
+  recent.min = 0;
+  recent.max = 1;
+  recent.help = "share of the budget for the most recent tokens; the rest are heavy hitters";
+  info.params.push_back(recent);
+  info.check = check_budget;
+  info.make_policy = [](const MethodParams& params, const KvShape& shape) {
+    return std::unique_ptr<TokenPolicy>(
+        new H2oPolicy(budget_from(params), params.get_float("recent"), shape));
+  };
+  return info;
+}
+
+}  // namespace kvbench

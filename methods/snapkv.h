@@ -1,0 +1,69 @@
+// SnapKV's selection, shared with PyramidKV (methods/pyramidkv.cpp), which changes only how
+// many prefix tokens each layer keeps.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "kernels/cpu/scores.h"
+#include "methods/budget.h"
+#include "methods/plan_helpers.h"
+#include "methods/policy.h"
+#include "methods/registry.h"
+
+namespace kvbench {
+
+struct SnapKvConfig {
+  Budget budget;        // tokens kept per layer and KV head, window included
+  int64_t window = 32;  // observation window: the last prompt queries, always kept
+  int32_t kernel = 5;   // pooling width along tokens (odd)
+  PoolKind pool = PoolKind::Avg;
+};
+
+// Prefix tokens (all but the window) layer `layer` keeps of a context of n_context tokens,
+// for a resolved budget and window (window <= budget < n_context). SnapKV: budget - window.
+using PrefixKeep =
+    std::function<int64_t(int32_t layer, int64_t n_context, int64_t budget, int64_t window)>;
+
+// Scores the prefix by the softmax attention the last `window` context queries give it
+// (causal inside the window), the GQA group's query heads averaged per KV head, pooled
+// along tokens; keeps the top prefix_keep tokens per KV head plus the window. Compresses
+// once, at ContextEnd; tokens after the context are appended uncompressed.
+class SnapKvPolicy : public TokenPolicy {
+ public:
+  // prefix_keep empty: SnapKV's budget - window in every layer.
+  SnapKvPolicy(const SnapKvConfig& config, int32_t n_layers, PrefixKeep prefix_keep = {});
+
+  std::unique_ptr<TokenPolicy> clone() const override;
+  void observe(int32_t layer, const AttentionQuery& query, const DenseKv& kv) override;
+  bool plan(int32_t layer, const DenseKv& kv, CachePhase phase, RetainPlan& plan) override;
+  int64_t bytes_resident(int32_t layer) const override;
+
+ private:
+  // The last `window` queries of one layer's context, a ring over forward chunks (row
+  // order does not matter: scores are summed over rows, each row carries its position).
+  struct QueryWindow {
+    std::vector<float> q;            // [window, n_heads, head_dim]
+    std::vector<int32_t> positions;  // [window]
+    int64_t n_rows = 0;              // rows filled, <= window
+    int64_t next = 0;                // row the next query overwrites
+    int32_t n_heads = 0;
+    float scale = 1.f;
+    bool closed = false;  // the context ended: no more queries kept
+  };
+
+  SnapKvConfig config_;
+  PrefixKeep prefix_keep_;
+  LayerLimits limits_;
+  std::vector<QueryWindow> windows_;  // per layer
+};
+
+// Parameters SnapKV and PyramidKV share (budget, ratio, window, kernel, pool), their
+// cross-checks (budget xor ratio, budget >= window, odd kernel) and reading them back.
+std::vector<ParamInfo> snapkv_params();
+void check_snapkv_params(const MethodParams& params);
+SnapKvConfig snapkv_config_from(const MethodParams& params);
+
+}  // namespace kvbench
