@@ -154,10 +154,11 @@ TEST_CASE("invariant: never above the budget once compressed", "[unit]") {
         // Prefill-only methods append later tokens uncompressed.
         const int64_t limit = budget + (evicts_during_decode(m->name) ? 0 : step);
         if (m->name == "pyramidkv") {
-          // Per-layer budgets around the average: the total is what is bounded.
+          // Per-layer budgets around the average: the total is what is bounded, up to
+          // KVCache-Factory's rounded-down step (less than one token per layer pair).
           int64_t total = 0;
           for (int64_t k : kept) total += k;
-          CHECK(total <= kLayers * limit);
+          CHECK(total <= kLayers * limit + kLayers * (kLayers - 1) / 2);
         } else {
           for (int64_t k : kept) CHECK(k <= limit);
         }
