@@ -13,6 +13,7 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/block_matvec.h"
+#include "kernels/cpu/scores.h"
 
 namespace {
 
@@ -105,32 +106,79 @@ BENCHMARK(BM_AttentionDecode)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
-// A 512-query prefill chunk at the end of n_tokens stored keys (causal): compute-bound.
-void BM_AttentionPrefill(benchmark::State& state) {
-  const int64_t n_tokens = state.range(0);
-  const int n_queries = 512;
-  const KvLayers kv(n_tokens);
-  const auto q = random_floats(static_cast<size_t>(n_queries) * kHeads * kHeadDim, 98);
-  std::vector<float> out(q.size());
-  std::vector<int32_t> q_pos(n_queries);
-  double visible_pairs = 0;
-  for (int i = 0; i < n_queries; ++i) {
-    q_pos[i] = static_cast<int32_t>(n_tokens - n_queries + i);
-    visible_pairs += q_pos[i] + 1;
+// n_queries new tokens at the end of n_tokens stored keys, causal: one prefill chunk's queries.
+struct CausalChunk {
+  std::vector<float> q, out;
+  std::vector<int32_t> q_pos;
+  double visible_pairs = 0;  // (query, key) pairs the mask lets through, per head
+  CausalChunk(int64_t n_tokens, int n_queries)
+      : q(random_floats(static_cast<size_t>(n_queries) * kHeads * kHeadDim, 98)),
+        out(q.size()),
+        q_pos(n_queries) {
+    for (int i = 0; i < n_queries; ++i) {
+      q_pos[i] = static_cast<int32_t>(n_tokens - n_queries + i);
+      visible_pairs += q_pos[i] + 1;
+    }
   }
-  AttentionQuery query{q.data(), q_pos.data(), out.data(), n_queries, kHeads, 0.125f};
+  AttentionQuery query() {
+    return AttentionQuery{q.data(), q_pos.data(), out.data(), static_cast<int32_t>(q_pos.size()),
+                          kHeads,   0.125f};
+  }
+};
+
+// A causal prefill chunk over n_tokens stored keys: compute-bound.
+void attention_prefill(benchmark::State& state, int64_t n_tokens, int n_queries) {
+  const KvLayers kv(n_tokens);
+  CausalChunk chunk(n_tokens, n_queries);
+  const AttentionQuery query = chunk.query();
   size_t l = 0;
   for (auto _ : state) {
     kvbench::attention_dense_cpu(query, kv.layer(l));
     l = (l + 1) % kv.k.size();
-    benchmark::DoNotOptimize(out.data());
+    benchmark::DoNotOptimize(chunk.out.data());
   }
   // Q K^T and P V: 2 flops per multiply-add, head_dim of each per visible (query, key, head).
-  const double flops = visible_pairs * kHeads * 4.0 * kHeadDim;
+  const double flops = chunk.visible_pairs * kHeads * 4.0 * kHeadDim;
   state.counters["GFLOP/s"] =
       benchmark::Counter(flops * state.iterations() / 1e9, benchmark::Counter::kIsRate);
 }
+
+// A 512-query chunk at the end of n_tokens stored keys.
+void BM_AttentionPrefill(benchmark::State& state) { attention_prefill(state, state.range(0), 512); }
 BENCHMARK(BM_AttentionPrefill)->Arg(2048)->Arg(8192)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// A whole n_tokens prompt in one chunk: the attention that H2O's prefill scoring accompanies.
+void BM_AttentionPrefillWhole(benchmark::State& state) {
+  attention_prefill(state, state.range(0), static_cast<int>(state.range(0)));
+}
+BENCHMARK(BM_AttentionPrefillWhole)->Arg(4096)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// Softmax attention each stored token receives from the last range(1) queries of a range(0)
+// prompt (causal): 32 = SnapKV's observation window, range(0) = H2O over the whole prompt.
+// GFLOP/s counts Q K^T once (2 head_dim flops per visible pair and head); items are query rows.
+void BM_AttentionScores(benchmark::State& state) {
+  const int64_t n_tokens = state.range(0);
+  const int n_queries = static_cast<int>(state.range(1));
+  const KvLayers kv(n_tokens);
+  CausalChunk chunk(n_tokens, n_queries);
+  const AttentionQuery query = chunk.query();
+  std::vector<float> scores(kHeads * n_tokens, 0.0f);
+  size_t l = 0;
+  for (auto _ : state) {
+    kvbench::attention_scores_cpu(query, kv.layer(l), scores.data());
+    l = (l + 1) % kv.k.size();
+    benchmark::DoNotOptimize(scores.data());
+  }
+  const double flops = chunk.visible_pairs * kHeads * 2.0 * kHeadDim;
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * state.iterations() / 1e9, benchmark::Counter::kIsRate);
+  state.SetItemsProcessed(state.iterations() * n_queries * kHeads);
+}
+BENCHMARK(BM_AttentionScores)
+    ->Args({4096, 32})
+    ->Args({4096, 4096})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // y[n, rows] = x[n, cols] W^T with W streamed from memory: GB/s of weight bytes.
 void BM_BlockMatmul(benchmark::State& state, BlockFormat f, int64_t rows, int64_t cols) {

@@ -9,240 +9,15 @@
 #include <limits>
 #include <vector>
 
-#include "kernels/cpu/avx2.h"
+#include "kernels/cpu/tile_gemm.h"
 
 namespace kvbench {
 namespace {
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr int kKeyTile = 64;        // keys per tile: K, K^T and V tiles stay in L1/L2
+using namespace tile;
+
 constexpr int kTileRows = 192;      // target query rows (query x head) per work item
 constexpr int kMinSplitKeys = 512;  // split-K never makes a split shorter than this
-constexpr int kMr = 6;              // micro-kernel rows
-constexpr int kNr = 16;             // micro-kernel columns (two AVX vectors)
-constexpr int kDirectRows = 8;      // up to this many query rows, scores skip the K transpose
-
-// C[MR][nc] (+)= A[MR][kdim] * B[kdim][nc]; A(r, k) = a[r * lda + k], B rows are ldb apart.
-template <int MR>
-inline void gemm_rows_scalar(int kdim, int nc, const float* a, int64_t lda, const float* b,
-                             int64_t ldb, float* c, int64_t ldc, bool accumulate) {
-  for (int r = 0; r < MR; ++r) {
-    float* crow = c + r * ldc;
-    if (!accumulate) std::fill(crow, crow + nc, 0.0f);
-    for (int k = 0; k < kdim; ++k) {
-      const float av = a[r * lda + k];
-      const float* brow = b + k * ldb;
-      for (int j = 0; j < nc; ++j) crow[j] += av * brow[j];
-    }
-  }
-}
-
-#if KVBENCH_AVX2
-template <int MR>
-inline void gemm_rows_x16(int kdim, const float* a, int64_t lda, const float* b, int64_t ldb,
-                          float* c, int64_t ldc, bool accumulate) {
-  __m256 c0[MR], c1[MR];
-  for (int r = 0; r < MR; ++r) {
-    c0[r] = accumulate ? _mm256_loadu_ps(c + r * ldc) : _mm256_setzero_ps();
-    c1[r] = accumulate ? _mm256_loadu_ps(c + r * ldc + 8) : _mm256_setzero_ps();
-  }
-  for (int k = 0; k < kdim; ++k) {
-    const __m256 b0 = _mm256_loadu_ps(b + k * ldb);
-    const __m256 b1 = _mm256_loadu_ps(b + k * ldb + 8);
-    for (int r = 0; r < MR; ++r) {
-      const __m256 av = _mm256_broadcast_ss(a + r * lda + k);
-      c0[r] = _mm256_fmadd_ps(av, b0, c0[r]);
-      c1[r] = _mm256_fmadd_ps(av, b1, c1[r]);
-    }
-  }
-  for (int r = 0; r < MR; ++r) {
-    _mm256_storeu_ps(c + r * ldc, c0[r]);
-    _mm256_storeu_ps(c + r * ldc + 8, c1[r]);
-  }
-}
-#endif
-
-template <int MR>
-inline void gemm_rows(int kdim, int ncols, const float* a, int64_t lda, const float* b, int64_t ldb,
-                      float* c, int64_t ldc, bool accumulate) {
-  int j = 0;
-#if KVBENCH_AVX2
-  for (; j + kNr <= ncols; j += kNr) {
-    gemm_rows_x16<MR>(kdim, a, lda, b + j, ldb, c + j, ldc, accumulate);
-  }
-#endif
-  if (j < ncols) {
-    gemm_rows_scalar<MR>(kdim, ncols - j, a, lda, b + j, ldb, c + j, ldc, accumulate);
-  }
-}
-
-// C[rows][ncols] (+)= A[rows][kdim] * B[kdim][ncols], in blocks of kMr rows.
-void gemm(int rows, int kdim, int ncols, const float* a, int64_t lda, const float* b, int64_t ldb,
-          float* c, int64_t ldc, bool accumulate) {
-  int r = 0;
-  for (; r + kMr <= rows; r += kMr) {
-    gemm_rows<kMr>(kdim, ncols, a + r * lda, lda, b, ldb, c + r * ldc, ldc, accumulate);
-  }
-  const float* ar = a + r * lda;
-  float* cr = c + r * ldc;
-  switch (rows - r) {
-    case 0:
-      break;
-    case 1:
-      gemm_rows<1>(kdim, ncols, ar, lda, b, ldb, cr, ldc, accumulate);
-      break;
-    case 2:
-      gemm_rows<2>(kdim, ncols, ar, lda, b, ldb, cr, ldc, accumulate);
-      break;
-    case 3:
-      gemm_rows<3>(kdim, ncols, ar, lda, b, ldb, cr, ldc, accumulate);
-      break;
-    case 4:
-      gemm_rows<4>(kdim, ncols, ar, lda, b, ldb, cr, ldc, accumulate);
-      break;
-    default:
-      gemm_rows<5>(kdim, ncols, ar, lda, b, ldb, cr, ldc, accumulate);
-      break;
-  }
-}
-
-// kt[d][j] = k[j][d] for j < nk; columns nk..ld-1 are zeroed so the padded scores are finite.
-void pack_transposed(const float* k, int nk, int head_dim, float* kt, int ld) {
-  int j = 0;
-#if KVBENCH_AVX2
-  if (head_dim % 8 == 0) {
-    for (; j + 8 <= nk; j += 8) {
-      for (int d = 0; d < head_dim; d += 8) {
-        __m256 r[8];
-        for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(k + (j + i) * head_dim + d);
-        const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-        const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-        const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-        const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-        const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-        const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-        const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-        const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-        float* out = kt + d * ld + j;
-        _mm256_storeu_ps(out + 0 * ld, _mm256_permute2f128_ps(s0, s4, 0x20));
-        _mm256_storeu_ps(out + 1 * ld, _mm256_permute2f128_ps(s1, s5, 0x20));
-        _mm256_storeu_ps(out + 2 * ld, _mm256_permute2f128_ps(s2, s6, 0x20));
-        _mm256_storeu_ps(out + 3 * ld, _mm256_permute2f128_ps(s3, s7, 0x20));
-        _mm256_storeu_ps(out + 4 * ld, _mm256_permute2f128_ps(s0, s4, 0x31));
-        _mm256_storeu_ps(out + 5 * ld, _mm256_permute2f128_ps(s1, s5, 0x31));
-        _mm256_storeu_ps(out + 6 * ld, _mm256_permute2f128_ps(s2, s6, 0x31));
-        _mm256_storeu_ps(out + 7 * ld, _mm256_permute2f128_ps(s3, s7, 0x31));
-      }
-    }
-  }
-#endif
-  for (; j < nk; ++j) {
-    for (int d = 0; d < head_dim; ++d) kt[d * ld + j] = k[j * head_dim + d];
-  }
-  for (int d = 0; d < head_dim; ++d) {
-    for (int jj = nk; jj < ld; ++jj) kt[d * ld + jj] = 0.0f;
-  }
-}
-
-#if KVBENCH_AVX2
-// Sum of each of eight vectors, as one vector: out[i] = sum(v[i]).
-inline __m256 sum8(const __m256 v[8]) {
-  const __m256 h01 = _mm256_hadd_ps(v[0], v[1]), h23 = _mm256_hadd_ps(v[2], v[3]);
-  const __m256 h45 = _mm256_hadd_ps(v[4], v[5]), h67 = _mm256_hadd_ps(v[6], v[7]);
-  const __m256 a = _mm256_hadd_ps(h01, h23), b = _mm256_hadd_ps(h45, h67);
-  // a = [s0 s1 s2 s3 | s0' s1' s2' s3'] (low / high 128-bit halves of each sum), b alike.
-  return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
-}
-#endif
-
-// s[r][j] = q[r] . k[j] for a few query rows, reading each key row in place. For decode
-// (rows = one GQA group) this beats transposing the key tile for a GEMM: the tile is
-// used by only a handful of rows, so the transpose was most of the work.
-void scores_direct(int rows, int dim, const float* q, const float* k, int nk, float* s,
-                   int ld) {
-  int j = 0;
-#if KVBENCH_AVX2
-  if (dim % 8 == 0) {
-    for (; j + 8 <= nk; j += 8) {
-      for (int r = 0; r < rows; ++r) {
-        const float* qr = q + r * dim;
-        __m256 acc[8];
-        for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
-        for (int d = 0; d < dim; d += 8) {
-          const __m256 qv = _mm256_loadu_ps(qr + d);
-          for (int i = 0; i < 8; ++i) {
-            acc[i] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + (j + i) * dim + d), acc[i]);
-          }
-        }
-        _mm256_storeu_ps(s + r * ld + j, sum8(acc));
-      }
-    }
-  }
-#endif
-  for (; j < nk; ++j) {
-    for (int r = 0; r < rows; ++r) {
-      float dot = 0.0f;
-      for (int d = 0; d < dim; ++d) dot += q[r * dim + d] * k[j * dim + d];
-      s[r * ld + j] = dot;
-    }
-  }
-}
-
-#if KVBENCH_AVX2
-// 2^x for x <= 0 (scores minus their running max): degree-7 Taylor polynomial on
-// [-0.5, 0.5], relative error < 1e-7; x below -126 (masked keys) gives exactly 0.
-inline __m256 exp2_nonpositive(__m256 x) {
-  const __m256 underflow = _mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_GE_OQ);
-  x = _mm256_max_ps(x, _mm256_set1_ps(-126.0f));
-  const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m256 f = _mm256_sub_ps(x, n);
-  __m256 p = _mm256_set1_ps(1.5252733804059841e-05f);
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.5403530393381606e-04f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.3333558146428443e-03f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.6181291076284772e-03f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.5504108664821580e-02f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022650695910071e-01f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.9314718055994531e-01f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
-  const __m256i e =
-      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), underflow);
-}
-#endif
-
-float row_max(const float* s, int n) {
-  int j = 0;
-  float m = kNegInf;
-#if KVBENCH_AVX2
-  __m256 vm = _mm256_set1_ps(kNegInf);
-  for (; j + 8 <= n; j += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(s + j));
-  m = hmax(vm);
-#endif
-  for (; j < n; ++j) m = std::max(m, s[j]);
-  return m;
-}
-
-// s[j] = 2^(s[j] - m) in place; returns the sum.
-float exp2_shift_sum(float* s, int n, float m) {
-  int j = 0;
-  float sum = 0.0f;
-#if KVBENCH_AVX2
-  const __m256 vm = _mm256_set1_ps(m);
-  __m256 vs = _mm256_setzero_ps();
-  for (; j + 8 <= n; j += 8) {
-    const __m256 p = exp2_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
-    _mm256_storeu_ps(s + j, p);
-    vs = _mm256_add_ps(vs, p);
-  }
-  sum = hsum(vs);
-#endif
-  for (; j < n; ++j) {
-    s[j] = std::exp2(s[j] - m);
-    sum += s[j];
-  }
-  return sum;
-}
 
 void scale_row(float* o, int n, float alpha) {
   for (int d = 0; d < n; ++d) o[d] *= alpha;
@@ -274,17 +49,8 @@ void attend_tile(const AttentionQuery& query, const DenseKv& kv, const Plan& pla
   const int dim = kv.head_dim;
   const int group = plan.group;
   const int rows = (q1 - q0) * group;
-  const float qscale = query.scale * kLog2e;
-  int32_t qpos_min = std::numeric_limits<int32_t>::max();
-  int32_t qpos_max = std::numeric_limits<int32_t>::min();
-  for (int i = q0; i < q1; ++i) {
-    const float* src = query.q + (static_cast<int64_t>(i) * query.n_heads + kvh * group) * dim;
-    float* dst = w.q.data() + static_cast<int64_t>(i - q0) * group * dim;
-    for (int e = 0; e < group * dim; ++e) dst[e] = src[e] * qscale;
-    for (int g = 0; g < group; ++g) w.qpos[(i - q0) * group + g] = query.q_positions[i];
-    qpos_min = std::min(qpos_min, query.q_positions[i]);
-    qpos_max = std::max(qpos_max, query.q_positions[i]);
-  }
+  const QueryRange queries = gather_query_rows(query, kvh, group, dim, q0, q1, query.scale * kLog2e,
+                                               w.q.data(), w.qpos.data());
   std::fill(w.o.begin(), w.o.begin() + static_cast<int64_t>(rows) * dim, 0.0f);
   std::fill(w.m.begin(), w.m.begin() + rows, kNegInf);
   std::fill(w.l.begin(), w.l.begin() + rows, 0.0f);
@@ -294,9 +60,8 @@ void attend_tile(const AttentionQuery& query, const DenseKv& kv, const Plan& pla
   for (int64_t k0 = t0; k0 < t1; k0 += kKeyTile) {
     const int nk = static_cast<int>(std::min<int64_t>(kKeyTile, t1 - k0));
     const int32_t* pos = kv.positions + static_cast<int64_t>(kvh) * kv.capacity + k0;
-    const auto [pmin_it, pmax_it] = std::minmax_element(pos, pos + nk);
-    if (*pmin_it > qpos_max) continue;        // no query of the tile sees any key
-    const bool masked = *pmax_it > qpos_min;  // some query misses some key
+    const TileMask mask = tile_mask(pos, nk, queries);
+    if (mask == TileMask::Skip) continue;
     const int ld = (nk + kNr - 1) / kNr * kNr;
     if (rows <= kDirectRows) {
       scores_direct(rows, dim, w.q.data(), k_head + k0 * dim, nk, w.s.data(), ld);
@@ -306,12 +71,7 @@ void attend_tile(const AttentionQuery& query, const DenseKv& kv, const Plan& pla
     }
     for (int r = 0; r < rows; ++r) {
       float* srow = w.s.data() + static_cast<int64_t>(r) * ld;
-      if (masked) {
-        const int32_t qp = w.qpos[r];
-        for (int j = 0; j < nk; ++j) {
-          if (pos[j] > qp) srow[j] = kNegInf;
-        }
-      }
+      if (mask == TileMask::Partial) mask_after(srow, pos, nk, w.qpos[r]);
       const float m_new = std::max(w.m[r], row_max(srow, nk));
       if (m_new == kNegInf) {  // nothing visible yet for this row
         std::fill(srow, srow + nk, 0.0f);
@@ -454,19 +214,9 @@ void attention_dense_reference(const AttentionQuery& query, const DenseKv& kv) {
   std::vector<double> acc(dim);
   for (int i = 0; i < query.n_queries; ++i) {
     for (int h = 0; h < query.n_heads; ++h) {
-      const float* q = query.q + (static_cast<int64_t>(i) * query.n_heads + h) * dim;
       const int kvh = h / group;
       const int32_t* head_pos = kv.positions + static_cast<int64_t>(kvh) * kv.capacity;
-      double m = -std::numeric_limits<double>::infinity();
-      for (int64_t t = 0; t < kv.n_tokens; ++t) {
-        scores[t] = -std::numeric_limits<double>::infinity();
-        if (head_pos[t] > query.q_positions[i]) continue;
-        const float* k = kv.k + (kvh * kv.capacity + t) * dim;
-        double dot = 0.0;
-        for (int d = 0; d < dim; ++d) dot += static_cast<double>(q[d]) * k[d];
-        scores[t] = dot * query.scale;
-        m = std::max(m, scores[t]);
-      }
+      const double m = reference_logits(query, kv, i, h, scores.data());
       std::fill(acc.begin(), acc.end(), 0.0);
       double sum = 0.0;
       if (m != -std::numeric_limits<double>::infinity()) {

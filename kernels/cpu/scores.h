@@ -1,6 +1,7 @@
 // Token scores that cache policies (methods/) plan with, over one layer's dense KV.
-// None of them materialises an n_queries x n_tokens matrix: attention scores are computed
-// one query row at a time (O(n_tokens) scratch per thread), whatever the context length.
+// None of them materialises an n_queries x n_tokens matrix: attention scores are computed for
+// blocks of at most 24 query rows (rows x n_tokens scratch per thread, about one L2 at 4K
+// tokens), whatever the number of queries.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +13,8 @@ namespace kvbench {
 // Softmax attention each stored slot receives, summed over the query rows:
 // scores[h * n_tokens + t] += sum_i softmax_t(q_i,h . k_t * scale) for query head h (causal
 // by position, as attention itself). ADDS into `scores` ([query.n_heads, kv.n_tokens]) so
-// H2O can accumulate across forwards; query.out is not touched.
+// H2O can accumulate across forwards; query.out is not touched. A query that sees no stored
+// key adds nothing. The fp32 summation order depends on the thread count.
 void attention_scores_cpu(const AttentionQuery& query, const DenseKv& kv, float* scores);
 
 // Plain double-precision reference of attention_scores_cpu, for tests.
