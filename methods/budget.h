@@ -9,6 +9,10 @@
 
 namespace kvbench {
 
+// The budget every method defaults to: a quarter of a 4K context, the middle of the
+// 1K-8K contexts kvbench's tasks use (SCBench runs 4096 over ~100K contexts).
+constexpr int64_t kDefaultBudget = 1024;
+
 struct Budget {
   int64_t tokens = 0;  // > 0 when given as tokens
   double ratio = 0;    // in (0, 1] when given as a fraction

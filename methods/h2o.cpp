@@ -121,7 +121,7 @@ MethodInfo h2o_method() {
   info.paper =
       "H2O: Heavy-Hitter Oracle for Efficient Generative Inference of Large Language Models "
       "(Zhang et al., NeurIPS 2023), arXiv 2306.14048";
-  info.params = budget_params(1024);
+  info.params = budget_params(kDefaultBudget);
   ParamInfo recent;
   recent.name = "recent";
   recent.type = ParamType::Float;

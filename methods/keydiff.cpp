@@ -56,7 +56,7 @@ MethodInfo keydiff_method() {
   info.paper =
       "KeyDiff: Key Similarity-Based KV Cache Eviction for Long-Context LLM Inference in "
       "Resource-Constrained Environments (Park et al., 2025), arXiv 2504.15364";
-  info.params = budget_params(512);
+  info.params = budget_params(kDefaultBudget);
   ParamInfo block;
   block.name = "block";
   block.type = ParamType::Int;

@@ -56,7 +56,7 @@ MethodInfo knorm_method() {
   skip.min = 0;
   skip.max = 1e9;
   skip.help = "the first `skip` layers keep every token (l2compress skip_layers [0, 1])";
-  info.params = budget_params(512);
+  info.params = budget_params(kDefaultBudget);
   info.params.push_back(skip);
   info.check = [](const MethodParams& params) { check_budget(params); };
   info.make_policy = [](const MethodParams& params, const KvShape& shape) {

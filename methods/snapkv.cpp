@@ -107,7 +107,7 @@ int64_t SnapKvPolicy::bytes_resident(int32_t layer) const {
 }
 
 std::vector<ParamInfo> snapkv_params() {
-  std::vector<ParamInfo> params = budget_params(1024);
+  std::vector<ParamInfo> params = budget_params(kDefaultBudget);
   ParamInfo window;
   window.name = "window";
   window.type = ParamType::Int;

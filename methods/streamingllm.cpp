@@ -68,7 +68,7 @@ MethodInfo streamingllm_method() {
   sink.min = 0;
   sink.max = 1e9;
   sink.help = "attention-sink tokens always kept (the first positions); part of the budget";
-  info.params = budget_params(512);
+  info.params = budget_params(kDefaultBudget);
   info.params.push_back(sink);
   info.check = [](const MethodParams& params) {
     check_budget(params);

@@ -86,7 +86,7 @@ MethodInfo tova_method() {
   info.summary =
       "keeps the tokens the latest query attends to most (mean over heads), one set per layer";
   info.paper = "Transformers are Multi-State RNNs (Oren et al., 2024), arXiv 2401.06104";
-  info.params = budget_params(512);
+  info.params = budget_params(kDefaultBudget);
   info.check = [](const MethodParams& params) { check_budget(params); };
   info.make_policy = [](const MethodParams& params, const KvShape& shape) {
     return std::unique_ptr<TokenPolicy>(new TovaPolicy(budget_from(params), shape));
