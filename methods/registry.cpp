@@ -47,7 +47,7 @@ std::string format_number(double x) {
 
 std::string range_text(const ParamInfo& p) {
   const std::string lo = (p.min_exclusive ? "(" : "[") + format_number(p.min);
-  const std::string hi = p.max >= 1e18 ? "inf)" : format_number(p.max) + "]";
+  const std::string hi = p.max >= 1e9 ? "inf)" : format_number(p.max) + "]";
   return lo + ", " + hi;
 }
 

@@ -66,18 +66,22 @@ void list_methods() {
       if (p.type == ParamType::Choice) {
         for (const auto& c : p.choices) rule += (rule.empty() ? "" : "|") + c;
       } else {
-        char buf[64];
-        if (p.max >= 1e18) {
-          std::snprintf(buf, sizeof(buf), "%s %s%g", type_name(p.type),
-                        p.min_exclusive ? "> " : ">= ", p.min);
+        // Integers as integers; "max" only when there is one worth printing.
+        const auto num = [&](double x) {
+          char b[32];
+          std::snprintf(b, sizeof(b), p.type == ParamType::Int ? "%.0f" : "%g", x);
+          return std::string(b);
+        };
+        rule = std::string(type_name(p.type)) + " ";
+        if (p.max >= 1e9) {
+          rule += (p.min_exclusive ? "> " : ">= ") + num(p.min);
         } else {
-          std::snprintf(buf, sizeof(buf), "%s in %s%g, %g]", type_name(p.type),
-                        p.min_exclusive ? "(" : "[", p.min, p.max);
+          rule += std::string("in ") + (p.min_exclusive ? "(" : "[") + num(p.min) + ", " +
+                  num(p.max) + "]";
         }
-        rule = buf;
       }
       const std::string def = p.default_value.empty() ? "unset" : p.default_value;
-      std::printf("    %-8s %-8s %-16s %s\n", p.name.c_str(), def.c_str(), rule.c_str(),
+      std::printf("    %-8s %-6s %-18s %s\n", p.name.c_str(), def.c_str(), rule.c_str(),
                   p.help.c_str());
     }
   }
