@@ -1,1 +1,157 @@
-// placeholder: being written
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include "datasets/sample.h"
+#include "harness/input_error.h"
+
+namespace kvbench {
+
+namespace {
+
+using nlohmann::json;
+
+// A JSON number as text: integers without a decimal point ("42", not "42.0").
+std::string number_text(const json& value) {
+  if (value.is_number_integer() || value.is_number_unsigned()) return value.dump();
+  const double d = value.get<double>();
+  if (d == static_cast<double>(static_cast<long long>(d)) && d > -1e15 && d < 1e15) {
+    return std::to_string(static_cast<long long>(d));
+  }
+  return value.dump();
+}
+
+const char* type_name(const json& value) {
+  if (value.is_null()) return "null";
+  if (value.is_boolean()) return "a boolean";
+  if (value.is_number()) return "a number";
+  if (value.is_string()) return "a string";
+  if (value.is_array()) return "a list";
+  return "an object";
+}
+
+class LineReader {
+ public:
+  LineReader(std::string path, int64_t line) : where_(std::move(path) + ":" + std::to_string(line)) {}
+
+  [[noreturn]] void fail(const std::string& what) const { throw InputError(where_ + ": " + what); }
+
+  const json& field(const json& object, const std::string& name, const std::string& owner) const {
+    const auto it = object.find(name);
+    if (it == object.end()) fail(owner + "missing field '" + name + "'");
+    return *it;
+  }
+
+  std::string string_field(const json& object, const std::string& name,
+                           const std::string& owner) const {
+    const json& value = field(object, name, owner);
+    if (!value.is_string()) {
+      fail(owner + "field '" + name + "' must be a string, not " + type_name(value));
+    }
+    return value.get<std::string>();
+  }
+
+  std::vector<std::string> answers(const json& value, const std::string& owner) const {
+    if (value.is_string()) return {value.get<std::string>()};
+    if (value.is_number()) return {number_text(value)};
+    if (value.is_array()) {
+      if (value.empty()) fail(owner + "field 'answer' is an empty list");
+      std::vector<std::string> out;
+      for (size_t i = 0; i < value.size(); ++i) {
+        const json& a = value[i];
+        if (a.is_string()) {
+          out.push_back(a.get<std::string>());
+        } else if (a.is_number()) {
+          out.push_back(number_text(a));
+        } else {
+          fail(owner + "field 'answer' item " + std::to_string(i) + " must be a string, not " +
+               type_name(a));
+        }
+      }
+      return out;
+    }
+    fail(owner + "field 'answer' must be a string, a number or a list of strings, not " +
+         type_name(value));
+  }
+
+  Sample sample(const json& row) const {
+    if (!row.is_object()) fail(std::string("expected a JSON object, got ") + type_name(row));
+    Sample sample;
+    const json& id = field(row, "id", "");
+    if (id.is_string()) {
+      sample.id = id.get<std::string>();
+    } else if (id.is_number()) {
+      sample.id = number_text(id);
+    } else {
+      fail(std::string("field 'id' must be a string or a number, not ") + type_name(id));
+    }
+    sample.context = string_field(row, "context", "");
+    const json& turns = field(row, "multi_turns", "");
+    if (!turns.is_array()) {
+      fail(std::string("field 'multi_turns' must be a list, not ") + type_name(turns));
+    }
+    if (turns.empty()) fail("field 'multi_turns' is an empty list");
+    for (size_t i = 0; i < turns.size(); ++i) {
+      const std::string owner = "multi_turns[" + std::to_string(i) + "]: ";
+      if (!turns[i].is_object()) {
+        fail(owner + "expected an object with 'input' and 'answer', got " + type_name(turns[i]));
+      }
+      SampleTurn turn;
+      turn.input = string_field(turns[i], "input", owner);
+      turn.answers = answers(field(turns[i], "answer", owner), owner);
+      sample.turns.push_back(std::move(turn));
+    }
+    return sample;
+  }
+
+ private:
+  std::string where_;
+};
+
+bool blank(const std::string& line) {
+  return line.find_first_not_of(" \t\r\n\f\v") == std::string::npos;
+}
+
+}  // namespace
+
+std::vector<Sample> load_samples_jsonl(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in || std::filesystem::is_directory(path)) throw InputError(path + ": cannot open the sample file");
+  std::vector<Sample> samples;
+  std::map<std::string, int64_t> first_line;  // id -> line
+  std::string line;
+  int64_t line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line_no == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);  // UTF-8 BOM
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (blank(line)) continue;
+    const LineReader reader(path, line_no);
+    json row;
+    try {
+      row = json::parse(line);
+    } catch (const json::parse_error& e) {
+      // nlohmann's message: "[json.exception.parse_error.101] parse error at line 1, ...".
+      std::string what = e.what();
+      const size_t at = what.find("parse error");
+      if (at != std::string::npos) what = what.substr(at);
+      if (what.size() > 200) what = what.substr(0, 200) + "...";
+      reader.fail("malformed JSON (" + what + ")");
+    }
+    Sample sample = reader.sample(row);
+    const auto [it, fresh] = first_line.emplace(sample.id, line_no);
+    if (!fresh) {
+      reader.fail("duplicate id '" + sample.id + "' (first on line " +
+                  std::to_string(it->second) + ")");
+    }
+    samples.push_back(std::move(sample));
+  }
+  if (in.bad()) throw InputError(path + ": read error");
+  if (samples.empty()) throw InputError(path + ": no samples (the file is empty)");
+  return samples;
+}
+
+}  // namespace kvbench

@@ -32,28 +32,15 @@ int32_t sample_token(const std::vector<float>& logits, float temperature, uint64
   return token;
 }
 
-GenerateResult generate(const LlamaModel& model, KvCache& cache,
-                        const std::vector<int32_t>& prompt, const GenerateOptions& options) {
+DecodeResult decode(const LlamaModel& model, KvCache& cache, std::vector<float> logits,
+                    const GenerateOptions& options) {
   const Tokenizer& tokenizer = model.tokenizer();
-  GenerateResult result;
-  result.prompt_tokens = static_cast<int64_t>(prompt.size());
-  // One allocation for the whole exchange, so bytes resident are what the tokens need.
-  cache.reserve(std::min<int64_t>(
-      cache.next_position() + result.prompt_tokens + options.max_new_tokens,
-      model.config().context_length));
+  DecodeResult result;
   uint64_t rng_state = options.seed;
-
   const auto start = std::chrono::steady_clock::now();
-  std::vector<float> logits = model.forward(prompt, cache);
-  const double prefill_s = seconds_since(start);
-  int32_t token = sample_token(logits, options.temperature, rng_state);
-  result.ttft_ms = seconds_since(start) * 1e3;
-  result.prefill_tokens_per_s = result.prompt_tokens / std::max(prefill_s, 1e-9);
-
-  const auto decode_start = std::chrono::steady_clock::now();
-  int32_t decoded = 0;
   result.stop_reason = "max_new_tokens";
   while (true) {
+    const int32_t token = sample_token(logits, options.temperature, rng_state);
     if (token == tokenizer.eos_id() || tokenizer.is_control(token)) {
       result.stop_reason = "end_of_turn";
       break;
@@ -65,12 +52,43 @@ GenerateResult generate(const LlamaModel& model, KvCache& cache,
       break;
     }
     logits = model.forward({token}, cache);
-    token = sample_token(logits, options.temperature, rng_state);
-    ++decoded;
+    ++result.steps;
   }
-  const double decode_s = seconds_since(decode_start);
-  result.decode_tokens_per_s = decoded > 0 ? decoded / std::max(decode_s, 1e-9) : 0.0;
+  result.decode_s = seconds_since(start);
+  result.tokens_fed = result.steps;
+  if (result.steps > 0) {
+    result.decode_tokens_per_s = result.steps / std::max(result.decode_s, 1e-9);
+    result.tpot_ms = result.decode_s * 1e3 / result.steps;
+  }
   result.text = tokenizer.decode(result.tokens);
+  return result;
+}
+
+GenerateResult generate(const LlamaModel& model, KvCache& cache,
+                        const std::vector<int32_t>& prompt, const GenerateOptions& options) {
+  GenerateResult result;
+  result.prompt_tokens = static_cast<int64_t>(prompt.size());
+  // One allocation for the whole exchange, so bytes resident are what the tokens need.
+  cache.reserve(std::min<int64_t>(
+      cache.next_position() + result.prompt_tokens + options.max_new_tokens,
+      model.config().context_length));
+
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<float> logits = model.forward(prompt, cache);
+  if (!cache.context_ended()) cache.end_context();
+  const double prefill_s = seconds_since(start);
+  // TTFT ends when the first token is chosen; decode() chooses the same one again from the
+  // same seed (one pass over the logits).
+  uint64_t rng_state = options.seed;
+  sample_token(logits, options.temperature, rng_state);
+  result.ttft_ms = seconds_since(start) * 1e3;
+  DecodeResult d = decode(model, cache, std::move(logits), options);
+  result.prefill_tokens_per_s = result.prompt_tokens / std::max(prefill_s, 1e-9);
+  result.tokens = std::move(d.tokens);
+  result.text = std::move(d.text);
+  result.stop_reason = std::move(d.stop_reason);
+  result.decode_tokens_per_s = d.decode_tokens_per_s;
+  result.tpot_ms = d.tpot_ms;
   result.cache = cache.stats();
   return result;
 }

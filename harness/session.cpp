@@ -1,1 +1,366 @@
-// placeholder: being written
+#include "harness/session.h"
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <stdexcept>
+
+#include "harness/fidelity.h"
+#include "harness/generate.h"
+#include "harness/input_error.h"
+#include "harness/model/chat_template.h"
+#include "harness/model/gguf.h"
+#include "harness/model/llama_model.h"
+#include "harness/model/tokenizer.h"
+#include "methods/registry.h"
+
+namespace kvbench {
+
+const char* to_string(SessionMode mode) {
+  return mode == SessionMode::MultiTurn ? "multi-turn" : "multi-request";
+}
+
+SessionMode parse_session_mode(const std::string& text) {
+  if (text == "multi-turn") return SessionMode::MultiTurn;
+  if (text == "multi-request") return SessionMode::MultiRequest;
+  throw InputError("unknown session mode '" + text + "' (expected multi-turn or multi-request)");
+}
+
+const char* to_string(AnswerSource source) {
+  return source == AnswerSource::Gold ? "gold" : "model";
+}
+
+AnswerSource parse_answer_source(const std::string& text) {
+  if (text == "gold") return AnswerSource::Gold;
+  if (text == "model") return AnswerSource::Model;
+  throw InputError("unknown answer source '" + text + "' (expected gold or model)");
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// The pieces of the chat template a session is cut into, taken from render_chat with
+// marker contents so that any template (ChatML, Llama-3) lays out the same way:
+//   context segment  = head + context + "\n\n"
+//   turn 1 query     = query + query_tail
+//   turn k > 1 query = user_head + query + query_tail
+//   after an answer  = answer_tail (the end-of-turn token and what follows it)
+struct ChatLayout {
+  std::string head;         // system prompt + user header
+  std::string query_tail;   // end of the user message + assistant header
+  std::string answer_tail;  // end of the assistant message
+  std::string user_head;    // header of the next user message
+};
+
+ChatLayout chat_layout(const LlamaModel& model) {
+  const std::string jinja = model.file().get_string("tokenizer.chat_template", "");
+  const ChatFormat format = detect_chat_format(jinja);
+  const std::string system = default_system_prompt(jinja);
+  const std::string q = "\x01KVBQ\x01", a = "\x01KVBA\x01", r = "\x01KVBR\x01";
+  const std::string one = render_chat(format, {{"user", q}}, true, system);
+  const std::string two =
+      render_chat(format, {{"user", q}, {"assistant", a}, {"user", r}}, true, system);
+  ChatLayout layout;
+  const size_t q_at = one.find(q);
+  layout.head = one.substr(0, q_at);
+  layout.query_tail = one.substr(q_at + q.size());
+  const size_t a_end = two.find(a) + a.size();
+  const std::string between = two.substr(a_end, two.find(r) - a_end);
+  const std::string eot = end_of_turn_token(format);
+  size_t cut = between.find(eot);
+  cut = cut == std::string::npos ? 0 : cut + eot.size();
+  while (cut < between.size() && between[cut] == '\n') ++cut;
+  layout.answer_tail = between.substr(0, cut);
+  layout.user_head = between.substr(cut);
+  return layout;
+}
+
+// Tokens of one segment. Only the first segment of a sequence may start with BOS.
+std::vector<int32_t> encode_segment(const Tokenizer& tokenizer, const std::string& text,
+                                    bool first) {
+  std::vector<int32_t> ids = tokenizer.encode(text);
+  const bool adds_bos = !tokenizer.encode("").empty();  // the vocab's add_bos
+  if (!first && adds_bos && !ids.empty() && ids.front() == tokenizer.bos_id() &&
+      text.rfind(tokenizer.token_text(tokenizer.bos_id()), 0) != 0) {
+    ids.erase(ids.begin());
+  }
+  return ids;
+}
+
+struct TurnTokens {
+  std::vector<int32_t> query;   // query segment (with the template's pieces)
+  std::vector<int32_t> answer;  // the reference answer, answers[0]
+};
+
+struct SessionTokens {
+  std::vector<int32_t> context;
+  std::vector<TurnTokens> turns;
+  std::vector<int32_t> answer_tail;
+};
+
+SessionTokens tokenize_sample(const LlamaModel& model, const Sample& sample,
+                              const SessionOptions& options) {
+  const Tokenizer& tok = model.tokenizer();
+  const ChatLayout layout = chat_layout(model);
+  SessionTokens out;
+  out.context = encode_segment(tok, layout.head + sample.context + "\n\n", true);
+  out.answer_tail = encode_segment(tok, layout.answer_tail, false);
+  size_t n_turns = sample.turns.size();
+  if (options.max_turns > 0) n_turns = std::min<size_t>(n_turns, options.max_turns);
+  for (size_t t = 0; t < n_turns; ++t) {
+    const SampleTurn& turn = sample.turns[t];
+    TurnTokens tt;
+    // Multi-request answers each query as the first one of a conversation.
+    const bool first = t == 0 || options.mode == SessionMode::MultiRequest;
+    tt.query = encode_segment(tok, (first ? "" : layout.user_head) + turn.input + layout.query_tail,
+                              false);
+    if (!turn.answers.empty() && !turn.answers[0].empty()) {
+      tt.answer = encode_segment(tok, turn.answers[0], false);
+    }
+    out.turns.push_back(std::move(tt));
+  }
+  return out;
+}
+
+// InputError naming the sample when the conversation cannot fit the model's context.
+void check_fits(const LlamaModel& model, const Sample& sample, const SessionTokens& tokens,
+                const SessionOptions& options) {
+  const int64_t limit = model.config().context_length;
+  const int64_t context = static_cast<int64_t>(tokens.context.size());
+  const int64_t tail = static_cast<int64_t>(tokens.answer_tail.size());
+  int64_t need = context;
+  for (const TurnTokens& t : tokens.turns) {
+    const int64_t q = static_cast<int64_t>(t.query.size());
+    const int64_t a = static_cast<int64_t>(t.answer.size());
+    if (options.mode == SessionMode::MultiRequest) {
+      need = std::max(need, context + q + a);
+    } else {
+      const int64_t appended =
+          options.append == AnswerSource::Gold ? a : std::max<int64_t>(a, options.max_new_tokens);
+      need += q + appended + tail;
+    }
+  }
+  if (need > limit) {
+    throw InputError("sample '" + sample.id + "': its context (" + std::to_string(context) +
+                     " tokens) and " + std::to_string(tokens.turns.size()) + " turns need " +
+                     std::to_string(need) + " tokens in " + to_string(options.mode) +
+                     " mode, more than the model's context of " + std::to_string(limit) +
+                     " tokens");
+  }
+}
+
+int64_t stored_tokens(const KvCache& cache) {
+  int64_t most = 0;
+  for (int32_t l = 0; l < cache.shape().n_layers; ++l) {
+    most = std::max(most, cache.layer(l).n_tokens());
+  }
+  return most;
+}
+
+// Room for n more tokens than the cache stores now (one allocation, exact for the dense
+// store). A no-op when the store is already large enough.
+void reserve_more(KvCache& cache, int64_t n) { cache.reserve(stored_tokens(cache) + n); }
+
+// The shared context: in blocks of the policy's context_block() when it asks for them
+// (block-wise prefill, a store never larger than what is kept plus one block), else in one
+// forward (the model chunks it). Then end_context(): the policy compresses.
+void feed_context(const LlamaModel& model, KvCache& cache, const std::vector<int32_t>& context) {
+  const int64_t n = static_cast<int64_t>(context.size());
+  const int64_t block = cache.policy() ? cache.policy()->context_block() : 0;
+  if (block <= 0 || block >= n) {
+    reserve_more(cache, n);
+    model.forward(context, cache);
+  } else {
+    for (int64_t start = 0; start < n; start += block) {
+      const int64_t len = std::min(block, n - start);
+      reserve_more(cache, len);
+      model.forward(std::vector<int32_t>(context.begin() + start, context.begin() + start + len),
+                    cache);
+    }
+  }
+  cache.end_context();
+}
+
+// Teacher forcing on the reference answer, one token per forward as in decoding (so
+// decode-time evictors evict per token). top1[0] is the argmax of the query's logits,
+// top1[i] the argmax after answer[i - 1]. With feed_all the last answer token and `tail`
+// are fed too (what a multi-turn conversation keeps); without, only what top1 needs.
+std::vector<int32_t> teacher_force(const LlamaModel& model, KvCache& cache,
+                                   const std::vector<float>& query_logits,
+                                   const std::vector<int32_t>& answer,
+                                   const std::vector<int32_t>& tail, bool feed_all) {
+  std::vector<int32_t> top1 = {argmax(query_logits)};
+  for (size_t i = 0; i < answer.size(); ++i) {
+    if (i + 1 < answer.size()) {
+      top1.push_back(argmax(model.forward({answer[i]}, cache)));
+    } else if (feed_all) {
+      model.forward({answer[i]}, cache);
+    }
+  }
+  if (feed_all && !tail.empty()) model.forward(tail, cache);
+  return top1;
+}
+
+double mean_tokens(const CacheStats& stats) {
+  if (stats.tokens_per_layer.empty()) return 0;
+  double total = 0;
+  for (int64_t n : stats.tokens_per_layer) total += static_cast<double>(n);
+  return total / static_cast<double>(stats.tokens_per_layer.size());
+}
+
+void fill_fidelity(TurnRecord& record, const TurnReference& reference) {
+  record.first_token_kl = kl_divergence(reference.first_logprobs, record.own.first_logprobs);
+  record.top1_agreement = top1_agreement(reference.top1, record.own.top1);
+}
+
+// One turn after its query was fed: `logits` are the query's. Decodes the model's answer
+// and teacher-forces the reference, one of them on a clone (per `decode_on_clone`).
+// keep_answer: the main cache goes on to the next turn (multi-turn), so the answer the
+// options name (gold or the model's) and the end-of-turn tail are appended to it.
+void answer_turn(const LlamaModel& model, KvCache& cache, const std::vector<float>& logits,
+                 const TurnTokens& turn, const std::vector<int32_t>& tail,
+                 const SessionOptions& options, bool keep_answer, TurnRecord& record) {
+  GenerateOptions decode_options;
+  decode_options.max_new_tokens = options.max_new_tokens;
+  decode_options.temperature = 0.f;
+  int64_t branch_peak = 0;
+  DecodeResult d;
+  const int64_t before = cache.next_position();
+  if (!keep_answer || options.append == AnswerSource::Gold) {
+    {
+      KvCache branch = cache.clone();
+      reserve_more(branch, options.max_new_tokens);
+      d = decode(model, branch, logits, decode_options);
+      branch_peak = branch.stats().bytes_peak;
+    }
+    record.own.top1 = teacher_force(model, cache, logits, turn.answer, tail, keep_answer);
+  } else {
+    {
+      KvCache branch = cache.clone();
+      reserve_more(branch, static_cast<int64_t>(turn.answer.size()));
+      record.own.top1 = teacher_force(model, branch, logits, turn.answer, tail, false);
+      branch_peak = branch.stats().bytes_peak;
+    }
+    d = decode(model, cache, logits, decode_options);
+    // The token decode chose last was never fed (max_new_tokens): it goes in with the tail.
+    std::vector<int32_t> rest(d.tokens.begin() + d.tokens_fed, d.tokens.end());
+    rest.insert(rest.end(), tail.begin(), tail.end());
+    if (!rest.empty()) model.forward(rest, cache);
+  }
+  record.appended_tokens = cache.next_position() - before;
+  record.prediction = d.text;
+  record.stop_reason = d.stop_reason;
+  record.output_tokens = static_cast<int64_t>(d.tokens.size());
+  record.tpot_ms = d.tpot_ms;
+  record.decode_tokens_per_s = d.decode_tokens_per_s;
+  record.cache = cache.stats();
+  record.kv_bytes = record.cache.bytes_resident;
+  record.kv_bytes_peak = std::max(record.cache.bytes_peak, branch_peak);
+  record.tokens_kept = mean_tokens(record.cache);
+}
+
+}  // namespace
+
+SessionResult run_session(const LlamaModel& model, const Sample& sample,
+                          const std::string& method_spec, const SessionOptions& options,
+                          const SampleReference* reference) {
+  const ResolvedSpec spec = resolve_method_spec(method_spec);
+  if (options.max_new_tokens < 1) throw InputError("max_new_tokens must be at least 1");
+  const SessionTokens tokens = tokenize_sample(model, sample, options);
+  check_fits(model, sample, tokens, options);
+  if (reference) {
+    if (reference->sample_id != sample.id || reference->turns.size() < tokens.turns.size()) {
+      throw std::invalid_argument("run_session: the reference is for sample '" +
+                                  reference->sample_id + "' with " +
+                                  std::to_string(reference->turns.size()) +
+                                  " turns, not for sample '" + sample.id + "' with " +
+                                  std::to_string(tokens.turns.size()));
+    }
+  }
+
+  SessionResult result;
+  result.sample_id = sample.id;
+  result.method = spec.canonical;
+  result.mode = options.mode;
+  result.append = options.append;
+  result.context_tokens = static_cast<int64_t>(tokens.context.size());
+  result.fidelity = reference != nullptr;
+
+  std::optional<KvCache> shared;  // multi-turn: the one cache of the conversation
+  if (options.mode == SessionMode::MultiTurn) {
+    const auto start = Clock::now();
+    shared.emplace(make_cache(spec, model.kv_shape()));
+    feed_context(model, *shared, tokens.context);
+    result.context_prefill_ms = seconds_since(start) * 1e3;
+  }
+
+  for (size_t t = 0; t < tokens.turns.size(); ++t) {
+    const TurnTokens& turn = tokens.turns[t];
+    TurnRecord record;
+    record.turn = static_cast<int32_t>(t + 1);
+    record.query = sample.turns[t].input;
+    record.reference = sample.turns[t].answers.empty() ? "" : sample.turns[t].answers[0];
+    const int64_t query_n = static_cast<int64_t>(turn.query.size());
+    const int64_t room = query_n + std::max<int64_t>(
+        static_cast<int64_t>(turn.answer.size() + tokens.answer_tail.size()),
+        options.append == AnswerSource::Model ? options.max_new_tokens + 1 : 0);
+
+    std::vector<float> logits;
+    if (options.mode == SessionMode::MultiTurn) {
+      shared->reset_peak();
+      reserve_more(*shared, room);
+      const auto start = Clock::now();
+      logits = model.forward(turn.query, *shared);
+      const double prefill_s = seconds_since(start);
+      argmax(logits);  // the first token chosen: TTFT ends here
+      record.ttft_ms = seconds_since(start) * 1e3;
+      record.prompt_tokens = query_n;
+      record.prefill_tokens_per_s = query_n / std::max(prefill_s, 1e-9);
+      record.own.first_logprobs = log_softmax(logits);
+      answer_turn(model, *shared, logits, turn, tokens.answer_tail, options, true, record);
+    } else {
+      // A request without reuse: a fresh cache, the context prefilled and compressed, then
+      // the query; all of it counts towards TTFT.
+      const auto start = Clock::now();
+      KvCache cache = make_cache(spec, model.kv_shape());
+      feed_context(model, cache, tokens.context);
+      reserve_more(cache, room);
+      logits = model.forward(turn.query, cache);
+      const double prefill_s = seconds_since(start);
+      argmax(logits);
+      record.ttft_ms = seconds_since(start) * 1e3;
+      record.prompt_tokens = static_cast<int64_t>(tokens.context.size()) + query_n;
+      record.prefill_tokens_per_s = record.prompt_tokens / std::max(prefill_s, 1e-9);
+      record.own.first_logprobs = log_softmax(logits);
+      answer_turn(model, cache, logits, turn, tokens.answer_tail, options, false, record);
+    }
+    if (reference) fill_fidelity(record, reference->turns[t]);
+    result.turns.push_back(std::move(record));
+  }
+  return result;
+}
+
+SampleReference reference_of(const SessionResult& result) {
+  SampleReference reference;
+  reference.sample_id = result.sample_id;
+  for (const TurnRecord& turn : result.turns) reference.turns.push_back(turn.own);
+  return reference;
+}
+
+void apply_reference(SessionResult& result, const SampleReference& reference) {
+  if (reference.sample_id != result.sample_id || reference.turns.size() < result.turns.size()) {
+    throw std::invalid_argument("apply_reference: the reference is for sample '" +
+                                reference.sample_id + "', not '" + result.sample_id + "'");
+  }
+  for (size_t t = 0; t < result.turns.size(); ++t) {
+    fill_fidelity(result.turns[t], reference.turns[t]);
+  }
+  result.fidelity = true;
+}
+
+}  // namespace kvbench

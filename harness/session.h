@@ -24,6 +24,8 @@ enum class AnswerSource { Gold, Model };  // what a multi-turn turn appends afte
 
 const char* to_string(SessionMode mode);   // "multi-turn", "multi-request"
 SessionMode parse_session_mode(const std::string& text);  // InputError on anything else
+const char* to_string(AnswerSource source);               // "gold", "model"
+AnswerSource parse_answer_source(const std::string& text);  // InputError on anything else
 
 struct SessionOptions {
   SessionMode mode = SessionMode::MultiTurn;
@@ -35,7 +37,10 @@ struct SessionOptions {
 // What the full cache predicts on each turn: the reference fidelity is measured against.
 struct TurnReference {
   std::vector<float> first_logprobs;  // [vocab] log-softmax of the first answer token
-  std::vector<int32_t> top1;          // argmax at each position of the reference answer
+  // argmax at each position of the reference answer under teacher forcing: top1[0] from
+  // the query's logits, top1[i] after reference token i - 1 (at least one entry, also for
+  // an empty answer).
+  std::vector<int32_t> top1;
 };
 
 struct SampleReference {
@@ -48,15 +53,22 @@ struct TurnRecord {
   std::string query;
   std::string prediction;  // the model's decoded answer
   std::string reference;   // answers[0]
+  std::string stop_reason;  // of the decoded answer: "end_of_turn", "max_new_tokens", "context_length"
   int64_t prompt_tokens = 0;  // tokens fed this turn before decoding (context + query, or query)
-  int64_t output_tokens = 0;
-  double ttft_ms = 0;         // turn start (context prefill in multi-request) -> first token
+  int64_t output_tokens = 0;  // tokens of `prediction`
+  int64_t appended_tokens = 0;  // fed to the turn's cache after the query: the appended answer
+                                // and end-of-turn tail (multi-turn); the teacher-forced
+                                // reference minus its last token (multi-request)
+  double ttft_ms = 0;         // turn start (context prefill and compression in
+                              // multi-request) -> first token chosen
   double tpot_ms = 0;         // mean time per output token after the first
   double prefill_tokens_per_s = 0;
   double decode_tokens_per_s = 0;
   int64_t kv_bytes = 0;       // resident after the turn
-  int64_t kv_bytes_peak = 0;  // largest resident during the turn
+  int64_t kv_bytes_peak = 0;  // largest resident during the turn: the larger of the turn's
+                              // cache and the clone the other answer ran on (never their sum)
   double tokens_kept = 0;     // mean tokens stored per layer after the turn
+  // Fidelity, measured only with a reference (SessionResult::fidelity), else 0:
   double first_token_kl = 0;  // KL(full || method) of the first answer token's distribution
   double top1_agreement = 0;  // fraction of reference-answer positions with the same argmax
   CacheStats cache;           // after the turn
@@ -67,17 +79,36 @@ struct SessionResult {
   std::string sample_id;
   std::string method;  // canonical spec
   SessionMode mode = SessionMode::MultiTurn;
-  int64_t context_tokens = 0;
+  AnswerSource append = AnswerSource::Gold;
+  int64_t context_tokens = 0;     // the shared context segment (system prompt, user header)
+  double context_prefill_ms = 0;  // multi-turn: context prefill + compression, before turn 1
+  bool fidelity = false;          // first_token_kl / top1_agreement were measured
   std::vector<TurnRecord> turns;
 };
 
 // Runs `sample` with the cache `method_spec` builds. `reference` (from a run with the full
 // cache in the same mode) fills the fidelity fields; without it they stay 0.
+// Throws InputError for a bad spec, and naming the sample id when the context and turns
+// cannot fit the model's context length (checked before anything runs).
+//
+// The chat layout (from the model's template, tokenized segment by segment so every
+// method sees the same tokens): context segment = system prompt + user header + context +
+// "\n\n"; query of turn 1 = query + end of user message + assistant header; later turns
+// open a new user message; an appended answer ends with the end-of-turn tail.
+// In a turn the model's answer is decoded greedily (TTFT: query in -> first token chosen;
+// TPOT after it) and the reference answer is teacher-forced token by token; with
+// AnswerSource::Gold the decoding runs on a clone and the reference goes on the cache,
+// with AnswerSource::Model the other way round. Multi-request does the same on a fresh
+// cache per turn, its context prefill counted in TTFT.
 SessionResult run_session(const LlamaModel& model, const Sample& sample,
                           const std::string& method_spec, const SessionOptions& options,
                           const SampleReference* reference);
 
 // The reference of a run: its turns' `own` fields.
 SampleReference reference_of(const SessionResult& result);
+
+// Fills `result`'s fidelity fields from `reference` (e.g. a full-cache run that is its own
+// reference: KL 0, agreement 1).
+void apply_reference(SessionResult& result, const SampleReference& reference);
 
 }  // namespace kvbench

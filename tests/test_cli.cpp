@@ -8,6 +8,7 @@
 #include <string>
 
 #include "gguf_writer.h"
+#include "methods/registry.h"
 
 using namespace kvbench;
 
@@ -124,4 +125,77 @@ TEST_CASE("cli: list models shows a given model", "[unit]") {
   CHECK(run.exit_code == 0);
   CHECK(run.output.find(path) != std::string::npos);
   CHECK(run.output.find("llama") != std::string::npos);
+}
+
+namespace {
+
+std::string write_text(const std::string& name, const std::string& text) {
+  const std::string path = testing::temp_path(name);
+  testing::write_file(path, std::vector<uint8_t>(text.begin(), text.end()));
+  return path;
+}
+
+const char* kSessionSample =
+    R"({"id": "s1", "context": "abc = 12, def = 34.", "multi_turns": [{"input": "abc?", "answer": "12"}, {"input": "def?", "answer": ["34", "thirty-four"]}]})";
+
+}  // namespace
+
+TEST_CASE("cli: session names a bad method spec before loading anything", "[unit]") {
+  // The model and the sample file do not exist: the spec is checked first.
+  const std::string absent = testing::temp_path("absent_session.gguf");
+  std::vector<std::string> specs = {"nosuch", "full:budget=1", ":x"};
+  if (find_method("snapkv")) specs.push_back("snapkv:ratio=2");
+  for (const std::string& spec : specs) {
+    const Run run = run_kvbench("--model " + absent + " session --sample /nonexistent.jsonl --method '" +
+                                spec + "' --mode multi-turn");
+    require_clear_error(run, "'" + spec + "'");
+  }
+}
+
+TEST_CASE("cli: session names a malformed sample file by file:line", "[unit]") {
+  const std::string absent = testing::temp_path("absent_session.gguf");
+  const std::string path =
+      write_text("malformed.jsonl", std::string(kSessionSample) + "\n\n{\"id\": 2, \"context\": \n");
+  const Run run =
+      run_kvbench("--model " + absent + " session --sample " + path + " --method full --mode multi-turn");
+  require_clear_error(run, path + ":3: malformed JSON");
+  const std::string missing_turns = write_text("no_turns.jsonl", R"({"id": 1, "context": "c"})");
+  require_clear_error(run_kvbench("--model " + absent + " session --sample " + missing_turns +
+                                  " --method full --mode multi-turn"),
+                      missing_turns + ":1: missing field 'multi_turns'");
+}
+
+TEST_CASE("cli: session refuses an unknown mode, append source or sample id", "[unit]") {
+  const std::string path = write_text("session_ok.jsonl", kSessionSample);
+  require_clear_error(run_kvbench("session --sample " + path + " --method full --mode scdq"),
+                      "unknown session mode 'scdq'");
+  require_clear_error(
+      run_kvbench("session --sample " + path + " --method full --mode multi-turn --append mine"),
+      "unknown answer source 'mine'");
+  require_clear_error(run_kvbench("session --sample " + path +
+                                  " --method full --mode multi-turn --sample-id nope"),
+                      "no sample with id 'nope'");
+  require_clear_error(run_kvbench("session --sample " + path + " --method full"), "--mode");
+}
+
+TEST_CASE("cli: session on a tiny model prints the table and a summary", "[unit]") {
+  const std::string model = testing::temp_path("tiny_cli_session.gguf");
+  testing::write_tiny_llama_gguf(model);
+  const std::string path = write_text("session_tiny.jsonl", kSessionSample);
+  for (const std::string mode : {"multi-turn", "multi-request"}) {
+    const Run run = run_kvbench("--model " + model + " --threads 1 session --sample " + path +
+                                " --method full --mode " + mode + " --max-new 4");
+    INFO(run.output);
+    CHECK(run.exit_code == 0);
+    CHECK(run.output.find("method: full") != std::string::npos);
+    CHECK(run.output.find("TTFT ms") != std::string::npos);
+    CHECK(run.output.find("summary s1: 2 turns") != std::string::npos);
+    CHECK(run.output.find("mean KL 0.0000 | mean top-1 1.000") != std::string::npos);
+  }
+  const Run none = run_kvbench("--model " + model + " --threads 1 session --sample " + path +
+                               " --method full --mode multi-turn --no-fidelity --turns 1");
+  INFO(none.output);
+  CHECK(none.exit_code == 0);
+  CHECK(none.output.find("summary s1: 1 turn |") != std::string::npos);
+  CHECK(none.output.find("no fidelity") != std::string::npos);
 }

@@ -1,1 +1,115 @@
-// placeholder: being written
+// SCBench's JSONL schema: what loads, and one InputError naming file:line for each way a
+// file can be wrong.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "datasets/sample.h"
+#include "gguf_writer.h"
+#include "harness/input_error.h"
+
+using namespace kvbench;
+
+namespace {
+
+std::string write_jsonl(const std::string& name, const std::string& text) {
+  const std::string path = testing::temp_path(name);
+  testing::write_file(path, std::vector<uint8_t>(text.begin(), text.end()));
+  return path;
+}
+
+// Loading `text` fails with a message that names `where` (file:line) and contains `what`.
+void require_error(const std::string& text, int line, const std::string& what) {
+  const std::string path = write_jsonl("bad.jsonl", text);
+  const std::string where = line > 0 ? path + ":" + std::to_string(line) + ": " : path + ": ";
+  try {
+    load_samples_jsonl(path);
+    FAIL("no error for: " << text);
+  } catch (const InputError& e) {
+    const std::string message = e.what();
+    INFO(message);
+    CHECK(message.rfind(where, 0) == 0);
+    CHECK(message.find(what) != std::string::npos);
+    CHECK(message.find('\n') == std::string::npos);
+  }
+}
+
+const char* kTurn = R"({"input": "q", "answer": "a"})";
+
+std::string row(const std::string& id, const std::string& turns) {
+  return R"({"id": )" + id + R"(, "context": "ctx", "multi_turns": )" + turns + "}";
+}
+
+}  // namespace
+
+TEST_CASE("jsonl: string, number and list answers; numeric and string ids", "[unit]") {
+  const std::string text =
+      R"({"id": 7, "context": "The list.", "multi_turns": [{"input": "first?", "answer": "one"}, {"input": "second?", "answer": 42}, {"input": "third?", "answer": ["x", "y"], "extra": true}], "length": 12})"
+      "\n\n   \n"
+      R"({"id": "s-2", "context": "", "multi_turns": [{"input": "pi?", "answer": 3.5}, {"input": "n?", "answer": [1, "two"]}]})"
+      "\r\n";
+  const auto samples = load_samples_jsonl(write_jsonl("good.jsonl", text));
+  REQUIRE(samples.size() == 2);
+  CHECK(samples[0].id == "7");
+  CHECK(samples[0].context == "The list.");
+  REQUIRE(samples[0].turns.size() == 3);
+  CHECK(samples[0].turns[0].input == "first?");
+  CHECK(samples[0].turns[0].answers == std::vector<std::string>{"one"});
+  CHECK(samples[0].turns[1].answers == std::vector<std::string>{"42"});
+  CHECK(samples[0].turns[2].answers == std::vector<std::string>{"x", "y"});
+  CHECK(samples[1].id == "s-2");
+  CHECK(samples[1].context.empty());
+  CHECK(samples[1].turns[0].answers == std::vector<std::string>{"3.5"});
+  CHECK(samples[1].turns[1].answers == std::vector<std::string>{"1", "two"});
+}
+
+TEST_CASE("jsonl: unicode text and escapes survive", "[unit]") {
+  const auto samples = load_samples_jsonl(write_jsonl(
+      "unicode.jsonl",
+      "\xEF\xBB\xBF" R"({"id": 1.0, "context": "caf\u00e9 \"q\"\n\u4e2d", "multi_turns": [{"input": "\u00fc", "answer": "\ud83d\ude00"}]})"));
+  REQUIRE(samples.size() == 1);
+  CHECK(samples[0].id == "1");
+  CHECK(samples[0].context == "caf\xC3\xA9 \"q\"\n\xE4\xB8\xAD");
+  CHECK(samples[0].turns[0].input == "\xC3\xBC");
+  CHECK(samples[0].turns[0].answers[0] == "\xF0\x9F\x98\x80");
+}
+
+TEST_CASE("jsonl: a missing file, an empty file", "[unit]") {
+  const std::string missing = testing::temp_path("absent.jsonl");
+  CHECK_THROWS_WITH(load_samples_jsonl(missing), Catch::Contains(missing) &&
+                                                     Catch::Contains("cannot open"));
+  require_error("", 0, "no samples");
+  require_error("\n  \n\n", 0, "no samples");
+}
+
+TEST_CASE("jsonl: malformed lines are named by file:line", "[unit]") {
+  const std::string good = row("1", std::string("[") + kTurn + "]") + "\n";
+  require_error(good + "{\"id\": 2, \"context\": \"x\"\n", 2, "malformed JSON");
+  require_error(good + "\n" + "not json\n", 3, "malformed JSON");
+  require_error("[1, 2]\n", 1, "expected a JSON object, got a list");
+  require_error(good + good, 2, "duplicate id '1' (first on line 1)");
+}
+
+TEST_CASE("jsonl: missing and mistyped fields are named", "[unit]") {
+  const std::string turns = std::string("[") + kTurn + "]";
+  require_error(R"({"context": "c", "multi_turns": )" + turns + "}", 1, "missing field 'id'");
+  require_error(row("true", turns), 1, "field 'id' must be a string or a number, not a boolean");
+  require_error(R"({"id": 1, "multi_turns": )" + turns + "}", 1, "missing field 'context'");
+  require_error(R"({"id": 1, "context": 5, "multi_turns": )" + turns + "}", 1,
+                "field 'context' must be a string, not a number");
+  require_error(R"({"id": 1, "context": "c"})", 1, "missing field 'multi_turns'");
+  require_error(row("1", R"({"input": "q"})"), 1, "field 'multi_turns' must be a list");
+  require_error(row("1", "[]"), 1, "field 'multi_turns' is an empty list");
+  require_error(row("1", R"([{"input": "q", "answer": "a"}, "oops"])"), 1,
+                "multi_turns[1]: expected an object");
+  require_error(row("1", R"([{"answer": "a"}])"), 1, "multi_turns[0]: missing field 'input'");
+  require_error(row("1", R"([{"input": ["q"], "answer": "a"}])"), 1,
+                "multi_turns[0]: field 'input' must be a string, not a list");
+  require_error(row("1", R"([{"input": "q"}])"), 1, "multi_turns[0]: missing field 'answer'");
+  require_error(row("1", R"([{"input": "q", "answer": null}])"), 1,
+                "field 'answer' must be a string, a number or a list of strings, not null");
+  require_error(row("1", R"([{"input": "q", "answer": []}])"), 1,
+                "field 'answer' is an empty list");
+  require_error(row("1", R"([{"input": "q", "answer": ["a", {"b": 1}]}])"), 1,
+                "field 'answer' item 1 must be a string, not an object");
+}
