@@ -41,8 +41,10 @@ void DenseLayerKv::reserve(int64_t n_tokens) {
 void DenseLayerKv::append(const float* k, const float* v, const int32_t* positions,
                           int64_t n_new) {
   if (n_tokens_ + n_new > capacity_) {
-    // Grow geometrically so token-by-token decode does not copy the cache every step.
-    reallocate(std::max(n_tokens_ + n_new, capacity_ + capacity_ / 2 + 64));
+    // A growing cache grows geometrically so token-by-token decode does not copy it every
+    // step; one that evicts holds about its budget, so it grows by the slack only.
+    reallocate(evicted_ ? n_tokens_ + n_new + kEvictionSlack
+                        : std::max(n_tokens_ + n_new, capacity_ + capacity_ / 2 + 64));
   }
   for (int64_t t = 0; t < n_new; ++t) {
     for (int32_t h = 0; h < n_kv_heads_; ++h) {
@@ -74,9 +76,11 @@ void DenseLayerKv::retain(const RetainPlan& plan) {
     }
   }
   n_tokens_ = plan.n_keep;
-  // Give memory back when at least half the buffer is idle; smaller drops (one token per
-  // decode step) reuse the freed slots instead of reallocating every step.
-  if (n_tokens_ * 2 <= capacity_) reallocate(n_tokens_);
+  evicted_ = true;
+  // A compression gives its memory back at once; a decode-step eviction (one token out
+  // for the one that came in) reuses the slot instead of reallocating every step.
+  const int64_t idle = capacity_ - n_tokens_;
+  if (idle > kEvictionSlack || idle > n_tokens_) reallocate(n_tokens_);
 }
 
 DenseKv DenseLayerKv::view() const {

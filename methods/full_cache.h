@@ -10,6 +10,11 @@
 
 namespace kvbench {
 
+// Idle slots an evicting store may keep for the tokens of the next steps: more idle than
+// this (or than it keeps) after a drop and the buffer is cut to what is kept, so bytes
+// resident follow the tokens kept without reallocating at every decode-step eviction.
+constexpr int64_t kEvictionSlack = 64;
+
 class DenseLayerKv : public LayerKv {
  public:
   DenseLayerKv(int32_t n_kv_heads, int32_t head_dim);
@@ -32,6 +37,7 @@ class DenseLayerKv : public LayerKv {
   int32_t head_dim_;
   int64_t capacity_ = 0;
   int64_t n_tokens_ = 0;
+  bool evicted_ = false;  // a plan has dropped slots: growth is by kEvictionSlack
   std::vector<float> k_;            // [n_kv_heads, capacity, head_dim]
   std::vector<float> v_;            // [n_kv_heads, capacity, head_dim]
   std::vector<int32_t> positions_;  // [n_kv_heads, capacity]

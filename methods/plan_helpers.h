@@ -49,8 +49,9 @@ void plan_top_k_same(const float* scores, int64_t n_tokens, int64_t k, int32_t n
 // n_old the slot count before the plan; afterwards [rows, plan.n_keep]. Row r follows KV
 // head r * n_kv_heads / rows, so rows may be n_kv_heads (state per KV head), n_heads (per
 // query head: each GQA group follows its KV head) or 1 (one row per layer, for plans that
-// keep the same slots in every head). Like the dense store, memory is given back once half
-// the buffer is idle, so one drop per decode step does not reallocate every step.
+// keep the same slots in every head). Memory is given back once half the buffer is idle,
+// so one drop per decode step does not reallocate every step (the state is small next to
+// the KV it scores).
 template <typename T>
 void retain_rows(std::vector<T>& state, int64_t rows, int64_t n_old, const RetainPlan& plan,
                  int32_t n_kv_heads) {

@@ -96,3 +96,46 @@ TEST_CASE("attention through the dense cache equals the reference kernel", "[uni
     REQUIRE(out[i] == Approx(expected[i]).margin(1e-5));
   }
 }
+
+TEST_CASE("dense store: a compression frees at once, decode-step evictions reuse slots",
+          "[unit]") {
+  const int32_t n_kv_heads = 2, head_dim = 4;
+  DenseLayerKv store(n_kv_heads, head_dim);
+  auto append = [&](int64_t n, int32_t first_position) {
+    auto k = random_floats(n * n_kv_heads * head_dim, first_position);
+    std::vector<int32_t> positions(n);
+    for (int64_t i = 0; i < n; ++i) positions[i] = first_position + static_cast<int32_t>(i);
+    store.append(k.data(), k.data(), positions.data(), n);
+  };
+  // Keep the last `n` slots of every head.
+  auto keep_last = [&](int64_t n) {
+    RetainPlan plan;
+    plan.n_keep = n;
+    for (int32_t h = 0; h < n_kv_heads; ++h) {
+      for (int64_t j = 0; j < n; ++j) {
+        plan.slots.push_back(static_cast<int32_t>(store.n_tokens() - n + j));
+      }
+    }
+    store.retain(plan);
+  };
+  store.reserve(1000);
+  append(1000, 0);
+  const int64_t per_token = store.bytes_resident() / 1000;
+  keep_last(250);  // compression: exactly what is kept
+  CHECK(store.capacity() == 250);
+  CHECK(store.bytes_resident() == 250 * per_token);
+  CHECK(store.view().positions[0] == 750);
+  CHECK(store.view().positions[store.capacity() + 249] == 999);  // head 1
+
+  // Decode: one in, one out. Growth after an eviction is by the slack, then steady.
+  append(1, 1000);
+  CHECK(store.capacity() == 251 + kEvictionSlack);
+  keep_last(250);
+  const int64_t steady = store.capacity();
+  for (int32_t step = 1; step < 100; ++step) {
+    append(1, 1000 + step);
+    keep_last(250);
+    REQUIRE(store.capacity() == steady);
+  }
+  CHECK(store.view().positions[249] == 1099);
+}
