@@ -58,21 +58,33 @@ void DenseLayerKv::append(const float* k, const float* v, const int32_t* positio
   n_tokens_ += n_new;
 }
 
-void DenseLayerKv::retain(const RetainPlan& plan) {
+void DenseLayerKv::retain(RetainPlan& plan) {
   assert(plan.n_keep <= n_tokens_);
   assert(static_cast<int64_t>(plan.slots.size()) == plan.n_keep * n_kv_heads_);
-  // Compact in place: slots ascend, so each kept row moves down or stays.
+  std::vector<char> kept(static_cast<size_t>(n_tokens_));
   for (int32_t h = 0; h < n_kv_heads_; ++h) {
-    const int32_t* keep = plan.slots.data() + h * plan.n_keep;
+    int32_t* keep = plan.slots.data() + h * plan.n_keep;
+    // Kept slots below n_keep stay; the holes there take the kept slots at or past n_keep,
+    // in order. `keep` becomes that placement.
+    std::fill(kept.begin(), kept.end(), 0);
+    for (int64_t j = 0; j < plan.n_keep; ++j) {
+      assert(keep[j] >= 0 && keep[j] < n_tokens_ && (j == 0 || keep[j] > keep[j - 1]));
+      kept[keep[j]] = 1;
+    }
+    int64_t tail = std::lower_bound(keep, keep + plan.n_keep, plan.n_keep) - keep;
     const size_t head = static_cast<size_t>(h) * capacity_;
     for (int64_t j = 0; j < plan.n_keep; ++j) {
-      assert(keep[j] >= j && keep[j] < n_tokens_ && (j == 0 || keep[j] > keep[j - 1]));
-      if (keep[j] == j) continue;
-      std::memcpy(&k_[(head + j) * head_dim_], &k_[(head + keep[j]) * head_dim_],
+      if (kept[j]) {
+        keep[j] = static_cast<int32_t>(j);
+        continue;
+      }
+      const int32_t from = keep[tail++];  // tail >= j: read before any write reaches it
+      keep[j] = from;
+      std::memcpy(&k_[(head + j) * head_dim_], &k_[(head + from) * head_dim_],
                   head_dim_ * sizeof(float));
-      std::memcpy(&v_[(head + j) * head_dim_], &v_[(head + keep[j]) * head_dim_],
+      std::memcpy(&v_[(head + j) * head_dim_], &v_[(head + from) * head_dim_],
                   head_dim_ * sizeof(float));
-      positions_[head + j] = positions_[head + keep[j]];
+      positions_[head + j] = positions_[head + from];
     }
   }
   n_tokens_ = plan.n_keep;
@@ -80,7 +92,7 @@ void DenseLayerKv::retain(const RetainPlan& plan) {
   // A compression gives its memory back at once; a decode-step eviction (one token out
   // for the one that came in) reuses the slot instead of reallocating every step.
   const int64_t idle = capacity_ - n_tokens_;
-  if (idle > kEvictionSlack || idle > n_tokens_) reallocate(n_tokens_);
+  if (idle > 2 * kEvictionSlack || idle > n_tokens_) reallocate(n_tokens_);
 }
 
 DenseKv DenseLayerKv::view() const {

@@ -10,9 +10,9 @@
 
 namespace kvbench {
 
-// Idle slots an evicting store may keep for the tokens of the next steps: more idle than
-// this (or than it keeps) after a drop and the buffer is cut to what is kept, so bytes
-// resident follow the tokens kept without reallocating at every decode-step eviction.
+// Room an evicting store grows by for the tokens of the next steps. A drop that leaves
+// more than twice this idle (or more idle than kept) cuts the buffer to what is kept, so
+// bytes resident follow the tokens kept without reallocating at every decode step.
 constexpr int64_t kEvictionSlack = 64;
 
 class DenseLayerKv : public LayerKv {
@@ -22,7 +22,7 @@ class DenseLayerKv : public LayerKv {
   void reserve(int64_t n_tokens) override;
   void append(const float* k, const float* v, const int32_t* positions, int64_t n_new) override;
   void attend(const AttentionQuery& query) const override;
-  void retain(const RetainPlan& plan) override;
+  void retain(RetainPlan& plan) override;
   DenseKv view() const override;
   std::unique_ptr<LayerKv> clone() const override;
   int64_t n_tokens() const override { return n_tokens_; }

@@ -51,8 +51,8 @@ class H2oPolicy : public TokenPolicy {
     if (limit < 0 || n <= limit) return false;
     LayerScores& s = layers_[layer];
     grow(s, n);
-    // Per KV head, the group's summed scores; the recent slots (the last ones: slots stay
-    // in position order) ranked above any score so top-k keeps them.
+    // Per KV head, the group's summed scores; the recent slots (highest positions) ranked
+    // above any score so top-k keeps them.
     const int64_t n_recent =
         std::min(limit, static_cast<int64_t>(std::floor(recent_ * limit + 1e-9)));
     std::vector<float> ranked(static_cast<size_t>(n_kv_heads_ * n), 0.f);
@@ -63,7 +63,8 @@ class H2oPolicy : public TokenPolicy {
       for (int64_t t = 0; t < n; ++t) out[t] += in[t];
     }
     for (int32_t g = 0; g < n_kv_heads_; ++g) {
-      std::fill(ranked.begin() + g * n + (n - n_recent), ranked.begin() + (g + 1) * n, FLT_MAX);
+      const std::vector<int32_t> order = slots_by_position(kv, g);
+      for (int64_t i = n - n_recent; i < n; ++i) ranked[g * n + order[i]] = FLT_MAX;
     }
     plan_top_k_per_head(ranked.data(), n_kv_heads_, n, limit, plan);
     return true;

@@ -60,8 +60,11 @@ class LayerKv {
                       int64_t n_new) = 0;
   // Causal attention of a chunk's queries over what is stored (the chunk itself included).
   virtual void attend(const AttentionQuery& query) const = 0;
-  // Keeps only the planned slots (order kept) and frees storage the drop makes idle.
-  virtual void retain(const RetainPlan& plan) = 0;
+  // Keeps only the planned slots and frees storage the drop makes idle. Slots may move:
+  // on return plan.slots[h * n_keep + j] is the old slot now at slot j, always >= j (a
+  // dropped slot's hole is filled from the tail, so one decode-step eviction moves one
+  // token, not all those after it). Positions travel with their tokens.
+  virtual void retain(RetainPlan& plan) = 0;
   // The stored KV in fp32, for policies to score.
   virtual DenseKv view() const = 0;
   virtual std::unique_ptr<LayerKv> clone() const = 0;

@@ -15,6 +15,15 @@ int64_t LayerLimits::resolve(int32_t layer, CachePhase phase, int64_t n_tokens) 
   return limit;
 }
 
+std::vector<int32_t> slots_by_position(const DenseKv& kv, int32_t head) {
+  const int32_t* positions = kv.positions + static_cast<int64_t>(head) * kv.capacity;
+  std::vector<int32_t> order(static_cast<size_t>(kv.n_tokens));
+  for (int64_t t = 0; t < kv.n_tokens; ++t) order[t] = static_cast<int32_t>(t);
+  std::sort(order.begin(), order.end(),
+            [positions](int32_t a, int32_t b) { return positions[a] < positions[b]; });
+  return order;
+}
+
 void plan_same_slots(const std::vector<int32_t>& keep, int32_t n_kv_heads, RetainPlan& plan) {
   plan.n_keep = static_cast<int64_t>(keep.size());
   plan.slots.resize(keep.size() * n_kv_heads);

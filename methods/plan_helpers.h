@@ -31,6 +31,10 @@ class LayerLimits {
   std::vector<int64_t> resolved_;  // per layer, -1 until a ratio resolves
 };
 
+// KV head `head`'s slots ordered by position, oldest first: where "the first" and "the
+// most recent" tokens are, since applying a plan may reorder slots.
+std::vector<int32_t> slots_by_position(const DenseKv& kv, int32_t head);
+
 // One slot list for every KV head (per-layer methods: StreamingLLM, TOVA).
 // keep: ascending slots.
 void plan_same_slots(const std::vector<int32_t>& keep, int32_t n_kv_heads, RetainPlan& plan);

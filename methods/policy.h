@@ -12,7 +12,9 @@
 namespace kvbench {
 
 // Which stored slots a layer keeps: for KV head h, slots[h * n_keep + j], ascending in j.
-// Per-layer methods (TOVA, StreamingLLM) repeat one list for every head.
+// Per-layer methods (TOVA, StreamingLLM) repeat one list for every head. Applying a plan
+// may reorder slots (LayerKv::retain), so a policy finds "recent" or "first" tokens by
+// their positions, never by slot order.
 struct RetainPlan {
   int64_t n_keep = 0;
   std::vector<int32_t> slots;  // [n_kv_heads, n_keep]
@@ -39,7 +41,8 @@ class TokenPolicy {
   // false to keep everything.
   virtual bool plan(int32_t layer, const DenseKv& kv, CachePhase phase, RetainPlan& plan) = 0;
 
-  // The store applied `plan` to `layer`: per-slot state (accumulated scores) must follow.
+  // The store applied `plan` to `layer`, which now says where each slot went (new slot j
+  // holds old slot plan.slots[h * n_keep + j]): per-slot state (scores) must follow.
   virtual void retained(int32_t /*layer*/, const RetainPlan& /*plan*/) {}
 
   // Bytes of per-token state held for `layer` (scores), counted in the layer's KV bytes.

@@ -31,16 +31,14 @@ class StreamingLlmPolicy : public TokenPolicy {
   bool plan(int32_t layer, const DenseKv& kv, CachePhase phase, RetainPlan& plan) override {
     const int64_t limit = limits_.resolve(layer, phase, kv.n_tokens);
     if (limit < 0 || kv.n_tokens <= limit) return false;
-    // Slots are in position order (appends come in order, retain keeps order), so the
-    // sinks are the first slots and the window the last. A ratio can resolve to a limit
-    // at or below `sink`: then the newest token still stays.
+    // The sinks are the lowest positions and the window the highest (every head holds the
+    // same tokens). A ratio can resolve to a limit at or below `sink`: then the newest
+    // token still stays.
     const int64_t n_sink = std::min(sink_, limit - 1);
-    std::vector<int32_t> keep;
-    keep.reserve(static_cast<size_t>(limit));
-    for (int64_t t = 0; t < n_sink; ++t) keep.push_back(static_cast<int32_t>(t));
-    for (int64_t t = kv.n_tokens - (limit - n_sink); t < kv.n_tokens; ++t) {
-      keep.push_back(static_cast<int32_t>(t));
-    }
+    const std::vector<int32_t> order = slots_by_position(kv, 0);
+    std::vector<int32_t> keep(order.begin(), order.begin() + n_sink);
+    keep.insert(keep.end(), order.end() - (limit - n_sink), order.end());
+    std::sort(keep.begin(), keep.end());
     plan_same_slots(keep, kv.n_kv_heads, plan);
     return true;
   }

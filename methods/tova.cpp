@@ -57,7 +57,7 @@ class TovaPolicy : public TokenPolicy {
       // No query has looked at these slots (nothing attended since they were stored):
       // keep the most recent ones.
       scores.resize(static_cast<size_t>(kv.n_tokens));
-      for (int64_t t = 0; t < kv.n_tokens; ++t) scores[t] = static_cast<float>(t);
+      for (int64_t t = 0; t < kv.n_tokens; ++t) scores[t] = static_cast<float>(kv.positions[t]);
     }
     plan_top_k_same(scores.data(), kv.n_tokens, limit, kv.n_kv_heads, plan);
     return true;

@@ -2,12 +2,14 @@
 // through the store equal to the reference kernel on the same data.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
 
 #include "kernels/cpu/attention.h"
 #include "methods/full_cache.h"
+#include "methods/plan_helpers.h"
 
 using namespace kvbench;
 
@@ -107,16 +109,22 @@ TEST_CASE("dense store: a compression frees at once, decode-step evictions reuse
     for (int64_t i = 0; i < n; ++i) positions[i] = first_position + static_cast<int32_t>(i);
     store.append(k.data(), k.data(), positions.data(), n);
   };
-  // Keep the last `n` slots of every head.
+  // Keep the `n` most recent tokens of every head.
   auto keep_last = [&](int64_t n) {
     RetainPlan plan;
     plan.n_keep = n;
     for (int32_t h = 0; h < n_kv_heads; ++h) {
-      for (int64_t j = 0; j < n; ++j) {
-        plan.slots.push_back(static_cast<int32_t>(store.n_tokens() - n + j));
-      }
+      std::vector<int32_t> order = slots_by_position(store.view(), h);
+      std::vector<int32_t> keep(order.end() - n, order.end());
+      std::sort(keep.begin(), keep.end());
+      plan.slots.insert(plan.slots.end(), keep.begin(), keep.end());
     }
     store.retain(plan);
+  };
+  auto positions_of = [&](int32_t h) {
+    const DenseKv kv = store.view();
+    return std::vector<int32_t>(kv.positions + h * kv.capacity,
+                                kv.positions + h * kv.capacity + kv.n_tokens);
   };
   store.reserve(1000);
   append(1000, 0);
@@ -127,15 +135,29 @@ TEST_CASE("dense store: a compression frees at once, decode-step evictions reuse
   CHECK(store.view().positions[0] == 750);
   CHECK(store.view().positions[store.capacity() + 249] == 999);  // head 1
 
-  // Decode: one in, one out. Growth after an eviction is by the slack, then steady.
+  // A decode-step eviction moves one token into the hole, not all those after it.
   append(1, 1000);
+  const std::vector<int32_t> before = positions_of(0);
+  keep_last(250);  // drops position 750, in slot 0
+  std::vector<int32_t> expected(before.begin(), before.begin() + 250);
+  expected[0] = 1000;  // the new token, moved from slot 250 into slot 0
+  CHECK(positions_of(0) == expected);
+  CHECK(positions_of(1) == expected);
+
+  // Decode: one in, one out. Growth after an eviction is by the slack, then steady.
+  append(1, 1001);
   CHECK(store.capacity() == 251 + kEvictionSlack);
   keep_last(250);
-  const int64_t steady = store.capacity();
-  for (int32_t step = 1; step < 100; ++step) {
+  const float* steady = store.view().k;  // the buffer decode steps must not reallocate
+  CHECK(store.capacity() == 251 + kEvictionSlack);
+  for (int32_t step = 2; step < 100; ++step) {
     append(1, 1000 + step);
     keep_last(250);
-    REQUIRE(store.capacity() == steady);
+    REQUIRE(store.view().k == steady);
   }
-  CHECK(store.view().positions[249] == 1099);
+  std::vector<int32_t> kept = positions_of(0);
+  std::sort(kept.begin(), kept.end());
+  CHECK(kept.front() == 850);
+  CHECK(kept.back() == 1099);
+  CHECK(std::adjacent_find(kept.begin(), kept.end()) == kept.end());
 }

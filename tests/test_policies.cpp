@@ -74,8 +74,10 @@ void feed(KvCache& cache, int32_t n_heads, const Chunk& c) {
 // Original positions held by KV head `h` of `layer`, in slot order.
 std::vector<int32_t> kept(const KvCache& cache, int32_t layer, int32_t h) {
   const DenseKv kv = cache.layer(layer).view();
-  return std::vector<int32_t>(kv.positions + h * kv.capacity,
-                              kv.positions + h * kv.capacity + kv.n_tokens);
+  std::vector<int32_t> positions(kv.positions + h * kv.capacity,
+                                 kv.positions + h * kv.capacity + kv.n_tokens);
+  std::sort(positions.begin(), positions.end());  // retain may reorder slots
+  return positions;
 }
 
 std::vector<int32_t> range(int32_t begin, int32_t end) {

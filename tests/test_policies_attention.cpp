@@ -80,8 +80,10 @@ void prefill(KvCache& cache, int32_t n_context, int32_t chunk, const Targets& ta
 // Positions KV head g of `layer` holds, in slot order.
 std::vector<int32_t> kept(const KvCache& cache, int32_t layer, int32_t g) {
   const DenseKv kv = cache.layer(layer).view();
-  return std::vector<int32_t>(kv.positions + g * kv.capacity,
-                              kv.positions + g * kv.capacity + kv.n_tokens);
+  std::vector<int32_t> positions(kv.positions + g * kv.capacity,
+                                 kv.positions + g * kv.capacity + kv.n_tokens);
+  std::sort(positions.begin(), positions.end());  // retain may reorder slots
+  return positions;
 }
 
 std::vector<int32_t> range(int32_t first, int32_t last) {
