@@ -63,7 +63,7 @@ class H2oPolicy : public TokenPolicy {
       for (int64_t t = 0; t < n; ++t) out[t] += in[t];
     }
     for (int32_t g = 0; g < n_kv_heads_; ++g) {
-      const std::vector<int32_t> order = slots_by_position(kv, g);
+      const std::vector<int32_t> order = slots_by_position(kv, g, 0, n_recent);
       for (int64_t i = n - n_recent; i < n; ++i) ranked[g * n + order[i]] = FLT_MAX;
     }
     plan_top_k_per_head(ranked.data(), n_kv_heads_, n, limit, plan);

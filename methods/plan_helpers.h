@@ -31,9 +31,12 @@ class LayerLimits {
   std::vector<int64_t> resolved_;  // per layer, -1 until a ratio resolves
 };
 
-// KV head `head`'s slots ordered by position, oldest first: where "the first" and "the
-// most recent" tokens are, since applying a plan may reorder slots.
-std::vector<int32_t> slots_by_position(const DenseKv& kv, int32_t head);
+// KV head `head`'s slots ordered by position, oldest first, partially: the first `n_oldest`
+// and the last `n_newest` entries are the oldest and newest tokens (each group in any
+// order; the middle unordered). Where "the first" and "the most recent" tokens are, since
+// applying a plan may reorder slots; O(n_tokens), no full sort on every decode step.
+std::vector<int32_t> slots_by_position(const DenseKv& kv, int32_t head, int64_t n_oldest,
+                                       int64_t n_newest);
 
 // One slot list for every KV head (per-layer methods: StreamingLLM, TOVA).
 // keep: ascending slots.

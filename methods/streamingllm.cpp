@@ -35,7 +35,7 @@ class StreamingLlmPolicy : public TokenPolicy {
     // same tokens). A ratio can resolve to a limit at or below `sink`: then the newest
     // token still stays.
     const int64_t n_sink = std::min(sink_, limit - 1);
-    const std::vector<int32_t> order = slots_by_position(kv, 0);
+    const std::vector<int32_t> order = slots_by_position(kv, 0, n_sink, limit - n_sink);
     std::vector<int32_t> keep(order.begin(), order.begin() + n_sink);
     keep.insert(keep.end(), order.end() - (limit - n_sink), order.end());
     std::sort(keep.begin(), keep.end());

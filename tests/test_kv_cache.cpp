@@ -114,7 +114,7 @@ TEST_CASE("dense store: a compression frees at once, decode-step evictions reuse
     RetainPlan plan;
     plan.n_keep = n;
     for (int32_t h = 0; h < n_kv_heads; ++h) {
-      std::vector<int32_t> order = slots_by_position(store.view(), h);
+      std::vector<int32_t> order = slots_by_position(store.view(), h, 0, n);
       std::vector<int32_t> keep(order.end() - n, order.end());
       std::sort(keep.begin(), keep.end());
       plan.slots.insert(plan.slots.end(), keep.begin(), keep.end());
