@@ -26,6 +26,7 @@ std::vector<ParamInfo> budget_params(int64_t default_tokens) {
   ratio.min = 0;
   ratio.min_exclusive = true;
   ratio.max = 1;
+  ratio.replaces = "budget";
   return {budget, ratio};
 }
 

@@ -135,11 +135,19 @@ ResolvedSpec resolve_method_spec(const std::string& text) {
       if (!why.empty()) fail(text, info->name + " " + key + "=" + value + ": " + key + " " + why);
     }
     // Registry order, so the canonical text does not depend on the order written.
+    const auto replaced = [&](const std::string& name) {
+      for (const auto& q : info->params) {
+        for (const auto& given : component.params) {
+          if (given.first == q.name && q.replaces == name) return true;
+        }
+      }
+      return false;
+    };
     for (const auto& p : info->params) {
       for (const auto& [key, value] : component.params) {
         if (key == p.name) params.set(key, value, true);
       }
-      if (!params.has(p.name) && !p.default_value.empty()) {
+      if (!params.has(p.name) && !p.default_value.empty() && !replaced(p.name)) {
         params.set(p.name, p.default_value, false);
       }
     }

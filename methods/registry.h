@@ -30,6 +30,8 @@ struct ParamInfo {
   double max = 1e18;
   bool min_exclusive = false;  // (min, max] as for ratio
   std::vector<std::string> choices;  // for Choice
+  std::string replaces;  // given, this parameter stands in for that one (ratio for budget),
+                         // whose default is then not filled in
 };
 
 // A component's parameters after validation, defaults filled in.

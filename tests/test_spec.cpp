@@ -72,9 +72,15 @@ TEST_CASE("every registered method documents itself and resolves with its defaul
     CHECK(!m.paper.empty());
     CHECK((m.kind == MethodKind::Full) == !m.make_policy);
     for (const ParamInfo& p : m.params) CHECK(!p.help.empty());
-    const ResolvedSpec r = resolve_method_spec(m.name);
     // The canonical text resolves to itself: what the results db stores can be re-run.
-    CHECK(resolve_method_spec(r.canonical).canonical == r.canonical);
+    std::vector<std::string> specs = {m.name};
+    for (const ParamInfo& p : m.params) {
+      if (p.name == "ratio") specs.push_back(m.name + ":ratio=0.5");
+    }
+    for (const std::string& spec : specs) {
+      const ResolvedSpec r = resolve_method_spec(spec);
+      CHECK(resolve_method_spec(r.canonical).canonical == r.canonical);
+    }
   }
 }
 
@@ -103,4 +109,6 @@ TEST_CASE("budget parameters: ranges, budget xor ratio, resolution", "[unit]") {
   const ResolvedSpec r = resolve_method_spec("snapkv:ratio=0.25");
   CHECK(r.canonical.find("ratio=0.25") != std::string::npos);
   CHECK(r.canonical.find("window=") != std::string::npos);  // defaults written out
+  CHECK(r.canonical.find("budget=") == std::string::npos);  // the ratio stands in for it
+  CHECK(resolve_method_spec(r.canonical).canonical == r.canonical);
 }
