@@ -13,21 +13,12 @@ int64_t Budget::resolve(int64_t n_context) const {
 }
 
 std::vector<ParamInfo> budget_params(int64_t default_tokens) {
-  ParamInfo budget;
-  budget.name = "budget";
-  budget.type = ParamType::Int;
-  budget.default_value = std::to_string(default_tokens);
-  budget.help = "tokens kept per layer and KV head";
-  budget.min = 1;
-  ParamInfo ratio;
-  ratio.name = "ratio";
-  ratio.type = ParamType::Float;
-  ratio.help = "fraction of the shared context kept, instead of budget";
-  ratio.min = 0;
+  ParamInfo ratio =
+      float_param("ratio", "", 0, 1, "fraction of the shared context kept, instead of budget");
   ratio.min_exclusive = true;
-  ratio.max = 1;
   ratio.replaces = "budget";
-  return {budget, ratio};
+  return {int_param("budget", default_tokens, 1, kNoMax, "tokens kept per layer and KV head"),
+          ratio};
 }
 
 Budget budget_from(const MethodParams& params) {

@@ -123,13 +123,9 @@ MethodInfo h2o_method() {
       "H2O: Heavy-Hitter Oracle for Efficient Generative Inference of Large Language Models "
       "(Zhang et al., NeurIPS 2023), arXiv 2306.14048";
   info.params = budget_params(kDefaultBudget);
-  ParamInfo recent;
-  recent.name = "recent";
-  recent.type = ParamType::Float;
-  recent.default_value = "0.5";
-  recent.min = 0;
-  recent.max = 1;
-  recent.help = "share of the budget for the most recent tokens; the rest are heavy hitters";
+  const ParamInfo recent =
+      float_param("recent", "0.5", 0, 1,
+                  "share of the budget for the most recent tokens; the rest are heavy hitters");
   info.params.push_back(recent);
   info.check = check_budget;
   info.make_policy = [](const MethodParams& params, const KvShape& shape) {

@@ -57,16 +57,9 @@ MethodInfo keydiff_method() {
       "KeyDiff: Key Similarity-Based KV Cache Eviction for Long-Context LLM Inference in "
       "Resource-Constrained Environments (Park et al., 2025), arXiv 2504.15364";
   info.params = budget_params(kDefaultBudget);
-  ParamInfo block;
-  block.name = "block";
-  block.type = ParamType::Int;
-  block.default_value = "128";
-  block.min = 1;
-  block.max = 1e9;
-  block.help =
-      "context tokens fed per block, each followed by an eviction (token budgets; kvpress "
-      "BlockPress 128)";
-  info.params.push_back(block);
+  info.params.push_back(int_param("block", 128, 1, kNoMax,
+                                  "context tokens fed per block, each followed by an eviction "
+                                  "(token budgets; kvpress BlockPress 128)"));
   info.check = [](const MethodParams& params) { check_budget(params); };
   info.make_policy = [](const MethodParams& params, const KvShape& shape) {
     return std::unique_ptr<TokenPolicy>(

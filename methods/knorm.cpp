@@ -49,13 +49,9 @@ MethodInfo knorm_method() {
   info.paper =
       "A Simple and Effective L2 Norm-Based Strategy for KV Cache Compression (Devoto et al., "
       "EMNLP 2024), arXiv 2406.11430";
-  ParamInfo skip;
-  skip.name = "skip";
-  skip.type = ParamType::Int;
-  skip.default_value = "2";
-  skip.min = 0;
-  skip.max = 1e9;
-  skip.help = "the first `skip` layers keep every token (l2compress skip_layers [0, 1])";
+  const ParamInfo skip =
+      int_param("skip", 2, 0, kNoMax,
+                "the first `skip` layers keep every token (l2compress skip_layers [0, 1])");
   info.params = budget_params(kDefaultBudget);
   info.params.push_back(skip);
   info.check = [](const MethodParams& params) { check_budget(params); };

@@ -47,13 +47,9 @@ MethodInfo pyramidkv_method() {
       "PyramidKV: Dynamic KV Cache Compression based on Pyramidal Information Funneling "
       "(Cai et al.), arXiv 2406.02069";
   info.params = snapkv_params();
-  ParamInfo beta;
-  beta.name = "beta";
-  beta.type = ParamType::Int;
-  beta.default_value = "20";
-  beta.min = 1;
-  beta.max = 1e9;
-  beta.help = "the deepest layer keeps about (budget - window) / beta prefix tokens";
+  const ParamInfo beta =
+      int_param("beta", 20, 1, kNoMax,
+                "the deepest layer keeps about (budget - window) / beta prefix tokens");
   info.params.push_back(beta);
   info.check = check_snapkv_params;
   info.make_policy = [](const MethodParams& params, const KvShape& shape) {

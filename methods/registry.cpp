@@ -100,6 +100,37 @@ std::string MethodParams::text() const {
   return out;
 }
 
+ParamInfo int_param(const std::string& name, int64_t default_value, double min, double max,
+                    const std::string& help) {
+  ParamInfo p;
+  p.name = name;
+  p.type = ParamType::Int;
+  p.default_value = std::to_string(default_value);
+  p.min = min;
+  p.max = max;
+  p.help = help;
+  return p;
+}
+
+ParamInfo float_param(const std::string& name, const std::string& default_value, double min,
+                      double max, const std::string& help) {
+  ParamInfo p = int_param(name, 0, min, max, help);
+  p.type = ParamType::Float;
+  p.default_value = default_value;
+  return p;
+}
+
+ParamInfo choice_param(const std::string& name, const std::string& default_value,
+                       const std::vector<std::string>& choices, const std::string& help) {
+  ParamInfo p;
+  p.name = name;
+  p.type = ParamType::Choice;
+  p.default_value = default_value;
+  p.choices = choices;
+  p.help = help;
+  return p;
+}
+
 const MethodInfo* find_method(const std::string& name) {
   for (const auto& m : method_registry()) {
     if (m.name == name) return &m;
@@ -172,8 +203,8 @@ ResolvedSpec resolve_method_spec(const std::string& text) {
   }
   for (const auto& [info, params] : resolved.components) {
     const std::string p = params.text();
-    resolved.canonical += (resolved.canonical.empty() ? "" : "+") + info->name +
-                          (p.empty() ? "" : ":" + p);
+    resolved.canonical +=
+        (resolved.canonical.empty() ? "" : "+") + info->name + (p.empty() ? "" : ":" + p);
   }
   return resolved;
 }

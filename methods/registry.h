@@ -21,24 +21,36 @@ namespace kvbench {
 
 enum class ParamType { Int, Float, Choice };
 
+constexpr double kNoMax = 1e18;  // ParamInfo::max meaning "no upper bound"
+
 struct ParamInfo {
   std::string name;
   ParamType type = ParamType::Int;
   std::string default_value;  // "" = no default: unset unless given
   std::string help;
-  double min = 0;             // inclusive bounds for Int and Float
-  double max = 1e18;
-  bool min_exclusive = false;  // (min, max] as for ratio
+  double min = 0;  // inclusive bounds for Int and Float
+  double max = kNoMax;
+  bool min_exclusive = false;        // (min, max] as for ratio
   std::vector<std::string> choices;  // for Choice
   std::string replaces;  // given, this parameter stands in for that one (ratio for budget),
                          // whose default is then not filled in
 };
 
+// Parameters as methods declare them.
+ParamInfo int_param(const std::string& name, int64_t default_value, double min, double max,
+                    const std::string& help);
+ParamInfo float_param(const std::string& name, const std::string& default_value, double min,
+                      double max, const std::string& help);
+ParamInfo choice_param(const std::string& name, const std::string& default_value,
+                       const std::vector<std::string>& choices, const std::string& help);
+
 // A component's parameters after validation, defaults filled in.
 class MethodParams {
  public:
   bool has(const std::string& name) const { return values_.count(name) > 0; }
-  bool given(const std::string& name) const { return given_.count(name) > 0; }  // written in the spec
+  bool given(const std::string& name) const {
+    return given_.count(name) > 0;
+  }  // written in the spec
   int64_t get_int(const std::string& name) const;
   double get_float(const std::string& name) const;
   const std::string& get(const std::string& name) const;

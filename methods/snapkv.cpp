@@ -108,26 +108,13 @@ int64_t SnapKvPolicy::bytes_resident(int32_t layer) const {
 
 std::vector<ParamInfo> snapkv_params() {
   std::vector<ParamInfo> params = budget_params(kDefaultBudget);
-  ParamInfo window;
-  window.name = "window";
-  window.type = ParamType::Int;
-  window.default_value = "32";
-  window.min = 1;
-  window.max = 1e9;
-  window.help = "observation window: the last context queries that score the prefix; always kept";
-  ParamInfo kernel;
-  kernel.name = "kernel";
-  kernel.type = ParamType::Int;
-  kernel.default_value = "5";
-  kernel.min = 1;
-  kernel.max = 1001;
-  kernel.help = "pooling width along tokens, odd (1: no pooling)";
-  ParamInfo pool;
-  pool.name = "pool";
-  pool.type = ParamType::Choice;
-  pool.default_value = "avg";
-  pool.choices = {"avg", "max"};
-  pool.help = "pooling of the window's scores along tokens";
+  const ParamInfo window =
+      int_param("window", 32, 1, kNoMax,
+                "observation window: the last context queries that score the prefix; always kept");
+  const ParamInfo kernel =
+      int_param("kernel", 5, 1, 1001, "pooling width along tokens, odd (1: no pooling)");
+  const ParamInfo pool =
+      choice_param("pool", "avg", {"avg", "max"}, "pooling of the window's scores along tokens");
   params.push_back(window);
   params.push_back(kernel);
   params.push_back(pool);

@@ -59,13 +59,9 @@ MethodInfo streamingllm_method() {
   info.paper =
       "Efficient Streaming Language Models with Attention Sinks (Xiao et al., ICLR 2024), "
       "arXiv 2309.17453";
-  ParamInfo sink;
-  sink.name = "sink";
-  sink.type = ParamType::Int;
-  sink.default_value = "4";
-  sink.min = 0;
-  sink.max = 1e9;
-  sink.help = "attention-sink tokens always kept (the first positions); part of the budget";
+  const ParamInfo sink =
+      int_param("sink", 4, 0, kNoMax,
+                "attention-sink tokens always kept (the first positions); part of the budget");
   info.params = budget_params(kDefaultBudget);
   info.params.push_back(sink);
   info.check = [](const MethodParams& params) {
