@@ -1,12 +1,14 @@
-// `kvbench session`: runs SCBench-style samples (JSONL) through one cache method, multi-turn
-// or multi-request, with the full cache first as the fidelity reference, and prints a table
-// per sample: TTFT, TPOT, KV bytes, tokens kept, first-token KL, top-1 agreement, answers.
+// `kvbench session`: runs SCBench-style samples (JSONL) through one or more cache methods,
+// multi-turn or multi-request, with the full cache first as the fidelity reference (run
+// once per sample and shared by every method), and prints a table per sample and method:
+// TTFT, TPOT, KV bytes, tokens kept, first-token KL, top-1 agreement, answers.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "datasets/sample.h"
@@ -22,7 +24,7 @@ namespace {
 
 struct SessionArgs {
   std::string sample_path;
-  std::string method;
+  std::vector<std::string> methods;
   std::string mode;
   std::string append = "gold";
   int32_t max_new = 64;
@@ -136,9 +138,8 @@ void run_session_command(const ModelOptions& model_options, const SessionArgs& a
   options.append = parse_answer_source(args.append);
   options.max_new_tokens = args.max_new;
   options.max_turns = args.turns;
-  const ResolvedSpec spec = resolve_method_spec(args.method);
-  const bool is_full =
-      spec.components.size() == 1 && spec.components[0].first->kind == MethodKind::Full;
+  std::vector<ResolvedSpec> specs;
+  for (const std::string& method : args.methods) specs.push_back(resolve_method_spec(method));
   std::vector<Sample> samples = load_samples_jsonl(args.sample_path);
   if (!args.sample_id.empty()) {
     const auto it = std::find_if(samples.begin(), samples.end(),
@@ -150,32 +151,30 @@ void run_session_command(const ModelOptions& model_options, const SessionArgs& a
   }
   auto model = LlamaModel::load(resolve_model_path(model_options));
 
-  std::printf("method: %s\n", spec.canonical.c_str());
-  std::printf("mode: %s, append %s, max-new %d, %zu sample(s) from %s\n", to_string(options.mode),
-              to_string(options.append), options.max_new_tokens, samples.size(),
-              args.sample_path.c_str());
-  if (args.no_fidelity) {
-    std::printf("fidelity: off (--no-fidelity)\n");
-  } else if (is_full) {
-    std::printf("fidelity: the full cache is its own reference\n");
-  } else {
-    std::printf("fidelity: against the full cache, run first on each sample in the same mode\n");
-  }
+  std::printf("methods:");
+  for (const ResolvedSpec& spec : specs) std::printf(" %s", spec.canonical.c_str());
+  std::printf("\nmode: %s, append %s, max-new %d, %zu sample(s) from %s\n",
+              to_string(options.mode), to_string(options.append), options.max_new_tokens,
+              samples.size(), args.sample_path.c_str());
+  std::printf(args.no_fidelity
+                  ? "fidelity: off (--no-fidelity)\n"
+                  : "fidelity: against the full cache, run once per sample in the same mode\n");
   std::fflush(stdout);
 
   for (const Sample& sample : samples) {
-    SessionResult result;
-    if (args.no_fidelity) {
-      result = run_session(*model, sample, spec.canonical, options, nullptr);
-    } else if (is_full) {
-      result = run_session(*model, sample, spec.canonical, options, nullptr);
-      apply_reference(result, reference_of(result));
-    } else {
-      const SessionResult full = run_session(*model, sample, "full", options, nullptr);
-      const SampleReference reference = reference_of(full);
-      result = run_session(*model, sample, spec.canonical, options, &reference);
+    // The full-cache reference, once per sample for every method (full is its own).
+    std::optional<SessionResult> full;
+    if (!args.no_fidelity) full = run_session(*model, sample, "full", options, nullptr);
+    for (const ResolvedSpec& spec : specs) {
+      const bool is_full =
+          spec.components.size() == 1 && spec.components[0].first->kind == MethodKind::Full;
+      SessionResult result = is_full && full
+                                 ? *full
+                                 : run_session(*model, sample, spec.canonical, options, nullptr);
+      if (full) apply_reference(result, reference_of(*full));
+      std::printf("\nmethod: %s", result.method.c_str());
+      print_sample(sample, result);
     }
-    print_sample(sample, result);
   }
 }
 
@@ -184,10 +183,12 @@ void run_session_command(const ModelOptions& model_options, const SessionArgs& a
 void add_session_command(CLI::App& app, ModelOptions& model) {
   auto args = std::make_shared<SessionArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "session", "Run shared-context samples (SCBench JSONL) through one cache method");
+      "session", "Run shared-context samples (SCBench JSONL) through cache methods");
   cmd->add_option("--sample", args->sample_path, "JSONL file: {id, context, multi_turns}")
       ->required();
-  cmd->add_option("--method", args->method, "Method spec, e.g. full or snapkv:budget=256")
+  cmd->add_option("--method", args->methods,
+                  "Method spec, e.g. full or snapkv:budget=256; repeat to compare several "
+                  "against one reference run")
       ->required();
   cmd->add_option("--mode", args->mode, "multi-turn or multi-request")->required();
   cmd->add_option("--append", args->append,
