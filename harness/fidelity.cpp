@@ -36,11 +36,6 @@ double kl_divergence(const std::vector<float>& reference_logprobs,
   return std::max(kl, 0.0);
 }
 
-double kl_from_logits(const std::vector<float>& reference_logprobs,
-                      const std::vector<float>& method_logits) {
-  return kl_divergence(reference_logprobs, log_softmax(method_logits));
-}
-
 int32_t argmax(const std::vector<float>& values) {
   if (values.empty()) return -1;
   return static_cast<int32_t>(std::max_element(values.begin(), values.end()) - values.begin());

@@ -16,10 +16,6 @@ std::vector<float> log_softmax(const std::vector<float>& logits);
 double kl_divergence(const std::vector<float>& reference_logprobs,
                      const std::vector<float>& method_logprobs);
 
-// KL(reference || softmax(method_logits)).
-double kl_from_logits(const std::vector<float>& reference_logprobs,
-                      const std::vector<float>& method_logits);
-
 // Index of the largest value (the first one on ties); -1 for an empty vector.
 int32_t argmax(const std::vector<float>& values);
 
