@@ -14,8 +14,10 @@
 #include "methods/full_cache.h"
 #include "methods/plan_helpers.h"
 #include "methods/registry.h"
+#include "tests/kept_positions.h"
 
 using namespace kvbench;
+using kvbench::testing::kept;
 
 namespace {
 
@@ -69,15 +71,6 @@ void feed(KvCache& cache, int32_t n_heads, const Chunk& c) {
                                    static_cast<int32_t>(c.n), n_heads, scale});
   }
   cache.advance(static_cast<int32_t>(c.n));
-}
-
-// Original positions held by KV head `h` of `layer`, in slot order.
-std::vector<int32_t> kept(const KvCache& cache, int32_t layer, int32_t h) {
-  const DenseKv kv = cache.layer(layer).view();
-  std::vector<int32_t> positions(kv.positions + h * kv.capacity,
-                                 kv.positions + h * kv.capacity + kv.n_tokens);
-  std::sort(positions.begin(), positions.end());  // retain may reorder slots
-  return positions;
 }
 
 std::vector<int32_t> range(int32_t begin, int32_t end) {

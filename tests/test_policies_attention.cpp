@@ -13,8 +13,10 @@
 
 #include "harness/input_error.h"
 #include "methods/registry.h"
+#include "tests/kept_positions.h"
 
 using namespace kvbench;
+using kvbench::testing::kept;
 
 namespace {
 
@@ -75,15 +77,6 @@ void prefill(KvCache& cache, int32_t n_context, int32_t chunk, const Targets& ta
   for (int32_t first = 0; first < n_context; first += chunk) {
     forward(cache, first, std::min(chunk, n_context - first), targets);
   }
-}
-
-// Positions KV head g of `layer` holds, in slot order.
-std::vector<int32_t> kept(const KvCache& cache, int32_t layer, int32_t g) {
-  const DenseKv kv = cache.layer(layer).view();
-  std::vector<int32_t> positions(kv.positions + g * kv.capacity,
-                                 kv.positions + g * kv.capacity + kv.n_tokens);
-  std::sort(positions.begin(), positions.end());  // retain may reorder slots
-  return positions;
 }
 
 std::vector<int32_t> range(int32_t first, int32_t last) {
