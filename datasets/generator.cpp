@@ -1,1 +1,698 @@
-// placeholder: being written
+// Seeded generators of SCBench's synthetic tasks. Each task is a builder: given an item
+// count (key-value pairs, strings, noise sentences, numbers) and an optional padding item,
+// it lays out the context and the turns. The sizer searches the item count (exponential,
+// then binary search) with the real tokenizer until the context is within 2% of the target;
+// where one item is coarser than 2% (a UUID pair is ~50 tokens), one shorter padding item
+// fills the rest. All randomness comes from splitmix64 seeded by (seed, sample index), so
+// the output is byte-identical across platforms and standard libraries.
+#include "datasets/generator.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "harness/input_error.h"
+#include "harness/model/tokenizer.h"
+
+namespace kvbench {
+
+namespace {
+
+// ---------------------------------------------------------------------------------------
+// PRNG: splitmix64 (Steele, Lea, Flood 2014), with our own bounded draws.
+
+uint64_t splitmix64_mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : state_(seed) {}
+  uint64_t next() {
+    state_ += 0x9E3779B97F4A7C15ULL;
+    return splitmix64_mix(state_);
+  }
+  // Uniform in [0, n), n > 0 (Lemire's multiply-shift; the tiny bias is irrelevant here
+  // and the result is the same everywhere).
+  uint64_t below(uint64_t n) {
+    return static_cast<uint64_t>((static_cast<unsigned __int128>(next()) * n) >> 64);
+  }
+  int64_t between(int64_t lo, int64_t hi) {  // inclusive
+    return lo + static_cast<int64_t>(below(static_cast<uint64_t>(hi - lo) + 1));
+  }
+
+ private:
+  uint64_t state_;
+};
+
+uint64_t derive_seed(uint64_t seed, uint64_t salt) {
+  return splitmix64_mix(seed ^ splitmix64_mix(salt + 0x632BE59BD9B4E019ULL));
+}
+
+// The first k entries of a seeded shuffle of 0..n-1 (partial Fisher-Yates).
+std::vector<int64_t> choose_distinct(Rng& rng, int64_t n, int64_t k) {
+  std::vector<int64_t> idx(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) idx[static_cast<size_t>(i)] = i;
+  for (int64_t i = 0; i < k; ++i) {
+    const int64_t j = rng.between(i, n - 1);
+    std::swap(idx[static_cast<size_t>(i)], idx[static_cast<size_t>(j)]);
+  }
+  idx.resize(static_cast<size_t>(k));
+  return idx;
+}
+
+std::string random_string(Rng& rng, const char* alphabet, size_t alphabet_size, int64_t len) {
+  std::string s(static_cast<size_t>(len), ' ');
+  for (auto& c : s) c = alphabet[rng.below(alphabet_size)];
+  return s;
+}
+
+constexpr char kHex[] = "0123456789abcdef";
+constexpr char kLowerDigits[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+constexpr char kUpper[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZ";
+
+// ---------------------------------------------------------------------------------------
+// Registry and knobs.
+
+const std::vector<TaskInfo>& registry() {
+  static const std::vector<TaskInfo> tasks = {
+      {"retr_kv",
+       "Retr.KV: a JSON object of random UUID key-value pairs; each turn asks the value of a "
+       "different key",
+       {{"key_length", "36",
+         "characters of each key and value: 36 is a UUID (8-4-4-4-12 hex, as SCBench), "
+         "4..32 plain hex (easier)"}}},
+      {"retr_prefix_suffix",
+       "Retr.Prefix-Suffix: a list of random strings; each turn asks for the string with a "
+       "given prefix and suffix",
+       {{"string_length", "16", "characters of each string (6..64)"},
+        {"affix_length", "4", "characters of the asked prefix and of the suffix (1..length/2)"},
+        {"distractors", "2",
+         "per asked string, this many strings share its prefix and as many its suffix (0..16)"}}},
+      {"multihop_vt",
+       "Retr.MultiHop: RULER variable tracking, chains of VAR X = VAR Y assignments in noise "
+       "text; each turn asks which variables hold a value",
+       {{"hops", "4", "assignments VAR X = VAR Y after the first VAR X = value, per chain (1..20)"},
+        {"chains", "0", "chains in the context, each asked at most once; 0 means one per turn"},
+        {"value_digits", "5", "digits of each chain's value (1..9)"}}},
+      {"math_find",
+       "Math.Find: a long list of numbers; turns ask the largest, smallest, second largest, "
+       "second smallest and median (at most 5 turns)",
+       {{"digits", "3", "digits of each number (2..9)"}}},
+      {"mix",
+       "Two tasks over one context (their contexts concatenated); turns alternate, the first "
+       "task first. The parts' knobs pass through",
+       {{"tasks", "retr_kv+multihop_vt", "the two tasks, A+B (any two different ones above)"}}},
+  };
+  return tasks;
+}
+
+const TaskInfo* find_task(const std::string& name) {
+  for (const auto& t : registry()) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
+std::string task_names() {
+  std::string s;
+  for (const auto& t : registry()) s += (s.empty() ? "" : ", ") + t.name;
+  return s;
+}
+
+[[noreturn]] void fail(const std::string& task, const std::string& what) {
+  throw InputError("task " + task + ": " + what);
+}
+
+// A task's knob values: the defaults from the registry overridden by the options.
+class Knobs {
+ public:
+  Knobs(const TaskInfo& info, const std::map<std::string, std::string>& given)
+      : info_(info), given_(given) {}
+
+  std::string text(const std::string& name) const {
+    auto it = given_.find(name);
+    if (it != given_.end()) return it->second;
+    for (const auto& k : info_.knobs) {
+      if (k.name == name) return k.default_value;
+    }
+    throw std::logic_error("generator: no knob " + name);
+  }
+
+  int64_t integer(const std::string& name, int64_t lo, int64_t hi) const {
+    const std::string v = text(name);
+    char* end = nullptr;
+    errno = 0;
+    const long long x = v.empty() ? 0 : std::strtoll(v.c_str(), &end, 10);
+    if (v.empty() || errno != 0 || *end != '\0' || x < lo || x > hi) {
+      fail(info_.name, "knob " + name + " must be an integer in [" + std::to_string(lo) + ", " +
+                           std::to_string(hi) + "], not '" + v + "'");
+    }
+    return x;
+  }
+
+ private:
+  const TaskInfo& info_;
+  const std::map<std::string, std::string>& given_;
+};
+
+// ---------------------------------------------------------------------------------------
+// Builders and the sizer.
+
+struct Built {
+  std::string context;
+  std::vector<SampleTurn> turns;
+};
+
+struct Plan {
+  std::string task;
+  int64_t min_items = 0;
+  int64_t pad_max = 0;  // 0: no padding item
+  std::function<Built(int64_t items, int64_t pad)> build;
+};
+
+bool within(int64_t tokens, int64_t target) {
+  return std::abs(static_cast<double>(tokens - target)) <=
+         kContextTolerance * static_cast<double>(target);
+}
+
+Built size_to(const Plan& plan, const Tokenizer& tok, int64_t target, int32_t turns) {
+  struct Cand {
+    Built built;
+    int64_t tokens;
+  };
+  auto make = [&](int64_t items, int64_t pad) {
+    Built b = plan.build(items, pad);
+    const int64_t t = count_context_tokens(tok, b.context);
+    return Cand{std::move(b), t};
+  };
+  Cand lo = make(plan.min_items, 0);
+  if (lo.tokens > target) {
+    if (within(lo.tokens, target)) return std::move(lo.built);
+    fail(plan.task, "context_tokens " + std::to_string(target) + " is too small for " +
+                        std::to_string(turns) + " turns with these knobs (the smallest context is " +
+                        std::to_string(lo.tokens) + " tokens)");
+  }
+  // Exponential search for an item count over the target, then bisect: lo fits, hi does not.
+  int64_t lo_n = plan.min_items;
+  int64_t hi_n = std::max<int64_t>(plan.min_items * 2, plan.min_items + 1);
+  Cand hi = make(hi_n, 0);
+  while (hi.tokens <= target) {
+    lo_n = hi_n;
+    lo = std::move(hi);
+    if (hi_n > (int64_t{1} << 40)) throw std::logic_error("generator: context does not grow");
+    hi_n *= 2;
+    hi = make(hi_n, 0);
+  }
+  while (hi_n - lo_n > 1) {
+    const int64_t mid = lo_n + (hi_n - lo_n) / 2;
+    Cand c = make(mid, 0);
+    if (c.tokens <= target) {
+      lo_n = mid;
+      lo = std::move(c);
+    } else {
+      hi_n = mid;
+      hi = std::move(c);
+    }
+  }
+  Cand* best = (target - lo.tokens) <= (hi.tokens - target) ? &lo : &hi;
+  if (within(best->tokens, target) || plan.pad_max == 0) {
+    if (!within(best->tokens, target)) {
+      fail(plan.task, "cannot size the context to " + std::to_string(target) +
+                          " tokens within 2% (got " + std::to_string(best->tokens) + ")");
+    }
+    return std::move(best->built);
+  }
+  // Between lo_n and lo_n + 1 items: a padding item of 1..pad_max, bisected.
+  int64_t plo = 0, phi = plan.pad_max + 1;  // pad plo fits (0 = lo), phi does not (or none)
+  Cand pfit = std::move(lo);
+  Cand pover = std::move(hi);
+  while (phi - plo > 1) {
+    const int64_t mid = plo + (phi - plo) / 2;
+    Cand c = make(lo_n, mid);
+    if (c.tokens <= target) {
+      plo = mid;
+      pfit = std::move(c);
+    } else {
+      phi = mid;
+      pover = std::move(c);
+    }
+  }
+  best = (target - pfit.tokens) <= (pover.tokens - target) ? &pfit : &pover;
+  if (!within(best->tokens, target)) {
+    fail(plan.task, "cannot size the context to " + std::to_string(target) +
+                        " tokens within 2% (got " + std::to_string(best->tokens) + ")");
+  }
+  return std::move(best->built);
+}
+
+// ---------------------------------------------------------------------------------------
+// retr_kv. Context as SCBench's scbench_kv (InfiniteBench kv_retrieval): the instruction of
+// SCBench's template (eval_utils.py, multiturn_templates["scbench_kv"]), then a JSON object
+// as Python's json.dumps writes it ({"k": "v", "k": "v"}). Turn as InfiniteBench's
+// kv_retrieval input: Key: "<key>"\nThe value associated with the specified key is: 
+
+std::string make_id(Rng& rng, int64_t len) {
+  if (len == 36) {
+    const std::string h = random_string(rng, kHex, 16, 32);
+    return h.substr(0, 8) + "-" + h.substr(8, 4) + "-" + h.substr(12, 4) + "-" + h.substr(16, 4) +
+           "-" + h.substr(20, 12);
+  }
+  return random_string(rng, kHex, 16, len);
+}
+
+Plan plan_retr_kv(const Knobs& knobs, int32_t turns, uint64_t seed) {
+  const int64_t key_length = knobs.integer("key_length", 4, 36);
+  if (key_length > 32 && key_length < 36) {
+    fail("retr_kv", "knob key_length must be 36 (a UUID) or 4..32 hex characters, not " +
+                        std::to_string(key_length));
+  }
+  Plan plan;
+  plan.task = "retr_kv";
+  plan.min_items = turns;
+  plan.pad_max = std::min<int64_t>(key_length, 32) - 1;
+  plan.build = [=](int64_t n, int64_t pad) {
+    Rng rng(seed);
+    std::set<std::string> keys;
+    std::vector<std::pair<std::string, std::string>> pairs;
+    auto add_pair = [&](int64_t len) {
+      std::string k;
+      do {
+        k = make_id(rng, len);
+      } while (!keys.insert(k).second);
+      pairs.emplace_back(k, make_id(rng, len));
+    };
+    for (int64_t i = 0; i < n; ++i) add_pair(key_length);
+    // Padding pair (never asked): shorter plain-hex key and value.
+    if (pad > 0) add_pair(pad);
+    Built b;
+    b.context = "Extract the value corresponding to the specified key in the JSON object below.\n\n{";
+    for (size_t i = 0; i < pairs.size(); ++i) {
+      if (i) b.context += ", ";
+      b.context += "\"" + pairs[i].first + "\": \"" + pairs[i].second + "\"";
+    }
+    b.context += "}";
+    for (int64_t i : choose_distinct(rng, n, turns)) {
+      const auto& p = pairs[static_cast<size_t>(i)];
+      b.turns.push_back(
+          {"Key: \"" + p.first + "\"\nThe value associated with the specified key is: ", {p.second}});
+    }
+    return b;
+  };
+  return plan;
+}
+
+// ---------------------------------------------------------------------------------------
+// retr_prefix_suffix. SCBench's data file (scbench_prefix_suffix.jsonl) is not reachable and
+// its code holds only the bare template "{context}\n\n{input}", so the phrasing is kvbench's:
+// an instruction line, then one string per line; the turn asks
+// Which string in the list has the prefix "P" and the suffix "S"? Answer with the string only.
+
+Plan plan_prefix_suffix(const Knobs& knobs, int32_t turns, uint64_t seed) {
+  const int64_t len = knobs.integer("string_length", 6, 64);
+  const int64_t affix = knobs.integer("affix_length", 1, len / 2);
+  const int64_t distractors = knobs.integer("distractors", 0, 16);
+  Plan plan;
+  plan.task = "retr_prefix_suffix";
+  plan.min_items = static_cast<int64_t>(turns) * (1 + 2 * distractors);
+  plan.pad_max = len - 1;
+  plan.build = [=](int64_t n, int64_t pad) {
+    Rng rng(seed);
+    auto rnd = [&](int64_t l) { return random_string(rng, kLowerDigits, 36, l); };
+    auto has = [&](const std::string& s, const std::string& p, const std::string& q) {
+      return s.size() >= p.size() + q.size() && s.compare(0, p.size(), p) == 0 &&
+             s.compare(s.size() - q.size(), q.size(), q) == 0;
+    };
+    // Targets first, with distinct (prefix, suffix) pairs.
+    std::vector<std::string> targets, pre, suf;
+    while (static_cast<int32_t>(targets.size()) < turns) {
+      std::string t = rnd(len);
+      bool clash = false;
+      for (size_t j = 0; j < targets.size(); ++j) clash = clash || has(t, pre[j], suf[j]);
+      if (clash) continue;
+      targets.push_back(t);
+      pre.push_back(t.substr(0, static_cast<size_t>(affix)));
+      suf.push_back(t.substr(static_cast<size_t>(len - affix)));
+    }
+    auto matches_any = [&](const std::string& s) {
+      for (size_t j = 0; j < targets.size(); ++j) {
+        if (has(s, pre[j], suf[j])) return true;
+      }
+      return false;
+    };
+    // Slots: a seeded shuffle puts the targets and distractors at random positions.
+    const std::vector<int64_t> slots = choose_distinct(rng, n, plan.min_items);
+    std::vector<std::string> items(static_cast<size_t>(n));
+    std::vector<bool> placed(static_cast<size_t>(n), false);
+    size_t s = 0;
+    for (int32_t j = 0; j < turns; ++j) {
+      items[static_cast<size_t>(slots[s])] = targets[static_cast<size_t>(j)];
+      placed[static_cast<size_t>(slots[s++])] = true;
+      for (int64_t d = 0; d < 2 * distractors; ++d) {
+        std::string x;
+        do {  // shares the prefix (even d) or the suffix (odd d), never both
+          x = d % 2 == 0 ? pre[static_cast<size_t>(j)] + rnd(len - affix)
+                         : rnd(len - affix) + suf[static_cast<size_t>(j)];
+        } while (matches_any(x));
+        items[static_cast<size_t>(slots[s])] = x;
+        placed[static_cast<size_t>(slots[s++])] = true;
+      }
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      if (placed[static_cast<size_t>(i)]) continue;
+      std::string x;
+      do {
+        x = rnd(len);
+      } while (matches_any(x));
+      items[static_cast<size_t>(i)] = x;
+    }
+    if (pad > 0) {  // padding string (never asked): shorter
+      std::string x;
+      do {
+        x = rnd(pad);
+      } while (matches_any(x));
+      items.push_back(x);
+    }
+    Built b;
+    b.context = "Find the string with the given prefix and suffix in the list of strings below.\n\n";
+    for (size_t i = 0; i < items.size(); ++i) b.context += (i ? "\n" : "") + items[i];
+    for (int32_t j = 0; j < turns; ++j) {
+      b.turns.push_back({"Which string in the list has the prefix \"" + pre[static_cast<size_t>(j)] +
+                             "\" and the suffix \"" + suf[static_cast<size_t>(j)] +
+                             "\"? Answer with the string only.",
+                         {targets[static_cast<size_t>(j)]}});
+    }
+    return b;
+  };
+  return plan;
+}
+
+// ---------------------------------------------------------------------------------------
+// multihop_vt, as RULER's variable tracking (RULER scripts/data/synthetic/variable_tracking.py):
+// the instruction "Memorize and track the chain(s) of variable assignment hidden in the
+// following text.", noise sentences "The grass is green. The sky is blue. The sun is yellow.
+// Here we go. There and back again." with the statements "VAR ABCDE = 12345." and
+// "VAR FGHIJ = VAR ABCDE." inserted in chain order at random places. The turn is RULER's
+// question with its answer prefix (RULER spells "assgined"; kvbench spells it right).
+
+Plan plan_vt(const Knobs& knobs, int32_t turns, uint64_t seed) {
+  const int64_t hops = knobs.integer("hops", 1, 20);
+  int64_t chains = knobs.integer("chains", 0, 100);
+  const int64_t digits = knobs.integer("value_digits", 1, 9);
+  if (chains == 0) chains = turns;
+  if (chains < turns) {
+    fail("multihop_vt", "knob chains " + std::to_string(chains) + " is fewer than the " +
+                            std::to_string(turns) + " turns (each turn asks a different chain)");
+  }
+  int64_t value_space = 9;
+  for (int64_t i = 1; i < digits; ++i) value_space *= 10;
+  if (value_space < chains) {
+    fail("multihop_vt", "knob value_digits " + std::to_string(digits) + " has fewer values than " +
+                            std::to_string(chains) + " chains");
+  }
+  Plan plan;
+  plan.task = "multihop_vt";
+  plan.min_items = 0;
+  plan.build = [=](int64_t n, int64_t) {
+    static const char* const kNoise[] = {"The grass is green.", "The sky is blue.",
+                                         "The sun is yellow.", "Here we go.",
+                                         "There and back again."};
+    Rng rng(seed);
+    std::set<std::string> used_names, used_values;
+    std::vector<std::vector<std::string>> names(static_cast<size_t>(chains));
+    std::vector<std::string> values;
+    for (auto& chain : names) {
+      for (int64_t k = 0; k <= hops; ++k) {
+        std::string x;
+        do {
+          x = random_string(rng, kUpper, 26, 5);
+        } while (!used_names.insert(x).second);
+        chain.push_back(x);
+      }
+      std::string v;
+      do {
+        v = std::to_string(rng.between(value_space / 9, value_space / 9 * 10 - 1));
+      } while (!used_values.insert(v).second);
+      values.push_back(v);
+    }
+    // Statement (chain c, step k) goes before noise sentence pos; positions sorted per chain.
+    struct Stmt {
+      int64_t pos, chain, k;
+    };
+    std::vector<Stmt> stmts;
+    for (int64_t c = 0; c < chains; ++c) {
+      std::vector<int64_t> pos;
+      for (int64_t k = 0; k <= hops; ++k) pos.push_back(rng.between(0, n));
+      std::sort(pos.begin(), pos.end());
+      for (int64_t k = 0; k <= hops; ++k) stmts.push_back({pos[static_cast<size_t>(k)], c, k});
+    }
+    std::sort(stmts.begin(), stmts.end(), [](const Stmt& a, const Stmt& b) {
+      if (a.pos != b.pos) return a.pos < b.pos;
+      if (a.chain != b.chain) return a.chain < b.chain;
+      return a.k < b.k;
+    });
+    Built b;
+    b.context = "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n";
+    std::string body;
+    size_t si = 0;
+    for (int64_t g = 0; g <= n; ++g) {
+      for (; si < stmts.size() && stmts[si].pos == g; ++si) {
+        const auto& st = stmts[si];
+        const auto& chain = names[static_cast<size_t>(st.chain)];
+        const std::string rhs = st.k == 0 ? values[static_cast<size_t>(st.chain)]
+                                          : "VAR " + chain[static_cast<size_t>(st.k - 1)];
+        body += (body.empty() ? "" : " ") + ("VAR " + chain[static_cast<size_t>(st.k)] + " = " + rhs + ".");
+      }
+      if (g < n) body += (body.empty() ? "" : " ") + std::string(kNoise[g % 5]);
+    }
+    b.context += body;
+    for (int64_t c : choose_distinct(rng, chains, turns)) {
+      const std::string& v = values[static_cast<size_t>(c)];
+      b.turns.push_back(
+          {"Question: Find all variables that are assigned the value " + v +
+               " in the text above. Answer: According to the chain(s) of variable assignment in "
+               "the text above, " +
+               std::to_string(hops + 1) + " variables are assigned the value " + v + ", they are: ",
+           names[static_cast<size_t>(c)]});
+    }
+    return b;
+  };
+  return plan;
+}
+
+// ---------------------------------------------------------------------------------------
+// math_find, as SCBench's scbench_mf (InfiniteBench math_find): a list of integers written
+// [a, b, c]; each turn is SCBench's query "What is <target>?" (run_scbench.py builds it from
+// the input's "The ... is") followed by InfiniteBench's input "You should answer with only
+// one number, no other words. The <target> is: ". The extremes are planted unique (the
+// largest and second largest in the top tenth of the range, the smallest two in the bottom
+// tenth, everything else strictly between), so each answer is unambiguous; the count is odd
+// so the median is one element.
+
+Plan plan_math(const Knobs& knobs, int32_t turns, uint64_t seed) {
+  const int64_t digits = knobs.integer("digits", 2, 9);
+  if (turns > 5) {
+    fail("math_find", "turns " + std::to_string(turns) +
+                          " is more than its 5 questions (largest, smallest, second largest, "
+                          "second smallest, median)");
+  }
+  int64_t lo = 1;
+  for (int64_t i = 1; i < digits; ++i) lo *= 10;
+  const int64_t hi = lo * 10 - 1;
+  const int64_t band = std::max<int64_t>(3, (hi - lo + 1) / 10);
+  Plan plan;
+  plan.task = "math_find";
+  plan.min_items = 2;  // k: the list has 2k + 1 numbers
+  plan.build = [=](int64_t k, int64_t) {
+    Rng rng(seed);
+    const int64_t count = 2 * k + 1;
+    const int64_t m1 = rng.between(lo, lo + band - 2);
+    const int64_t m2 = rng.between(m1 + 1, lo + band - 1);
+    const int64_t x1 = rng.between(hi - band + 2, hi);
+    const int64_t x2 = rng.between(hi - band + 1, x1 - 1);
+    std::vector<int64_t> nums = {x1, m1, x2, m2};
+    while (static_cast<int64_t>(nums.size()) < count) nums.push_back(rng.between(m2 + 1, x2 - 1));
+    for (int64_t i = count - 1; i > 0; --i) {
+      std::swap(nums[static_cast<size_t>(i)], nums[static_cast<size_t>(rng.between(0, i))]);
+    }
+    std::vector<int64_t> sorted = nums;
+    std::sort(sorted.begin(), sorted.end());
+    Built b;
+    b.context = "Answer the questions about the list of numbers below.\n\n[";
+    for (size_t i = 0; i < nums.size(); ++i) b.context += (i ? ", " : "") + std::to_string(nums[i]);
+    b.context += "]";
+    const std::pair<const char*, int64_t> questions[] = {
+        {"the largest number of the list", x1},
+        {"the smallest number of the list", m1},
+        {"the second largest number of the list", x2},
+        {"the second smallest number of the list", m2},
+        {"the median of the list", sorted[static_cast<size_t>(count / 2)]}};
+    for (int32_t t = 0; t < turns; ++t) {
+      std::string target = questions[t].first;
+      std::string cap = target;
+      cap[0] = 'T';
+      b.turns.push_back({"What is " + target +
+                             "?\n\nYou should answer with only one number, no other words. " + cap +
+                             " is: ",
+                         {std::to_string(questions[t].second)}});
+    }
+    return b;
+  };
+  return plan;
+}
+
+Plan plan_for(const std::string& task, const Knobs& knobs, int32_t turns, uint64_t seed) {
+  if (task == "retr_kv") return plan_retr_kv(knobs, turns, seed);
+  if (task == "retr_prefix_suffix") return plan_prefix_suffix(knobs, turns, seed);
+  if (task == "multihop_vt") return plan_vt(knobs, turns, seed);
+  if (task == "math_find") return plan_math(knobs, turns, seed);
+  throw std::logic_error("generator: no plan for " + task);
+}
+
+void check_knob_names(const TaskInfo& info, const std::map<std::string, std::string>& knobs,
+                      const std::vector<const TaskInfo*>& also) {
+  for (const auto& [name, value] : knobs) {
+    bool known = false;
+    std::string names;
+    auto scan = [&](const TaskInfo& t) {
+      for (const auto& k : t.knobs) {
+        known = known || k.name == name;
+        names += (names.empty() ? "" : ", ") + k.name;
+      }
+    };
+    scan(info);
+    for (const TaskInfo* t : also) scan(*t);
+    if (!known) fail(info.name, "unknown knob '" + name + "' (knobs: " + names + ")");
+  }
+}
+
+std::map<std::string, std::string> knobs_of(const TaskInfo& info,
+                                            const std::map<std::string, std::string>& all) {
+  std::map<std::string, std::string> out;
+  for (const auto& k : info.knobs) {
+    auto it = all.find(k.name);
+    if (it != all.end()) out.insert(*it);
+  }
+  return out;
+}
+
+}  // namespace
+
+const std::vector<TaskInfo>& task_registry() { return registry(); }
+
+int64_t count_context_tokens(const Tokenizer& tokenizer, const std::string& text) {
+  return static_cast<int64_t>(tokenizer.encode(text, false).size());
+}
+
+std::vector<Sample> generate_samples(const GeneratorOptions& options, const Tokenizer& tokenizer) {
+  const TaskInfo* info = find_task(options.task);
+  if (!info) {
+    throw InputError("unknown task '" + options.task + "' (tasks: " + task_names() + ")");
+  }
+  const std::string& task = info->name;
+  if (options.context_tokens < 1 || options.context_tokens > (int64_t{1} << 24)) {
+    fail(task, "context_tokens must be in [1, 16777216], not " + std::to_string(options.context_tokens));
+  }
+  if (options.turns < 1 || options.turns > 1000) {
+    fail(task, "turns must be in [1, 1000], not " + std::to_string(options.turns));
+  }
+  if (options.samples < 1 || options.samples > 100000) {
+    fail(task, "samples must be in [1, 100000], not " + std::to_string(options.samples));
+  }
+
+  // mix: the two parts, their knobs split between them.
+  std::vector<const TaskInfo*> parts;
+  if (task == "mix") {
+    const Knobs mk(*info, options.knobs);
+    const std::string spec = mk.text("tasks");
+    const size_t plus = spec.find('+');
+    const std::string a = plus == std::string::npos ? spec : spec.substr(0, plus);
+    const std::string b = plus == std::string::npos ? "" : spec.substr(plus + 1);
+    const TaskInfo* ta = find_task(a);
+    const TaskInfo* tb = find_task(b);
+    if (!ta || !tb || a == "mix" || b == "mix" || a == b) {
+      fail(task, "knob tasks must be two different tasks A+B among retr_kv, retr_prefix_suffix, "
+                 "multihop_vt, math_find, not '" + spec + "'");
+    }
+    parts = {ta, tb};
+  }
+  check_knob_names(*info, options.knobs, parts);
+
+  std::vector<Sample> out;
+  for (int32_t s = 0; s < options.samples; ++s) {
+    const uint64_t sample_seed = derive_seed(options.seed, static_cast<uint64_t>(s));
+    Sample sample;
+    sample.id = task + "-seed" + std::to_string(options.seed) + "-" + std::to_string(s);
+    if (parts.empty()) {
+      const Knobs knobs(*info, options.knobs);
+      const Plan plan = plan_for(task, knobs, options.turns, sample_seed);
+      Built b = size_to(plan, tokenizer, options.context_tokens, options.turns);
+      sample.context = std::move(b.context);
+      sample.turns = std::move(b.turns);
+    } else try {
+      // Part A takes half the target; part B what is left after A and the separator,
+      // corrected once more if the joint tokenization drifts.
+      const int32_t turns_a = (options.turns + 1) / 2;
+      const int32_t turns_b = options.turns / 2;
+      const auto ka = knobs_of(*parts[0], options.knobs);
+      const auto kb = knobs_of(*parts[1], options.knobs);
+      const Knobs knobs_a(*parts[0], ka);
+      const Knobs knobs_b(*parts[1], kb);
+      const std::string sep = "\n\n";
+      const Plan pa = plan_for(parts[0]->name, knobs_a, turns_a, derive_seed(sample_seed, 1));
+      Built a = size_to(pa, tokenizer, options.context_tokens / 2, turns_a);
+      Built b;
+      if (turns_b > 0) {
+        const Plan pb = plan_for(parts[1]->name, knobs_b, turns_b, derive_seed(sample_seed, 2));
+        int64_t target_b = options.context_tokens - count_context_tokens(tokenizer, a.context + sep);
+        for (int attempt = 0;; ++attempt) {
+          if (target_b < 1) {
+            fail(task, "context_tokens " + std::to_string(options.context_tokens) +
+                           " is too small for both parts");
+          }
+          b = size_to(pb, tokenizer, target_b, turns_b);
+          const int64_t total = count_context_tokens(tokenizer, a.context + sep + b.context);
+          if (within(total, options.context_tokens) || attempt == 2) break;
+          target_b += options.context_tokens - total;
+        }
+        sample.context = a.context + sep + b.context;
+      } else {
+        // One turn: only part A is asked, but the context still holds both parts.
+        const Plan pb = plan_for(parts[1]->name, knobs_b, 1, derive_seed(sample_seed, 2));
+        const int64_t target_b =
+            options.context_tokens - count_context_tokens(tokenizer, a.context + sep);
+        if (target_b < 1) fail(task, "context_tokens is too small for both parts");
+        b = size_to(pb, tokenizer, target_b, 1);
+        sample.context = a.context + sep + b.context;
+        b.turns.clear();
+      }
+      for (size_t t = 0; t < a.turns.size() || t < b.turns.size(); ++t) {
+        if (t < a.turns.size()) sample.turns.push_back(a.turns[t]);
+        if (t < b.turns.size()) sample.turns.push_back(b.turns[t]);
+      }
+      const int64_t total = count_context_tokens(tokenizer, sample.context);
+      if (!within(total, options.context_tokens)) {
+        fail(task, "cannot size the context to " + std::to_string(options.context_tokens) +
+                       " tokens within 2% (got " + std::to_string(total) + ")");
+      }
+    } catch (const InputError& e) {
+      const std::string what = e.what();
+      if (what.rfind("task mix:", 0) == 0) throw;
+      // A part's error, with the mix's context: each part gets about half the tokens.
+      fail(task, std::string(e.what()) + " (each part of the mix gets about half of context_tokens " +
+                     std::to_string(options.context_tokens) + ")");
+    }
+    out.push_back(std::move(sample));
+  }
+  return out;
+}
+
+}  // namespace kvbench

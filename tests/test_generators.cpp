@@ -1,1 +1,343 @@
-// placeholder: being written
+// The seeded task generators (datasets/generator.h) with the tiny GGUF's byte-level
+// tokenizer: determinism, sizing, answers correct by construction (each context parsed
+// back), and the errors for bad tasks and knobs. The real tokenizer's sizing is in
+// test_generators_model.cpp.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "datasets/generator.h"
+#include "gguf_writer.h"
+#include "harness/input_error.h"
+#include "harness/model/gguf.h"
+#include "harness/model/tokenizer.h"
+
+using namespace kvbench;
+
+namespace {
+
+const Tokenizer& tiny_tokenizer() {
+  static const std::unique_ptr<Tokenizer> tok = [] {
+    const std::string path = testing::temp_path("tiny_generators.gguf");
+    testing::write_tiny_llama_gguf(path, testing::TinyLlamaSpec{});
+    GgufFile file(path);
+    return std::make_unique<Tokenizer>(Tokenizer::from_gguf(file));
+  }();
+  return *tok;
+}
+
+GeneratorOptions opts(const std::string& task, int64_t tokens = 1500, int32_t turns = 5,
+                      uint64_t seed = 7, std::map<std::string, std::string> knobs = {}) {
+  GeneratorOptions o;
+  o.task = task;
+  o.context_tokens = tokens;
+  o.turns = turns;
+  o.samples = 2;
+  o.seed = seed;
+  o.knobs = std::move(knobs);
+  return o;
+}
+
+bool same(const std::vector<Sample>& a, const std::vector<Sample>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].id != b[i].id || a[i].context != b[i].context) return false;
+    if (a[i].turns.size() != b[i].turns.size()) return false;
+    for (size_t t = 0; t < a[i].turns.size(); ++t) {
+      if (a[i].turns[t].input != b[i].turns[t].input) return false;
+      if (a[i].turns[t].answers != b[i].turns[t].answers) return false;
+    }
+  }
+  return true;
+}
+
+std::string quoted_after(const std::string& s, const std::string& marker) {
+  const size_t p = s.find(marker);
+  REQUIRE(p != std::string::npos);
+  const size_t b = p + marker.size();
+  const size_t e = s.find('"', b);
+  REQUIRE(e != std::string::npos);
+  return s.substr(b, e - b);
+}
+
+std::string error_of(const GeneratorOptions& o) {
+  try {
+    generate_samples(o, tiny_tokenizer());
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+const char* const kTasks[] = {"retr_kv", "retr_prefix_suffix", "multihop_vt", "math_find", "mix"};
+
+// retr_kv: the JSON object's pairs, in order.
+std::vector<std::pair<std::string, std::string>> kv_pairs(const std::string& context) {
+  const size_t open = context.find('{');
+  REQUIRE(open != std::string::npos);
+  REQUIRE(context.back() == '}');
+  const std::string body = context.substr(open);
+  std::vector<std::pair<std::string, std::string>> pairs;
+  static const std::regex pair_re("\"([0-9a-f-]+)\": \"([0-9a-f-]+)\"");
+  for (auto it = std::sregex_iterator(body.begin(), body.end(), pair_re); it != std::sregex_iterator();
+       ++it) {
+    pairs.emplace_back((*it)[1].str(), (*it)[2].str());
+  }
+  return pairs;
+}
+
+}  // namespace
+
+TEST_CASE("task registry lists every task with its knobs and defaults", "[unit]") {
+  const auto& reg = task_registry();
+  std::vector<std::string> names;
+  for (const auto& t : reg) {
+    names.push_back(t.name);
+    CHECK_FALSE(t.description.empty());
+    for (const auto& k : t.knobs) {
+      CHECK_FALSE(k.name.empty());
+      CHECK_FALSE(k.default_value.empty());
+      CHECK_FALSE(k.description.empty());
+    }
+  }
+  CHECK(names == std::vector<std::string>(std::begin(kTasks), std::end(kTasks)));
+}
+
+TEST_CASE("generators are deterministic per seed and sized within 2%", "[unit]") {
+  for (const char* task : kTasks) {
+    for (int64_t tokens : {700, 3000}) {
+      INFO(task << " at " << tokens);
+      const auto a = generate_samples(opts(task, tokens), tiny_tokenizer());
+      const auto b = generate_samples(opts(task, tokens), tiny_tokenizer());
+      const auto c = generate_samples(opts(task, tokens, 5, 8), tiny_tokenizer());
+      REQUIRE(a.size() == 2);
+      CHECK(same(a, b));
+      CHECK_FALSE(same(a, c));
+      CHECK(a[0].context != a[1].context);  // samples differ
+      CHECK(a[0].id != a[1].id);
+      for (const auto& s : a) {
+        CHECK(s.turns.size() == 5);
+        const int64_t n = count_context_tokens(tiny_tokenizer(), s.context);
+        CHECK(std::abs(n - tokens) <= tokens * kContextTolerance);
+        for (const auto& t : s.turns) {
+          CHECK_FALSE(t.input.empty());
+          REQUIRE_FALSE(t.answers.empty());
+          CHECK_FALSE(t.answers[0].empty());
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("retr_kv: each asked key's value in the JSON is the answer", "[unit]") {
+  for (const auto& knobs : {std::map<std::string, std::string>{},
+                            std::map<std::string, std::string>{{"key_length", "8"}}}) {
+    const auto samples = generate_samples(opts("retr_kv", 1200, 5, 3, knobs), tiny_tokenizer());
+    for (const auto& s : samples) {
+      CHECK(s.context.rfind("Extract the value corresponding to the specified key in the JSON "
+                            "object below.\n\n{", 0) == 0);
+      const auto pairs = kv_pairs(s.context);
+      std::map<std::string, std::string> kv(pairs.begin(), pairs.end());
+      CHECK(kv.size() == pairs.size());  // keys unique
+      std::set<std::string> asked;
+      for (const auto& t : s.turns) {
+        const std::string key = quoted_after(t.input, "Key: \"");
+        CHECK(t.input == "Key: \"" + key + "\"\nThe value associated with the specified key is: ");
+        REQUIRE(kv.count(key) == 1);
+        CHECK(kv[key] == t.answers[0]);
+        asked.insert(key);
+        if (knobs.empty()) {  // a UUID: 8-4-4-4-12 hex
+          CHECK(std::regex_match(key, std::regex("[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-"
+                                                 "[0-9a-f]{12}")));
+          CHECK(t.answers[0].size() == 36);
+        } else {
+          CHECK(key.size() == 8);
+        }
+      }
+      CHECK(asked.size() == s.turns.size());  // a different key each turn
+    }
+  }
+}
+
+TEST_CASE("retr_prefix_suffix: exactly one string has the asked prefix and suffix", "[unit]") {
+  const auto samples = generate_samples(
+      opts("retr_prefix_suffix", 1500, 4, 11, {{"distractors", "3"}}), tiny_tokenizer());
+  for (const auto& s : samples) {
+    const size_t start = s.context.find("\n\n");
+    REQUIRE(start != std::string::npos);
+    std::vector<std::string> lines;
+    std::istringstream in(s.context.substr(start + 2));
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    REQUIRE(lines.size() > 20);
+    for (const auto& t : s.turns) {
+      const std::string pre = quoted_after(t.input, "the prefix \"");
+      const std::string suf = quoted_after(t.input, "the suffix \"");
+      CHECK(pre.size() == 4);
+      CHECK(suf.size() == 4);
+      int both = 0, with_pre = 0, with_suf = 0;
+      std::string found;
+      for (const auto& l : lines) {
+        const bool p = l.rfind(pre, 0) == 0;
+        const bool q = l.size() >= suf.size() && l.compare(l.size() - suf.size(), suf.size(), suf) == 0;
+        with_pre += p;
+        with_suf += q;
+        if (p && q) {
+          ++both;
+          found = l;
+        }
+      }
+      CHECK(both == 1);
+      CHECK(found == t.answers[0]);
+      CHECK(found.size() == 16);
+      CHECK(with_pre >= 4);  // the answer and 3 distractors
+      CHECK(with_suf >= 4);
+    }
+  }
+}
+
+TEST_CASE("multihop_vt: the chain of assignments resolves to the answer", "[unit]") {
+  const auto samples =
+      generate_samples(opts("multihop_vt", 1500, 3, 5, {{"hops", "3"}, {"chains", "4"}}),
+                       tiny_tokenizer());
+  for (const auto& s : samples) {
+    CHECK(s.context.rfind("Memorize and track the chain(s) of variable assignment hidden in the "
+                          "following text.\n\n", 0) == 0);
+    CHECK(s.context.find("The grass is green.") != std::string::npos);
+    // Replay the assignments in text order: each right-hand variable must already be set.
+    static const std::regex stmt("VAR ([A-Z]{5}) = (VAR ([A-Z]{5})|([0-9]+))\\.");
+    std::map<std::string, std::string> value;
+    int statements = 0;
+    for (auto it = std::sregex_iterator(s.context.begin(), s.context.end(), stmt);
+         it != std::sregex_iterator(); ++it) {
+      const auto& m = *it;
+      REQUIRE(value.count(m[1].str()) == 0);  // each variable assigned once
+      if (m[3].matched) {
+        REQUIRE(value.count(m[3].str()) == 1);  // in chain order
+        value[m[1].str()] = value[m[3].str()];
+      } else {
+        value[m[1].str()] = m[4].str();
+      }
+      ++statements;
+    }
+    CHECK(statements == 4 * 4);  // 4 chains of 1 value + 3 hops
+    std::set<std::string> asked;
+    for (const auto& t : s.turns) {
+      static const std::regex q("Question: Find all variables that are assigned the value ([0-9]+) "
+                                "in the text above\\. Answer: According to the chain\\(s\\) of "
+                                "variable assignment in the text above, 4 variables are assigned "
+                                "the value ([0-9]+), they are: ");
+      std::smatch m;
+      REQUIRE(std::regex_match(t.input, m, q));
+      CHECK(m[1].str() == m[2].str());
+      CHECK(m[1].str().size() == 5);
+      std::set<std::string> holders;
+      for (const auto& [var, v] : value) {
+        if (v == m[1].str()) holders.insert(var);
+      }
+      CHECK(holders == std::set<std::string>(t.answers.begin(), t.answers.end()));
+      CHECK(t.answers.size() == 4);
+      asked.insert(m[1].str());
+    }
+    CHECK(asked.size() == 3);
+  }
+}
+
+TEST_CASE("math_find: the answers are the list's extremes and median", "[unit]") {
+  const auto samples = generate_samples(opts("math_find", 1500, 5, 9), tiny_tokenizer());
+  for (const auto& s : samples) {
+    const size_t open = s.context.find('[');
+    REQUIRE(open != std::string::npos);
+    REQUIRE(s.context.back() == ']');
+    std::vector<long long> nums;
+    std::istringstream in(s.context.substr(open + 1));
+    for (std::string item; std::getline(in, item, ',');) nums.push_back(std::stoll(item));
+    REQUIRE(nums.size() % 2 == 1);
+    for (long long x : nums) CHECK((x >= 100 && x <= 999));
+    std::vector<long long> sorted = nums;
+    std::sort(sorted.begin(), sorted.end());
+    const size_t n = sorted.size();
+    CHECK(sorted[n - 1] > sorted[n - 2]);  // the extremes are unique
+    CHECK(sorted[n - 2] > sorted[n - 3]);
+    CHECK(sorted[0] < sorted[1]);
+    CHECK(sorted[1] < sorted[2]);
+    const std::vector<std::pair<std::string, long long>> expect = {
+        {"the largest number of the list", sorted[n - 1]},
+        {"the smallest number of the list", sorted[0]},
+        {"the second largest number of the list", sorted[n - 2]},
+        {"the second smallest number of the list", sorted[1]},
+        {"the median of the list", sorted[n / 2]}};
+    REQUIRE(s.turns.size() == expect.size());
+    for (size_t t = 0; t < expect.size(); ++t) {
+      std::string cap = expect[t].first;
+      cap[0] = 'T';
+      CHECK(s.turns[t].input == "What is " + expect[t].first +
+                                    "?\n\nYou should answer with only one number, no other words. " +
+                                    cap + " is: ");
+      CHECK(s.turns[t].answers == std::vector<std::string>{std::to_string(expect[t].second)});
+    }
+  }
+}
+
+TEST_CASE("mix: both contexts, turns alternating, each answer right", "[unit]") {
+  const auto samples =
+      generate_samples(opts("mix", 2000, 5, 2, {{"tasks", "retr_kv+math_find"}, {"digits", "4"}}),
+                       tiny_tokenizer());
+  for (const auto& s : samples) {
+    const size_t kv_at = s.context.find("Extract the value");
+    const size_t mf_at = s.context.find("Answer the questions about the list of numbers");
+    REQUIRE(kv_at == 0);
+    REQUIRE(mf_at != std::string::npos);
+    const std::string kv_part = s.context.substr(0, mf_at - 2);
+    const auto pairs = kv_pairs(kv_part);
+    std::map<std::string, std::string> kv(pairs.begin(), pairs.end());
+    REQUIRE(s.turns.size() == 5);
+    for (size_t t = 0; t < s.turns.size(); ++t) {
+      if (t % 2 == 0) {
+        const std::string key = quoted_after(s.turns[t].input, "Key: \"");
+        CHECK(kv[key] == s.turns[t].answers[0]);
+      } else {
+        CHECK(s.turns[t].input.rfind("What is the", 0) == 0);
+        CHECK(s.turns[t].answers[0].size() == 4);  // digits=4 passed through to math_find
+      }
+    }
+  }
+}
+
+TEST_CASE("generator errors name the task and the knob", "[unit]") {
+  using Catch::Matchers::Contains;
+  CHECK_THAT(error_of(opts("retr_nope")), Contains("unknown task 'retr_nope'") && Contains("retr_kv"));
+  CHECK_THAT(error_of(opts("retr_kv", 1500, 5, 1, {{"hops", "2"}})),
+             Contains("task retr_kv") && Contains("unknown knob 'hops'") && Contains("key_length"));
+  CHECK_THAT(error_of(opts("retr_kv", 1500, 5, 1, {{"key_length", "abc"}})),
+             Contains("knob key_length must be an integer"));
+  CHECK_THAT(error_of(opts("retr_kv", 1500, 5, 1, {{"key_length", "34"}})), Contains("key_length"));
+  CHECK_THAT(error_of(opts("multihop_vt", 1500, 5, 1, {{"hops", "0"}})),
+             Contains("task multihop_vt") && Contains("knob hops"));
+  CHECK_THAT(error_of(opts("multihop_vt", 1500, 5, 1, {{"chains", "3"}})),
+             Contains("knob chains 3 is fewer than the 5 turns"));
+  CHECK_THAT(error_of(opts("math_find", 1500, 6)), Contains("task math_find: turns 6"));
+  CHECK_THAT(error_of(opts("retr_kv", 60)),
+             Contains("task retr_kv: context_tokens 60 is too small for 5 turns"));
+  CHECK_THAT(error_of(opts("retr_prefix_suffix", 100)), Contains("too small"));
+  CHECK_THAT(error_of(opts("retr_kv", 1500, 0)), Contains("turns must be"));
+  CHECK_THAT(error_of(opts("retr_kv", 0)), Contains("context_tokens must be"));
+  GeneratorOptions no_samples = opts("math_find");
+  no_samples.samples = 0;
+  CHECK_THAT(error_of(no_samples), Contains("samples must be"));
+  CHECK_THAT(error_of(opts("mix", 1500, 5, 1, {{"tasks", "retr_kv+retr_kv"}})),
+             Contains("task mix: knob tasks"));
+  CHECK_THAT(error_of(opts("mix", 1500, 5, 1, {{"tasks", "retr_kv"}})), Contains("knob tasks"));
+  CHECK_THAT(error_of(opts("mix", 1500, 5, 1, {{"nope", "1"}})), Contains("unknown knob 'nope'"));
+  CHECK_THAT(error_of(opts("mix", 250)),
+             Contains("task mix: task retr_kv: context_tokens 125 is too small") &&
+                 Contains("half of context_tokens 250"));
+  CHECK_THAT(error_of(opts("mix", 1500, 5, 1, {{"key_length", "3"}})),
+             Contains("task mix: task retr_kv: knob key_length"));
+}
