@@ -1,7 +1,9 @@
 // The scorers of tasks/scorers.h on hand-computed cases, including the inputs SCBench
 // (MInference scbench/compute_scores.py) scores wrongly: each "SCBench:" case would fail
 // under SCBench's behaviour.
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -236,4 +238,36 @@ TEST_CASE("SCBench: the mixed retrieval task scores the KV turns' text", "[score
   const MixedScore none = score_mixed_retrieval({});
   CHECK(none.overall == 0.0);
   CHECK(none.n_kv == 0);
+}
+
+TEST_CASE("every scorer stays in [0, 1] on arbitrary text", "[scorers][unit]") {
+  // Random strings over an alphabet of the characters the scanners branch on, including
+  // truncated and invalid UTF-8.
+  const std::vector<std::string> alphabet = {
+      "A", "B", "a", "I", " ", "\n", "(", ")", "[", "]", ".", ",", ":", "-", "+", "1", "0",
+      "9", "\"", "'", "`", "*", "answer", "option", " is ", "value:", "```", "北", "京", "。",
+      "，", "\u2212", "\u201C", "\xe4", "\xb8", "\xff", "the"};
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<size_t> pick(0, alphabet.size() - 1), len(0, 12);
+  auto random_text = [&] {
+    std::string s;
+    for (size_t n = len(rng); n > 0; --n) s += alphabet[pick(rng)];
+    return s;
+  };
+  for (int i = 0; i < 2000; ++i) {
+    const std::string pred = random_text();
+    const Answers answers = {random_text(), random_text()};
+    for (const std::string& name : scorer_names()) {
+      const double s = score(scorer_from_name(name), pred, answers);
+      REQUIRE(s >= 0.0);
+      REQUIRE(s <= 1.0);
+    }
+    REQUIRE(multiple_choice(pred, answers, kCapitals) >= 0.0);
+    // A prediction matches itself unless it normalises to nothing.
+    const bool non_empty = !normalize_en(pred).empty() ||
+                           (std::any_of(pred.begin(), pred.end(), [](char c) { return c & 0x80; }) &&
+                            !normalize_zh(pred).empty());
+    INFO(pred);
+    REQUIRE(score(Scorer::exact, pred, {pred}) == (non_empty ? 1.0 : 0.0));
+  }
 }
