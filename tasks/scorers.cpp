@@ -491,6 +491,13 @@ double contains(std::string_view prediction, const Answers& answers) {
   });
 }
 
+double contains_all(std::string_view prediction, const Answers& answers) {
+  if (answers.empty()) return 0.0;
+  double found = 0;
+  for (const std::string& a : answers) found += contains(prediction, {a});
+  return found / static_cast<double>(answers.size());
+}
+
 double token_f1(std::string_view prediction, const Answers& answers) {
   const std::vector<std::string> pred = split_ws(normalize_en(prediction));
   return best_over(answers, [&](const std::string& a) {
@@ -546,7 +553,7 @@ double code_f1(std::string_view prediction, const Answers& answers) {
 
 const std::vector<std::string>& scorer_names() {
   static const std::vector<std::string> names = {"exact", "contains", "f1_en", "f1_zh",
-                                                 "choice", "number", "code"};
+                                                 "choice", "number", "code", "contains_all"};
   return names;
 }
 
@@ -573,6 +580,7 @@ double score(Scorer scorer, std::string_view prediction, const Answers& answers)
     case Scorer::choice: return multiple_choice(prediction, answers);
     case Scorer::number: return numeric_match(prediction, answers);
     case Scorer::code: return code_f1(prediction, answers);
+    case Scorer::contains_all: return contains_all(prediction, answers);
   }
   return 0.0;
 }

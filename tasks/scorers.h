@@ -102,6 +102,12 @@ double exact_match(std::string_view prediction, const Answers& answers);
 // normalize_zh(prediction). An answer that normalises to nothing matches nothing.
 double contains(std::string_view prediction, const Answers& answers);
 
+// The share of the answers that occur in the prediction, each tested as by `contains`.
+// Here the answers are ALL required, not alternatives: RULER's string_match_all, for
+// turns whose gold is a set (variable tracking: every variable holding the value). 0 for
+// an empty answers list.
+double contains_all(std::string_view prediction, const Answers& answers);
+
 // SQuAD token F1 over normalize_en whitespace tokens with multiset overlap (a token
 // repeated twice in the prediction and once in the answer counts once). 0 when either side
 // has no tokens.
@@ -133,15 +139,17 @@ double code_f1(std::string_view prediction, const Answers& answers);
 
 // ---- Registry --------------------------------------------------------------------------
 
-enum class Scorer { exact, contains, f1_en, f1_zh, choice, number, code };
+enum class Scorer { exact, contains, f1_en, f1_zh, choice, number, code, contains_all };
 
-// Every scorer's name, in enum order: exact contains f1_en f1_zh choice number code.
+// Every scorer's name, in enum order: exact contains f1_en f1_zh choice number code
+// contains_all.
 const std::vector<std::string>& scorer_names();
 const char* scorer_name(Scorer scorer);
 // Throws InputError naming the unknown name and the known ones.
 Scorer scorer_from_name(const std::string& name);
 
-// The scorer's metric on one prediction (choice: no option texts).
+// The scorer's metric on one prediction (choice: no option texts; contains_all: the
+// answers are all required).
 double score(Scorer scorer, std::string_view prediction, const Answers& answers);
 
 // ---- Mixed retrieval (SCBench's Mix.RepoQA+KV) -----------------------------------------

@@ -68,6 +68,16 @@ TEST_CASE("contains matches whole words of the normalised prediction", "[scorers
   CHECK(contains("289", {}) == 0.0);
 }
 
+TEST_CASE("contains_all is the share of required answers found", "[scorers][unit]") {
+  const Answers vars = {"ABCDE", "FGHIJ", "KLMNO"};
+  CHECK(contains_all("VAR ABCDE, VAR FGHIJ", vars) == Approx(2.0 / 3.0));
+  CHECK(contains_all("ABCDE FGHIJ KLMNO", vars) == 1.0);
+  CHECK(contains_all("ABCDEF", {"ABCDE"}) == 0.0);  // whole words
+  CHECK(contains_all("", vars) == 0.0);
+  CHECK(contains_all("ABCDE", {}) == 0.0);
+  CHECK(score(Scorer::contains_all, "KLMNO", vars) == Approx(1.0 / 3.0));
+}
+
 TEST_CASE("token_f1 is SQuAD F1 with multiset overlap", "[scorers][unit]") {
   // pred: cat sat on mat (4); gold: cat on mat (3); overlap 3: P 3/4, R 1, F1 6/7.
   CHECK(token_f1("the cat sat on the mat", {"a cat on a mat"}) == Approx(6.0 / 7.0));
@@ -199,7 +209,7 @@ TEST_CASE("code_f1 compares the first fenced block with the gold function", "[sc
 
 TEST_CASE("the scorer registry maps names, and names an unknown one", "[scorers][unit]") {
   const std::vector<std::string> expected = {"exact", "contains", "f1_en", "f1_zh",
-                                             "choice", "number", "code"};
+                                             "choice", "number", "code", "contains_all"};
   CHECK(scorer_names() == expected);
   for (const std::string& name : expected) CHECK(scorer_name(scorer_from_name(name)) == name);
   CHECK(scorer_from_name("f1_zh") == Scorer::f1_zh);
