@@ -203,8 +203,16 @@ std::string_view code_of(std::string_view text) {
 std::string normalize_en(std::string_view text) {
   std::string no_punct;
   no_punct.reserve(text.size());
-  for (char c : text) {
-    if (!is_ascii_punct(c)) no_punct.push_back(ascii_lower(c));
+  for (size_t i = 0; i < text.size();) {
+    const Decoded d = decode_one(text, i);
+    if (d.len == 1) {
+      if (!is_ascii_punct(text[i])) no_punct.push_back(ascii_lower(text[i]));
+    } else if (d.valid && is_unicode_space(d.cp)) {
+      no_punct.push_back(' ');
+    } else if (!(d.valid && is_zh_punct(d.cp))) {
+      no_punct.append(text.substr(i, d.len));
+    }
+    i += d.len;
   }
   std::string out;
   for (const std::string& w : split_ws(no_punct)) {

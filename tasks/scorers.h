@@ -24,7 +24,10 @@ using Answers = std::vector<std::string>;
 // SQuAD's normalize_answer, for English: ASCII lowercase, delete ASCII punctuation
 // (string.punctuation, deleted, not replaced by a space: "well-known" -> "wellknown"),
 // drop the articles "a", "an", "the" as whole words, collapse whitespace runs to one space
-// and trim. Non-ASCII bytes pass through unchanged.
+// and trim. Beyond SQuAD, so that a chat model's typography does not glue punctuation to
+// words: the non-ASCII punctuation normalize_zh deletes (curly quotes, dashes, ellipsis,
+// full-width forms) is deleted too, and Unicode spaces (U+00A0, U+3000, ...) are spaces.
+// Other non-ASCII text passes through unchanged (no Unicode lowercasing).
 std::string normalize_en(std::string_view text);
 
 // For Chinese: ASCII lowercase, then delete every whitespace code point (ASCII, U+3000

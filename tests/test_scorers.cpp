@@ -30,6 +30,8 @@ TEST_CASE("normalize_en is SQuAD's normalisation", "[scorers][unit]") {
   CHECK(normalize_en("Theatre, another") == "theatre another");  // articles as words only
   CHECK(normalize_en("") == "");
   CHECK(normalize_en("the a an") == "");
+  // Beyond SQuAD: typographic punctuation and Unicode spaces.
+  CHECK(normalize_en("“289”… and café") == "289 and café");
 }
 
 TEST_CASE("normalize_zh drops whitespace and ASCII and CJK punctuation", "[scorers][unit]") {
@@ -62,6 +64,7 @@ TEST_CASE("contains matches whole words of the normalised prediction", "[scorers
   CHECK(contains("The value is 2890", {"289"}) == 0.0);
   CHECK(contains("I saw New York City", {"new york"}) == 1.0);
   CHECK(contains("York New", {"new york"}) == 0.0);
+  CHECK(contains("The value is “289”.", {"289"}) == 1.0);
   CHECK(contains("答案是北京。", {"北京"}) == 1.0);
   CHECK(contains("anything", {"the"}) == 0.0);
   CHECK(contains("", {"289"}) == 0.0);
