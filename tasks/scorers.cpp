@@ -419,7 +419,8 @@ std::optional<std::string> extract_choice(std::string_view p,
   {
     size_t k = 0;
     while (k < p.size() && (is_ascii_space(p[k]) || p[k] == '*' || p[k] == '"' || p[k] == '\'')) ++k;
-    if (k < p.size() && label_allowed(p[k], n_opt)) {
+    const bool contraction = k + 2 < p.size() && p[k + 1] == '\'' && is_ascii_letter(p[k + 2]);
+    if (k < p.size() && label_allowed(p[k], n_opt) && !contraction) {
       const size_t n = k + 1;
       if (n == p.size() || std::string_view(".):,\n*\"'").find(p[n]) != std::string_view::npos ||
           trim(p.substr(n)).empty()) {
@@ -460,7 +461,7 @@ std::optional<std::string> extract_choice(std::string_view p,
         is_ascii_lower(p[k + 2])) {
       continue;  // the English words "A" and "I"
     }
-    if (k + 1 < p.size() && p[k + 1] == '\'') continue;  // "I'm", "A's"
+    if (k + 2 < p.size() && p[k + 1] == '\'' && is_ascii_letter(p[k + 2])) continue;  // "I'm"
     if (lone && *lone != p[k]) return std::nullopt;
     lone = p[k];
   }

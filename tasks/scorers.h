@@ -83,12 +83,13 @@ std::optional<double> extract_number(std::string_view prediction,
 //      earliest "answer" that parses, else the earliest "option"/"choice" that parses (so
 //      "Option A is wrong; the answer is C." chooses C);
 //   2. a bracketed label anywhere: "(B)", "[B]" (lower case accepted here: "(b)");
-//   3. a label opening the prediction, alone or followed by . ) : , or a newline:
-//      "B", "B.", "B) foo", "B: foo" (not "A man ...", which is an article);
+//   3. a label opening the prediction, alone or followed by . ) : , * a quote or a newline:
+//      "B", "B.", "B) foo", "B: foo" (not "A man ...", an article, nor "I'd ...");
 //   4. with options: the text of exactly one option in the prediction (normalize_en,
 //      whole words; an option whose text is inside another found option's text yields);
-//   5. a lone capital letter, neither glued to letters or digits nor the words "A"/"I"
-//      before a lower-case word, when exactly one distinct such label occurs.
+//   5. a lone capital letter, neither glued to letters or digits, nor the words "A"/"I"
+//      before a lower-case word, nor a contraction ("I'd"), when exactly one distinct
+//      such label occurs ("I think B is right" -> B; "B or C" -> nothing).
 // Upper-case letters only outside brackets, so "the answer is a guess" chooses nothing.
 std::optional<std::string> extract_choice(std::string_view prediction,
                                           const std::vector<std::string>& options = {});

@@ -139,6 +139,8 @@ TEST_CASE("extract_choice reads the chosen label", "[scorers][unit]") {
   CHECK(extract_choice("Option A is wrong; the answer is C.") == O("C"));
   CHECK(extract_choice("I think (b) fits.") == O("B"));
   CHECK(extract_choice("I think B is right") == O("B"));
+  CHECK(extract_choice("I'd say D") == O("D"));   // "I'd" is a word, not a label
+  CHECK(extract_choice("'B' fits") == O("B"));
   CHECK(extract_choice("A man walks into a bar") == std::nullopt);
   CHECK(extract_choice("the answer is a guess") == std::nullopt);
   CHECK(extract_choice("B or C") == std::nullopt);  // ambiguous
