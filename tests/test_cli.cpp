@@ -127,6 +127,22 @@ TEST_CASE("cli: list models shows a given model", "[unit]") {
   CHECK(run.output.find("llama") != std::string::npos);
 }
 
+TEST_CASE("cli: list methods and list tasks need no model", "[unit]") {
+  const Run methods = run_kvbench("--model /nonexistent.gguf list methods");
+  INFO(methods.output);
+  CHECK(methods.exit_code == 0);
+  for (const char* name : {"full", "streamingllm", "h2o", "snapkv", "pyramidkv", "tova", "knorm",
+                           "keydiff", "budget", "arXiv"}) {
+    CHECK(methods.output.find(name) != std::string::npos);
+  }
+  const Run tasks = run_kvbench("--model /nonexistent.gguf list tasks");
+  INFO(tasks.output);
+  CHECK(tasks.exit_code == 0);
+  for (const char* name : {"retr_kv", "retr_prefix_suffix", "multihop_vt", "math_find", "mix"}) {
+    CHECK(tasks.output.find(name) != std::string::npos);
+  }
+}
+
 namespace {
 
 std::string write_text(const std::string& name, const std::string& text) {

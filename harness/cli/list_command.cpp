@@ -1,5 +1,6 @@
-// `kvbench list models|methods`: the GGUF files kvbench can run, with their shape, and the
-// registered cache methods with their parameters, defaults and papers.
+// `kvbench list models|methods|tasks`: the GGUF files kvbench can run, with their shape;
+// the registered cache methods with their parameters, defaults and papers; the generated
+// tasks with their knobs.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -7,6 +8,7 @@
 #include <filesystem>
 #include <set>
 
+#include "datasets/generator.h"
 #include "harness/cli/commands.h"
 #include "harness/model/gguf.h"
 #include "harness/model/model_config.h"
@@ -88,6 +90,20 @@ void list_methods() {
   std::printf("\nspec: %s\n", kSpecForm);
 }
 
+void list_tasks() {
+  for (const TaskInfo& task : task_registry()) {
+    std::printf("%s\n  %s\n", task.name.c_str(), task.description.c_str());
+    for (const KnobInfo& knob : task.knobs) {
+      std::printf("    %-14s %-20s %s\n", knob.name.c_str(), knob.default_value.c_str(),
+                  knob.description.c_str());
+    }
+  }
+  const GeneratorOptions defaults;
+  std::printf("\nevery task: context_tokens %lld, turns %d, samples %d, seed %llu (defaults)\n",
+              static_cast<long long>(defaults.context_tokens), defaults.turns, defaults.samples,
+              static_cast<unsigned long long>(defaults.seed));
+}
+
 }  // namespace
 
 void add_list_command(CLI::App& app, ModelOptions& model) {
@@ -97,6 +113,8 @@ void add_list_command(CLI::App& app, ModelOptions& model) {
       ->callback([&model] { list_models(model); });
   cmd->add_subcommand("methods", "Cache methods with their parameters, defaults and papers")
       ->callback([] { list_methods(); });
+  cmd->add_subcommand("tasks", "Generated shared-context tasks with their knobs and defaults")
+      ->callback([] { list_tasks(); });
 }
 
 }  // namespace kvbench
