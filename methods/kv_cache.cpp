@@ -20,8 +20,9 @@ KvCache::~KvCache() = default;
 
 void KvCache::append(int32_t layer, const float* k, const float* v, const int32_t* positions,
                      int64_t n_new) {
+  // No peak update here: layers only grow within a forward, so advance() sees the peak
+  // before the policy evicts (and stats() counts what is resident now).
   layers_[layer]->append(k, v, positions, n_new);
-  bytes_peak_ = std::max(bytes_peak_, bytes_resident());
 }
 
 void KvCache::attend(int32_t layer, const AttentionQuery& query) {
