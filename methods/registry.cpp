@@ -11,10 +11,6 @@ namespace kvbench {
 
 namespace {
 
-[[noreturn]] void fail(const std::string& spec, const std::string& what) {
-  throw InputError("bad method spec '" + spec + "': " + what + "; expected " + kSpecForm);
-}
-
 std::string join_names(const std::vector<std::string>& names) {
   std::string out;
   for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
@@ -147,7 +143,8 @@ ResolvedSpec resolve_method_spec(const std::string& text) {
     if (!info) {
       std::vector<std::string> names;
       for (const auto& m : method_registry()) names.push_back(m.name);
-      fail(text, "unknown method '" + component.name + "' (methods: " + join_names(names) + ")");
+      fail_spec(text,
+                "unknown method '" + component.name + "' (methods: " + join_names(names) + ")");
     }
     MethodParams params;
     for (const auto& [key, value] : component.params) {
@@ -158,12 +155,13 @@ ResolvedSpec resolve_method_spec(const std::string& text) {
       if (!p) {
         std::vector<std::string> names;
         for (const auto& candidate : info->params) names.push_back(candidate.name);
-        fail(text, "method '" + info->name + "' has no parameter '" + key + "' (" +
-                       (names.empty() ? "it takes none" : "parameters: " + join_names(names)) +
-                       ")");
+        fail_spec(text, "method '" + info->name + "' has no parameter '" + key + "' (" +
+                            (names.empty() ? "it takes none" : "parameters: " + join_names(names)) +
+                            ")");
       }
       const std::string why = check_value(*p, value);
-      if (!why.empty()) fail(text, info->name + " " + key + "=" + value + ": " + key + " " + why);
+      if (!why.empty())
+        fail_spec(text, info->name + " " + key + "=" + value + ": " + key + " " + why);
     }
     // Registry order, so the canonical text does not depend on the order written.
     const auto replaced = [&](const std::string& name) {
@@ -186,16 +184,16 @@ ResolvedSpec resolve_method_spec(const std::string& text) {
       try {
         info->check(params);
       } catch (const InputError& e) {
-        fail(text, info->name + ": " + e.what());
+        fail_spec(text, info->name + ": " + e.what());
       }
     }
     if (info->kind == MethodKind::Full) {
       if (spec.components.size() > 1) {
-        fail(text, "'full' is the uncompressed cache and cannot compose with anything");
+        fail_spec(text, "'full' is the uncompressed cache and cannot compose with anything");
       }
     } else if (eviction) {
-      fail(text, "'" + eviction->name + "' and '" + info->name +
-                     "' cannot compose: a cache takes at most one eviction method");
+      fail_spec(text, "'" + eviction->name + "' and '" + info->name +
+                          "' cannot compose: a cache takes at most one eviction method");
     } else {
       eviction = info;
     }

@@ -27,4 +27,8 @@ MethodSpec parse_method_spec(const std::string& text);
 // The form every spec error message quotes.
 extern const char* const kSpecForm;
 
+// Throws the InputError every spec problem raises: "bad method spec '<spec>': <what>;
+// expected <kSpecForm>" (the parser's syntax errors and the registry's checks alike).
+[[noreturn]] void fail_spec(const std::string& spec, const std::string& what);
+
 }  // namespace kvbench
