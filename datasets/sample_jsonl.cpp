@@ -54,6 +54,40 @@ class LineReader {
     return value.get<std::string>();
   }
 
+  // An optional string field: absent or null leaves `out` empty (null, for files written
+  // by tools that emit every column).
+  void optional_string(const json& object, const std::string& name, const std::string& owner,
+                       std::string& out) const {
+    const auto it = object.find(name);
+    if (it == object.end() || it->is_null()) return;
+    if (!it->is_string()) {
+      fail(owner + "field '" + name + "' must be a string, not " + type_name(*it));
+    }
+    out = it->get<std::string>();
+  }
+
+  // A turn's optional multiple-choice options: a list of strings or numbers.
+  std::vector<std::string> options(const json& turn, const std::string& owner) const {
+    const auto it = turn.find("options");
+    if (it == turn.end() || it->is_null()) return {};
+    if (!it->is_array()) {
+      fail(owner + "field 'options' must be a list of strings, not " + type_name(*it));
+    }
+    std::vector<std::string> out;
+    for (size_t i = 0; i < it->size(); ++i) {
+      const json& o = (*it)[i];
+      if (o.is_string()) {
+        out.push_back(o.get<std::string>());
+      } else if (o.is_number()) {
+        out.push_back(number_text(o));
+      } else {
+        fail(owner + "field 'options' item " + std::to_string(i) + " must be a string, not " +
+             type_name(o));
+      }
+    }
+    return out;
+  }
+
   std::vector<std::string> answers(const json& value, const std::string& owner) const {
     if (value.is_string()) return {value.get<std::string>()};
     if (value.is_number()) return {number_text(value)};
@@ -89,6 +123,8 @@ class LineReader {
       fail(std::string("field 'id' must be a string or a number, not ") + type_name(id));
     }
     sample.context = string_field(row, "context", "");
+    optional_string(row, "lang", "", sample.lang);
+    optional_string(row, "repo", "", sample.repo);
     const json& turns = field(row, "multi_turns", "");
     if (!turns.is_array()) {
       fail(std::string("field 'multi_turns' must be a list, not ") + type_name(turns));
@@ -102,6 +138,8 @@ class LineReader {
       SampleTurn turn;
       turn.input = string_field(turns[i], "input", owner);
       turn.answers = answers(field(turns[i], "answer", owner), owner);
+      turn.options = options(turns[i], owner);
+      optional_string(turns[i], "task", owner, turn.task);
       sample.turns.push_back(std::move(turn));
     }
     return sample;

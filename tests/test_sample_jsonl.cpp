@@ -113,3 +113,41 @@ TEST_CASE("jsonl: missing and mistyped fields are named", "[unit]") {
   require_error(row("1", R"([{"input": "q", "answer": ["a", {"b": 1}]}])"), 1,
                 "field 'answer' item 1 must be a string, not an object");
 }
+
+TEST_CASE("jsonl: optional options, turn task, lang and repo", "[unit]") {
+  const std::string text =
+      R"({"id": 1, "context": "c", "lang": "python", "repo": "psf/black", "multi_turns": [{"input": "q", "answer": "Paris", "options": ["Rome", "Paris", 3, 2.5], "task": "scbench_repoqa"}, {"input": "r", "answer": "b", "options": [], "task": null}]})"
+      "\n"
+      R"({"id": 2, "context": "c", "lang": null, "multi_turns": [{"input": "q", "answer": "a"}]})";
+  const auto samples = load_samples_jsonl(write_jsonl("optional.jsonl", text));
+  REQUIRE(samples.size() == 2);
+  CHECK(samples[0].lang == "python");
+  CHECK(samples[0].repo == "psf/black");
+  CHECK(samples[0].task.empty());  // the loader never sets the sample's task
+  REQUIRE(samples[0].turns.size() == 2);
+  CHECK(samples[0].turns[0].options == std::vector<std::string>{"Rome", "Paris", "3", "2.5"});
+  CHECK(samples[0].turns[0].task == "scbench_repoqa");
+  CHECK(samples[0].turns[0].reference.empty());
+  CHECK(samples[0].turns[1].options.empty());
+  CHECK(samples[0].turns[1].task.empty());
+  CHECK(samples[1].lang.empty());
+  CHECK(samples[1].repo.empty());
+  CHECK(samples[1].turns[0].options.empty());
+  CHECK(samples[1].turns[0].task.empty());
+}
+
+TEST_CASE("jsonl: mistyped optional fields are named", "[unit]") {
+  require_error(row("1", R"([{"input": "q", "answer": "a", "options": "A. x"}])"), 1,
+                "multi_turns[0]: field 'options' must be a list of strings, not a string");
+  require_error(row("1", R"([{"input": "q", "answer": "a", "options": {"A": "x"}}])"), 1,
+                "multi_turns[0]: field 'options' must be a list of strings, not an object");
+  require_error(row("1", R"([{"input": "q", "answer": "a"}, {"input": "q", "answer": "a", "options": ["x", ["y"]]}])"),
+                1, "multi_turns[1]: field 'options' item 1 must be a string, not a list");
+  require_error(row("1", R"([{"input": "q", "answer": "a", "task": 3}])"), 1,
+                "multi_turns[0]: field 'task' must be a string, not a number");
+  const std::string turns = std::string("[") + kTurn + "]";
+  require_error(R"({"id": 1, "context": "c", "lang": ["py"], "multi_turns": )" + turns + "}", 1,
+                "field 'lang' must be a string, not a list");
+  require_error(R"({"id": 1, "context": "c", "repo": true, "multi_turns": )" + turns + "}", 1,
+                "field 'repo' must be a string, not a boolean");
+}
