@@ -172,6 +172,19 @@ struct Built {
   std::vector<SampleTurn> turns;
 };
 
+SampleTurn make_turn(std::string input, std::vector<std::string> answers) {
+  SampleTurn turn;
+  turn.input = std::move(input);
+  turn.answers = std::move(answers);
+  return turn;
+}
+
+std::string join(const std::vector<std::string>& items, const std::string& sep) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? sep : "") + items[i];
+  return out;
+}
+
 struct Plan {
   std::string task;
   int64_t min_items = 0;
@@ -302,8 +315,8 @@ Plan plan_retr_kv(const Knobs& knobs, int32_t turns, uint64_t seed) {
     b.context += "}";
     for (int64_t i : choose_distinct(rng, n, turns)) {
       const auto& p = pairs[static_cast<size_t>(i)];
-      b.turns.push_back(
-          {"Key: \"" + p.first + "\"\nThe value associated with the specified key is: ", {p.second}});
+      b.turns.push_back(make_turn(
+          "Key: \"" + p.first + "\"\nThe value associated with the specified key is: ", {p.second}));
     }
     return b;
   };
@@ -385,10 +398,10 @@ Plan plan_prefix_suffix(const Knobs& knobs, int32_t turns, uint64_t seed) {
     b.context = "Find the string with the given prefix and suffix in the list of strings below.\n\n";
     for (size_t i = 0; i < items.size(); ++i) b.context += (i ? "\n" : "") + items[i];
     for (int32_t j = 0; j < turns; ++j) {
-      b.turns.push_back({"Which string in the list has the prefix \"" + pre[static_cast<size_t>(j)] +
-                             "\" and the suffix \"" + suf[static_cast<size_t>(j)] +
-                             "\"? Answer with the string only.",
-                         {targets[static_cast<size_t>(j)]}});
+      b.turns.push_back(make_turn("Which string in the list has the prefix \"" + pre[static_cast<size_t>(j)] +
+                                      "\" and the suffix \"" + suf[static_cast<size_t>(j)] +
+                                      "\"? Answer with the string only.",
+                                  {targets[static_cast<size_t>(j)]}));
     }
     return b;
   };
@@ -476,12 +489,15 @@ Plan plan_vt(const Knobs& knobs, int32_t turns, uint64_t seed) {
     b.context += body;
     for (int64_t c : choose_distinct(rng, chains, turns)) {
       const std::string& v = values[static_cast<size_t>(c)];
-      b.turns.push_back(
-          {"Question: Find all variables that are assigned the value " + v +
-               " in the text above. Answer: According to the chain(s) of variable assignment in "
-               "the text above, " +
-               std::to_string(hops + 1) + " variables are assigned the value " + v + ", they are: ",
-           names[static_cast<size_t>(c)]});
+      SampleTurn turn = make_turn(
+          "Question: Find all variables that are assigned the value " + v +
+              " in the text above. Answer: According to the chain(s) of variable assignment in "
+              "the text above, " +
+              std::to_string(hops + 1) + " variables are assigned the value " + v + ", they are: ",
+          names[static_cast<size_t>(c)]);
+      // Every name is required (contains_all); the gold answer the session feeds lists them.
+      turn.reference = join(turn.answers, ", ");
+      b.turns.push_back(std::move(turn));
     }
     return b;
   };
@@ -539,10 +555,10 @@ Plan plan_math(const Knobs& knobs, int32_t turns, uint64_t seed) {
       std::string target = questions[t].first;
       std::string cap = target;
       cap[0] = 'T';
-      b.turns.push_back({"What is " + target +
-                             "?\n\nYou should answer with only one number, no other words. " + cap +
-                             " is: ",
-                         {std::to_string(questions[t].second)}});
+      b.turns.push_back(make_turn("What is " + target +
+                                      "?\n\nYou should answer with only one number, no other words. " +
+                                      cap + " is: ",
+                                  {std::to_string(questions[t].second)}));
     }
     return b;
   };
@@ -631,6 +647,7 @@ std::vector<Sample> generate_samples(const GeneratorOptions& options, const Toke
     const uint64_t sample_seed = derive_seed(options.seed, static_cast<uint64_t>(s));
     Sample sample;
     sample.id = task + "-seed" + std::to_string(options.seed) + "-" + std::to_string(s);
+    sample.task = task;
     if (parts.empty()) {
       const Knobs knobs(*info, options.knobs);
       const Plan plan = plan_for(task, knobs, options.turns, sample_seed);
@@ -674,6 +691,9 @@ std::vector<Sample> generate_samples(const GeneratorOptions& options, const Toke
         sample.context = a.context + sep + b.context;
         b.turns.clear();
       }
+      // Each turn is scored by its part's task.
+      for (SampleTurn& turn : a.turns) turn.task = parts[0]->name;
+      for (SampleTurn& turn : b.turns) turn.task = parts[1]->name;
       for (size_t t = 0; t < a.turns.size() || t < b.turns.size(); ++t) {
         if (t < a.turns.size()) sample.turns.push_back(a.turns[t]);
         if (t < b.turns.size()) sample.turns.push_back(b.turns[t]);

@@ -1,5 +1,6 @@
 // One shared-context sample in SCBench's JSONL schema:
-// {"id": ..., "context": "...", "multi_turns": [{"input": "...", "answer": "..." or [...]}]}
+// {"id": ..., "context": "...", "multi_turns": [{"input": "...", "answer": "..." or [...],
+//  "options"?: [...], "task"?: "..."}], "lang"?: "...", "repo"?: "..."}
 #pragma once
 
 #include <string>
@@ -8,19 +9,42 @@
 namespace kvbench {
 
 struct SampleTurn {
-  std::string input;                 // the query of this turn
-  std::vector<std::string> answers;  // accepted answers; answers[0] is the reference
+  std::string input;                 // the query of this turn, as the model sees it
+  std::vector<std::string> answers;  // accepted answers; for a contains_all task (variable
+                                     // tracking) every one of them is required
+  std::string reference;  // the gold answer the session teacher-forces and, multi-turn,
+                          // appends; empty: answers[0]
+  std::vector<std::string> options;  // multiple-choice option texts, labels A, B, C, ...
+  std::string task;  // the task this turn belongs to, when it differs from the sample's
+                     // (a part of a mix task; SCBench's per-turn "task")
 };
 
 struct Sample {
   std::string id;
-  std::string context;
+  std::string task;     // the task that generated or formats it; empty for a plain file
+  std::string context;  // the shared context, as the model sees it
   std::vector<SampleTurn> turns;
+  std::string lang;  // SCBench's optional "lang" (e.g. "python" for RepoQA)
+  std::string repo;  // SCBench's optional "repo"
 };
+
+// The text a turn's gold answer is fed as: `reference`, else answers[0], else "".
+inline const std::string& gold_text(const SampleTurn& turn) {
+  static const std::string empty;
+  if (!turn.reference.empty()) return turn.reference;
+  return turn.answers.empty() ? empty : turn.answers[0];
+}
+
+// The task that scores a turn: its own, else the sample's.
+inline const std::string& turn_task(const Sample& sample, const SampleTurn& turn) {
+  return turn.task.empty() ? sample.task : turn.task;
+}
 
 // Reads a JSONL file of samples. Throws InputError naming the file and line for a missing
 // file, malformed JSON, a missing or mistyped field, or an empty file. Ids may be numbers
-// or strings (kept as text); extra fields are ignored.
+// or strings (kept as text); options, a turn's task, lang and repo are optional; other
+// fields are ignored. The samples are raw: no task template applied (see
+// tasks/task_catalog.h, format_scbench_sample).
 std::vector<Sample> load_samples_jsonl(const std::string& path);
 
 }  // namespace kvbench

@@ -94,7 +94,7 @@ std::vector<int32_t> encode_segment(const Tokenizer& tokenizer, const std::strin
 
 struct TurnTokens {
   std::vector<int32_t> query;   // query segment (with the template's pieces)
-  std::vector<int32_t> answer;  // the reference answer, answers[0]
+  std::vector<int32_t> answer;  // the gold answer, gold_text(turn)
 };
 
 struct SessionTokens {
@@ -119,9 +119,8 @@ SessionTokens tokenize_sample(const LlamaModel& model, const Sample& sample,
     const bool first = t == 0 || options.mode == SessionMode::MultiRequest;
     tt.query = encode_segment(tok, (first ? "" : layout.user_head) + turn.input + layout.query_tail,
                               false);
-    if (!turn.answers.empty() && !turn.answers[0].empty()) {
-      tt.answer = encode_segment(tok, turn.answers[0], false);
-    }
+    const std::string& gold = gold_text(turn);
+    if (!gold.empty()) tt.answer = encode_segment(tok, gold, false);
     out.turns.push_back(std::move(tt));
   }
   return out;
@@ -304,7 +303,7 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
     TurnRecord record;
     record.turn = static_cast<int32_t>(t + 1);
     record.query = sample.turns[t].input;
-    record.reference = sample.turns[t].answers.empty() ? "" : sample.turns[t].answers[0];
+    record.reference = gold_text(sample.turns[t]);
     const int64_t query_n = static_cast<int64_t>(turn.query.size());
     const int64_t room = query_n + std::max<int64_t>(
         static_cast<int64_t>(turn.answer.size() + tokens.answer_tail.size()),
@@ -343,6 +342,11 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
     result.turns.push_back(std::move(record));
   }
   return result;
+}
+
+void check_session_fits(const LlamaModel& model, const Sample& sample,
+                        const SessionOptions& options) {
+  check_fits(model, sample, tokenize_sample(model, sample, options), options);
 }
 
 SampleReference reference_of(const SessionResult& result) {

@@ -52,7 +52,7 @@ struct TurnRecord {
   int32_t turn = 0;
   std::string query;
   std::string prediction;  // the model's decoded answer
-  std::string reference;   // answers[0]
+  std::string reference;   // the gold answer, gold_text(turn)
   std::string stop_reason;  // of the decoded answer: "end_of_turn", "max_new_tokens", "context_length"
   int64_t prompt_tokens = 0;  // tokens fed this turn before decoding (context + query, or query)
   int64_t output_tokens = 0;  // tokens of `prediction`
@@ -103,6 +103,12 @@ struct SessionResult {
 SessionResult run_session(const LlamaModel& model, const Sample& sample,
                           const std::string& method_spec, const SessionOptions& options,
                           const SampleReference* reference);
+
+// Throws the InputError run_session would (naming the sample) when the sample's context and
+// turns cannot fit the model's context length in `options`' mode; checks every sample of a
+// run before any runs.
+void check_session_fits(const LlamaModel& model, const Sample& sample,
+                        const SessionOptions& options);
 
 // The reference of a run: its turns' `own` fields.
 SampleReference reference_of(const SessionResult& result);

@@ -215,3 +215,67 @@ TEST_CASE("cli: session on a tiny model prints the table and a summary", "[unit]
   CHECK(none.output.find("summary s1: 1 turn |") != std::string::npos);
   CHECK(none.output.find("no fidelity") != std::string::npos);
 }
+
+TEST_CASE("cli: run names an unknown task, a bad knob or misplaced options before loading", "[unit]") {
+  const std::string absent = testing::temp_path("absent_run.gguf");
+  const std::string run = "--model " + absent + " run --method full ";
+  require_clear_error(run_kvbench(run + "--task nosuch"), "unknown task 'nosuch'");
+  require_clear_error(run_kvbench(run + "--task retr_kv --knob hops"), "--knob 'hops' must be name=value");
+  require_clear_error(run_kvbench(run + "--task retr_kv --mode scdq"), "unknown session mode 'scdq'");
+  require_clear_error(run_kvbench(run + "--task retr_kv --method 'snapkv:budget=-5'"), "snapkv:budget=-5");
+  require_clear_error(run_kvbench(run + "--task scbench_kv"), "--data");
+  require_clear_error(run_kvbench(run + "--task retr_kv --data x.jsonl"), "--data is for SCBench tasks");
+  const std::string file = write_text("scbench_kv.jsonl", kSessionSample);
+  require_clear_error(run_kvbench(run + "--task scbench_kv --data " + file + " --context-tokens 500"),
+                      "--context-tokens");
+  require_clear_error(run_kvbench(run + "--task scbench_kv --task retr_kv --data " + file),
+                      "runs alone");
+  const std::string bad = write_text("scbench_bad.jsonl", std::string(kSessionSample) + "\n{\"id\": 3}\n");
+  require_clear_error(run_kvbench(run + "--task scbench_kv --data " + bad), bad + ":2: missing field");
+}
+
+TEST_CASE("cli: run refuses bad knob values and a context longer than the window", "[unit]") {
+  testing::TinyLlamaSpec wide;
+  wide.context_length = 4096;
+  const std::string model = testing::temp_path("tiny_cli_run_wide.gguf");
+  testing::write_tiny_llama_gguf(model, wide);
+  const std::string run = "--model " + model + " --threads 1 run --method full ";
+  require_clear_error(run_kvbench(run + "--task multihop_vt --context-tokens 800 --knob hops=0"),
+                      "hops");
+  require_clear_error(run_kvbench(run + "--task retr_kv --context-tokens 800 --knob colour=red"),
+                      "unknown knob 'colour'");
+  const std::string narrow = testing::temp_path("tiny_cli_run.gguf");
+  testing::write_tiny_llama_gguf(narrow);  // context window 256 tokens
+  const std::string run_narrow = "--model " + narrow + " --threads 1 run --method full ";
+  require_clear_error(run_kvbench(run_narrow + "--task retr_kv --context-tokens 300"),
+                      "context window of 256 tokens");
+  // Fits the window alone, but not with five turns of queries and answers.
+  require_clear_error(run_kvbench(run_narrow + "--task math_find --context-tokens 200 --turns 5"),
+                      "more than the model's context of 256");
+}
+
+TEST_CASE("cli: run on a tiny model scores every turn and prints the summary", "[unit]") {
+  testing::TinyLlamaSpec wide;
+  wide.context_length = 4096;
+  const std::string model = testing::temp_path("tiny_cli_run_wide.gguf");
+  testing::write_tiny_llama_gguf(model, wide);
+  const Run out = run_kvbench("--model " + model +
+                              " --threads 1 run --task math_find --task retr_kv --context-tokens 600"
+                              " --turns 2 --method full --method streamingllm:budget=32 --max-new 4");
+  INFO(out.output);
+  CHECK(out.exit_code == 0);
+  CHECK(out.output.find("sample math_find-seed0-0") != std::string::npos);
+  CHECK(out.output.find("sample retr_kv-seed0-0") != std::string::npos);
+  CHECK(out.output.find("acc % by turn") != std::string::npos);
+  // One summary row per (task, method); the full cache is its own reference.
+  CHECK(out.output.find("math_find            multi-turn    full") != std::string::npos);
+  CHECK(out.output.find("retr_kv              multi-turn    streamingllm:budget=32") !=
+        std::string::npos);
+  const Run quiet = run_kvbench("--model " + model +
+                                " --threads 1 run --task retr_kv --context-tokens 600 --turns 1"
+                                " --method full --summary-only --no-fidelity --max-new 2");
+  INFO(quiet.output);
+  CHECK(quiet.exit_code == 0);
+  CHECK(quiet.output.find("[1/1] retr_kv-seed0-0 full: score") != std::string::npos);
+  CHECK(quiet.output.find("TTFT ms") != std::string::npos);  // the summary table
+}

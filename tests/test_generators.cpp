@@ -243,6 +243,10 @@ TEST_CASE("multihop_vt: the chain of assignments resolves to the answer", "[unit
       }
       CHECK(holders == std::set<std::string>(t.answers.begin(), t.answers.end()));
       CHECK(t.answers.size() == 4);
+      // Every name is required; the gold answer the session feeds lists them all.
+      CHECK(t.reference == t.answers[0] + ", " + t.answers[1] + ", " + t.answers[2] + ", " +
+                               t.answers[3]);
+      CHECK(gold_text(t) == t.reference);
       asked.insert(m[1].str());
     }
     CHECK(asked.size() == 3);
@@ -298,7 +302,11 @@ TEST_CASE("mix: both contexts, turns alternating, each answer right", "[unit]") 
     const auto pairs = kv_pairs(kv_part);
     std::map<std::string, std::string> kv(pairs.begin(), pairs.end());
     REQUIRE(s.turns.size() == 5);
+    CHECK(s.task == "mix");
     for (size_t t = 0; t < s.turns.size(); ++t) {
+      // Each turn is scored by its part's task.
+      CHECK(turn_task(s, s.turns[t]) == (t % 2 == 0 ? "retr_kv" : "math_find"));
+      CHECK(gold_text(s.turns[t]) == s.turns[t].answers[0]);
       if (t % 2 == 0) {
         const std::string key = quoted_after(s.turns[t].input, "Key: \"");
         CHECK(kv[key] == s.turns[t].answers[0]);

@@ -30,13 +30,19 @@ const LlamaModel& tiny_model() {
   return *model;
 }
 
+SampleTurn turn_of(std::string input, std::vector<std::string> answers) {
+  SampleTurn t;
+  t.input = std::move(input);
+  t.answers = std::move(answers);
+  return t;
+}
+
 Sample tiny_sample() {
   Sample s;
   s.id = "tiny-1";
   s.context = "keys: abc = 12, def = 34, ghi = 56, jkl = 78. the quick brown fox jumps.";
-  s.turns = {{"what is abc?", {"12 is the value of abc", "12"}},
-             {"and def?", {"34"}},
-             {"what about ghi, then?", {"the value is 56"}}};
+  s.turns = {turn_of("what is abc?", {"12 is the value of abc", "12"}),
+             turn_of("and def?", {"34"}), turn_of("what about ghi, then?", {"the value is 56"})};
   return s;
 }
 
@@ -189,6 +195,18 @@ TEST_CASE("session: gold and model append differ in what the next turn sees", "[
   CHECK(kl_divergence(gold.turns[1].own.first_logprobs, own.turns[1].own.first_logprobs) > 0);
 }
 
+TEST_CASE("session: a turn's reference, when set, is the gold answer fed and reported", "[unit]") {
+  // Variable tracking: every name is required, so the gold answer lists them all.
+  Sample sample = tiny_sample();
+  sample.turns[0].answers = {"abc", "def"};
+  sample.turns[0].reference = "abc, def";
+  const SessionResult r = run_session(tiny_model(), sample, "full",
+                                      options_for(SessionMode::MultiTurn), nullptr);
+  CHECK(r.turns[0].reference == "abc, def");
+  CHECK(r.turns[0].appended_tokens == n_tokens("abc, def") + kTailTokens);
+  CHECK(r.turns[1].reference == "34");  // no reference: answers[0]
+}
+
 TEST_CASE("session: bytes after and peak agree with the cache's stats", "[unit]") {
   const LlamaModel& model = tiny_model();
   const Sample sample = tiny_sample();
@@ -263,7 +281,7 @@ TEST_CASE("session: a sample longer than the context names its id", "[unit]") {
   Sample turns = tiny_sample();
   turns.id = "many-turns";
   turns.turns.clear();
-  for (int i = 0; i < 12; ++i) turns.turns.push_back({std::string(60, 'q'), {std::string(40, 'a')}});
+  for (int i = 0; i < 12; ++i) turns.turns.push_back(turn_of(std::string(60, 'q'), {std::string(40, 'a')}));
   CHECK_NOTHROW(run_session(tiny_model(), turns, "full", options_for(SessionMode::MultiRequest, AnswerSource::Gold, 1), nullptr));
   CHECK_THROWS_WITH(run_session(tiny_model(), turns, "full", options_for(SessionMode::MultiTurn, AnswerSource::Gold, 1), nullptr),
                     Catch::Contains("sample 'many-turns'"));

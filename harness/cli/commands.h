@@ -24,5 +24,6 @@ std::string resolve_model_path(const ModelOptions& options);
 void add_generate_command(CLI::App& app, ModelOptions& model);
 void add_list_command(CLI::App& app, ModelOptions& model);
 void add_session_command(CLI::App& app, ModelOptions& model);
+void add_run_command(CLI::App& app, ModelOptions& model);
 
 }  // namespace kvbench

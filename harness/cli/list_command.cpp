@@ -9,6 +9,7 @@
 #include <set>
 
 #include "datasets/generator.h"
+#include "tasks/task_catalog.h"
 #include "harness/cli/commands.h"
 #include "harness/model/gguf.h"
 #include "harness/model/model_config.h"
@@ -92,16 +93,25 @@ void list_methods() {
 
 void list_tasks() {
   for (const TaskInfo& task : task_registry()) {
-    std::printf("%s\n  %s\n", task.name.c_str(), task.description.c_str());
+    const TaskFormat& format = kvbench::task_format(task.name);
+    std::printf("%s\n  %s\n  scored by %s, at most %d new tokens per turn\n", task.name.c_str(),
+                task.description.c_str(), scorer_name(format.scorer), format.max_new_tokens);
     for (const KnobInfo& knob : task.knobs) {
       std::printf("    %-14s %-20s %s\n", knob.name.c_str(), knob.default_value.c_str(),
                   knob.description.c_str());
     }
   }
   const GeneratorOptions defaults;
-  std::printf("\nevery task: context_tokens %lld, turns %d, samples %d, seed %llu (defaults)\n",
+  std::printf("\nevery generated task: context_tokens %lld, turns %d, samples %d, seed %llu "
+              "(defaults)\n",
               static_cast<long long>(defaults.context_tokens), defaults.turns, defaults.samples,
               static_cast<unsigned long long>(defaults.seed));
+  std::printf("\nSCBench task files (kvbench run --task NAME --data FILE.jsonl):\n");
+  for (const TaskFormat& format : task_formats()) {
+    if (format.source != TaskSource::Scbench) continue;
+    std::printf("  %-28s %-12s %5d new tokens  %s\n", format.name.c_str(),
+                scorer_name(format.scorer), format.max_new_tokens, format.summary.c_str());
+  }
 }
 
 }  // namespace
@@ -113,7 +123,7 @@ void add_list_command(CLI::App& app, ModelOptions& model) {
       ->callback([&model] { list_models(model); });
   cmd->add_subcommand("methods", "Cache methods with their parameters, defaults and papers")
       ->callback([] { list_methods(); });
-  cmd->add_subcommand("tasks", "Generated shared-context tasks with their knobs and defaults")
+  cmd->add_subcommand("tasks", "Tasks: the generated ones with their knobs, and SCBench's task files")
       ->callback([] { list_tasks(); });
 }
 

@@ -47,15 +47,16 @@ int main(int argc, char** argv) {
   kvbench::add_generate_command(app, model);
   kvbench::add_list_command(app, model);
   kvbench::add_session_command(app, model);
+  kvbench::add_run_command(app, model);
   app.allow_extras();  // after the commands, which stay strict: an unknown command is named below
   try {
     app.parse(argc, argv);
     if (app.get_subcommands().empty()) {
       const auto extras = app.remaining();
       throw kvbench::InputError(extras.empty()
-                                    ? "no command given (commands: generate, list, session)"
+                                    ? "no command given (commands: generate, list, run, session)"
                                     : "unknown command '" + extras.front() +
-                                          "' (commands: generate, list, session)");
+                                          "' (commands: generate, list, run, session)");
     }
     if (!app.remaining().empty()) {
       throw kvbench::InputError("unexpected argument '" + app.remaining().front() + "'");

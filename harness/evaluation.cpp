@@ -1,0 +1,66 @@
+#include "harness/evaluation.h"
+
+#include <optional>
+
+#include "methods/registry.h"
+#include "tasks/task_catalog.h"
+
+namespace kvbench {
+
+namespace {
+
+bool is_full(const ResolvedSpec& spec) {
+  return spec.components.size() == 1 && spec.components[0].first->kind == MethodKind::Full;
+}
+
+SessionOptions options_for(const Sample& sample, const EvaluationOptions& options) {
+  SessionOptions session = options.session;
+  if (session.max_new_tokens <= 0) {
+    session.max_new_tokens = sample.task.empty() ? 64 : max_new_tokens_for(sample);
+  }
+  return session;
+}
+
+}  // namespace
+
+std::vector<double> score_session(const Sample& sample, const SessionResult& session) {
+  std::vector<double> scores;
+  if (sample.task.empty()) return scores;
+  for (const TurnRecord& turn : session.turns) {
+    scores.push_back(score_turn(sample, sample.turns[static_cast<size_t>(turn.turn - 1)],
+                                turn.prediction));
+  }
+  return scores;
+}
+
+void check_samples_fit(const LlamaModel& model, const std::vector<Sample>& samples,
+                       const EvaluationOptions& options) {
+  for (const Sample& sample : samples) {
+    check_session_fits(model, sample, options_for(sample, options));
+  }
+}
+
+void evaluate(const LlamaModel& model, const std::vector<Sample>& samples,
+              const std::vector<std::string>& methods, const EvaluationOptions& options,
+              const UnitSink& sink) {
+  std::vector<ResolvedSpec> specs;
+  for (const std::string& method : methods) specs.push_back(resolve_method_spec(method));
+  check_samples_fit(model, samples, options);
+  for (const Sample& sample : samples) {
+    const SessionOptions session = options_for(sample, options);
+    std::optional<SessionResult> full;  // the reference, shared by every method
+    if (options.fidelity) full = run_session(model, sample, "full", session, nullptr);
+    for (const ResolvedSpec& spec : specs) {
+      UnitResult unit;
+      unit.sample = &sample;
+      unit.session = is_full(spec) && full
+                         ? *full
+                         : run_session(model, sample, spec.canonical, session, nullptr);
+      if (full) apply_reference(unit.session, reference_of(*full));
+      unit.scores = score_session(sample, unit.session);
+      sink(unit);
+    }
+  }
+}
+
+}  // namespace kvbench
