@@ -93,14 +93,14 @@ const std::vector<TaskInfo>& registry() {
       {"retr_prefix_suffix",
        "Retr.Prefix-Suffix: a list of random strings; each turn asks for the string with a "
        "given prefix and suffix",
-       {{"string_length", "16", "characters of each string (6..64)"},
+       {{"string_length", "8", "characters of each string (6..64)"},
         {"affix_length", "4", "characters of the asked prefix and of the suffix (1..length/2)"},
-        {"distractors", "2",
+        {"distractors", "0",
          "per asked string, this many strings share its prefix and as many its suffix (0..16)"}}},
       {"multihop_vt",
        "Retr.MultiHop: RULER variable tracking, chains of VAR X = VAR Y assignments in noise "
        "text; each turn asks which variables hold a value",
-       {{"hops", "4", "assignments VAR X = VAR Y after the first VAR X = value, per chain (1..20)"},
+       {{"hops", "1", "assignments VAR X = VAR Y after the first VAR X = value, per chain (1..20)"},
         {"chains", "0", "chains in the context, each asked at most once; 0 means one per turn"},
         {"value_digits", "5", "digits of each chain's value (1..9)"}}},
       {"math_find",
@@ -110,7 +110,7 @@ const std::vector<TaskInfo>& registry() {
       {"mix",
        "Two tasks over one context (their contexts concatenated); turns alternate, the first "
        "task first. The parts' knobs pass through",
-       {{"tasks", "retr_kv+multihop_vt", "the two tasks, A+B (any two different ones above)"}}},
+       {{"tasks", "retr_kv+retr_prefix_suffix", "the two tasks, A+B (any two different ones above)"}}},
   };
   return tasks;
 }

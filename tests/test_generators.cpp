@@ -168,7 +168,8 @@ TEST_CASE("retr_kv: each asked key's value in the JSON is the answer", "[unit]")
 
 TEST_CASE("retr_prefix_suffix: exactly one string has the asked prefix and suffix", "[unit]") {
   const auto samples = generate_samples(
-      opts("retr_prefix_suffix", 1500, 4, 11, {{"distractors", "3"}}), tiny_tokenizer());
+      opts("retr_prefix_suffix", 1500, 4, 11, {{"distractors", "3"}, {"string_length", "16"}}),
+      tiny_tokenizer());
   for (const auto& s : samples) {
     const size_t start = s.context.find("\n\n");
     REQUIRE(start != std::string::npos);

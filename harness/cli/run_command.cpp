@@ -199,7 +199,7 @@ void add_run_command(CLI::App& app, ModelOptions& model) {
   cmd->add_option("--turns", args->turns, "Turns per sample (default 5; a file's: all)")
       ->check(CLI::Range(1, 1000));
   auto* ctx = cmd->add_option("--context-tokens", args->context_tokens,
-                              "Context length of generated samples, in tokens (default 2048)")
+                              "Context length of generated samples, in tokens (default 512)")
                   ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   auto* seed = cmd->add_option("--seed", args->seed, "Seed of the generated samples (default 0)");
   auto* knob = cmd->add_option("--knob", args->knobs,
