@@ -1,0 +1,35 @@
+// Aggregates of a results db: one row per (method, task, mode, budget), averaged over
+// every turn of every unit. What the leaderboard shows and the CI gate compares.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "results/results_db.h"
+
+namespace kvbench {
+
+struct Aggregate {
+  std::string method;  // canonical spec
+  std::string task;
+  std::string mode;
+  std::string budget;  // as in UnitRecord ("" for full)
+  int64_t units = 0;
+  int64_t turns = 0;
+  std::optional<double> accuracy;        // mean score over scored turns, in [0, 1]
+  std::vector<double> accuracy_by_turn;  // mean score per turn index (1-based index i at [i-1])
+  std::optional<double> first_token_kl;  // mean over turns with fidelity
+  std::optional<double> top1_agreement;
+  double ttft_ms = 0;                 // mean
+  double decode_tokens_per_s = 0;     // mean over turns that decoded more than one token
+  double kv_bytes = 0;                // mean resident after a turn
+  int64_t kv_bytes_peak = 0;          // largest
+  std::optional<double> kv_vs_full;   // kv_bytes / the full cache's on the same task and mode
+};
+
+// Sorted by task, mode, method, budget.
+std::vector<Aggregate> aggregate_units(const std::vector<UnitRecord>& units);
+
+}  // namespace kvbench

@@ -1,0 +1,29 @@
+// The leaderboard of a results db: Markdown, and one self-contained HTML page (no network,
+// inline SVG charts). Every string that comes from the db is escaped.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "reports/aggregate.h"
+#include "results/results_db.h"
+
+namespace kvbench {
+
+// leaderboard.md: the runs it covers (model sha, kvbench version, git sha), a method x task
+// accuracy table with the average, then per method: KV memory vs full, TTFT, decode tok/s,
+// fidelity (KL, top-1). Deterministic for the same db (golden-file tested).
+std::string render_leaderboard_markdown(const std::vector<RunRecord>& runs,
+                                        const std::vector<Aggregate>& rows);
+
+// leaderboard.html: the same tables plus inline SVG charts: accuracy vs KV budget per
+// method, multi-turn accuracy by turn index, TTFT and memory per method.
+std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
+                                    const std::vector<Aggregate>& rows);
+
+// `kvbench report DB -o DIR`: reads the db (read-only), writes DIR/leaderboard.md and
+// DIR/leaderboard.html (creating DIR), each atomically (temp file + rename). Throws
+// InputError naming the db or the directory.
+void write_reports(const std::string& db_path, const std::string& out_dir);
+
+}  // namespace kvbench

@@ -1,0 +1,113 @@
+// The results store: SQLite in WAL mode, schema versioned (PRAGMA user_version, migrated
+// forward on open). A `runs` table (who ran what: kvbench version, git sha, model sha256,
+// host, command line, config JSON, start and finish) and a `results` table with one row
+// per (run, task, sample, turn, method spec, budget, mode, seed) holding every metric the
+// session driver records, the prediction, the reference and the score. A finished
+// (sample, method) unit is written in one transaction, so a killed sweep leaves whole
+// units or nothing. Only bound parameters reach SQL. Framework-free: no model, no JSON.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+struct sqlite3;
+
+namespace kvbench {
+
+constexpr int kResultsSchemaVersion = 1;
+
+struct RunRecord {
+  int64_t id = 0;  // assigned by begin_run
+  std::string kvbench_version;
+  std::string git_sha;       // of the kvbench source, "unknown" outside a git checkout
+  std::string model_path;
+  std::string model_sha256;
+  std::string host;
+  std::string command_line;
+  std::string config_json;   // the sweep's canonical config (no shard): merge compares it
+  std::string started_at;    // ISO 8601 UTC, set by begin_run
+  std::string finished_at;   // set by finish_run; empty while running or killed
+};
+
+// One turn of one unit: every metric the session driver records.
+struct TurnRow {
+  int32_t turn = 0;  // 1-based
+  std::string query;
+  std::string prediction;
+  std::string reference;
+  std::string stop_reason;
+  int64_t prompt_tokens = 0;
+  int64_t output_tokens = 0;
+  int64_t appended_tokens = 0;
+  double ttft_ms = 0;
+  double tpot_ms = 0;
+  double prefill_tokens_per_s = 0;
+  double decode_tokens_per_s = 0;
+  int64_t kv_bytes = 0;
+  int64_t kv_bytes_peak = 0;
+  double tokens_kept = 0;
+  int64_t tokens_seen = 0;
+  int64_t tokens_evicted = 0;
+  int64_t hits = 0;
+  int64_t misses = 0;
+  int64_t bytes_moved = 0;
+  std::optional<double> first_token_kl;   // null without a fidelity reference
+  std::optional<double> top1_agreement;
+  std::optional<double> score;            // null for a sample without a task
+};
+
+// A finished (sample, method) unit with its turns.
+struct UnitRecord {
+  std::string key;        // unique per sweep (what a resumed sweep skips)
+  int64_t run_id = 0;     // the run that wrote it (filled when read back)
+  std::string task;
+  std::string sample_id;
+  std::string method;     // canonical spec
+  std::string budget;     // "budget=256", "ratio=0.25", or "" (full)
+  std::string mode;       // "multi-turn" / "multi-request"
+  uint64_t seed = 0;
+  int64_t context_tokens = 0;
+  double context_prefill_ms = 0;
+  std::vector<TurnRow> turns;
+};
+
+class ResultsDb {
+ public:
+  // Opens `path`, creating it (and migrating an older schema) unless read_only. Throws
+  // InputError with one line naming the path when it cannot be created or opened
+  // (unwritable directory or file), is not a SQLite database or is corrupt, is locked by
+  // another writer past a busy timeout, or has a schema newer than this kvbench.
+  static std::unique_ptr<ResultsDb> open(const std::string& path, bool read_only = false);
+  ~ResultsDb();
+  ResultsDb(const ResultsDb&) = delete;
+  ResultsDb& operator=(const ResultsDb&) = delete;
+
+  const std::string& path() const { return path_; }
+
+  int64_t begin_run(const RunRecord& run);  // returns the run id; started_at = now
+  void finish_run(int64_t run_id);          // finished_at = now
+  std::vector<RunRecord> runs() const;      // by id
+
+  std::set<std::string> finished_unit_keys() const;
+  // The unit and all its turn rows in one transaction; a unit whose key is already there
+  // is an error (std::logic_error: the sweep should have skipped it).
+  void write_unit(int64_t run_id, const UnitRecord& unit);
+  std::vector<UnitRecord> units() const;  // with turns, in the order they were written
+
+ private:
+  explicit ResultsDb(std::string path);
+  std::string path_;
+  sqlite3* db_ = nullptr;
+};
+
+// `kvbench merge`: copies the runs and units of every input into a new db at `output`
+// (which must not exist). Throws InputError naming the inputs that differ when their runs'
+// config_json or model_sha256 differ from the first input's, when a unit key occurs in two
+// inputs, or for any input that cannot be opened.
+void merge_results(const std::vector<std::string>& inputs, const std::string& output);
+
+}  // namespace kvbench
