@@ -10,29 +10,45 @@ namespace {
 
 double mib(double bytes) { return bytes / 1048576.0; }
 
-// Answer text for one table cell: control characters escaped, at most `width` characters
-// (UTF-8 aware), quoted.
+// Length of the valid UTF-8 sequence at text[i], 0 when the bytes there are not one.
+size_t utf8_length(const std::string& text, size_t i) {
+  const unsigned char c = static_cast<unsigned char>(text[i]);
+  const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+  if (n == 0 || i + n > text.size()) return 0;
+  for (size_t k = 1; k < n; ++k) {
+    if ((static_cast<unsigned char>(text[i + k]) & 0xC0) != 0x80) return 0;
+  }
+  return n;
+}
+
+// Answer text for one table cell: control characters escaped, bytes that are not UTF-8
+// (a model can emit half a character) shown as '?', at most `width` characters, quoted.
 std::string cell_text(const std::string& text, size_t width) {
   std::string out;
   size_t chars = 0;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const unsigned char c = static_cast<unsigned char>(text[i]);
-    if ((c & 0xC0) != 0x80) {  // a character starts here
-      if (chars == width) {
-        out += "...";
-        break;
-      }
-      ++chars;
+  for (size_t i = 0; i < text.size();) {
+    if (chars == width) {
+      out += "...";
+      break;
+    }
+    ++chars;
+    const size_t n = utf8_length(text, i);
+    const char c = text[i];
+    if (n == 0) {
+      out += '?';
+      ++i;
+      continue;
     }
     if (c == '\n') {
       out += "\\n";
     } else if (c == '\t') {
       out += "\\t";
-    } else if (c < 0x20) {
-      out += "?";
+    } else if (n == 1 && static_cast<unsigned char>(c) < 0x20) {
+      out += '?';
     } else {
-      out += static_cast<char>(c);
+      out.append(text, i, n);
     }
+    i += n;
   }
   return "\"" + out + "\"";
 }
