@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace CLI {
 class App;
@@ -21,9 +22,29 @@ void apply_thread_option(const ModelOptions& options);
 // The model file to load; throws InputError with set-up advice when it does not exist.
 std::string resolve_model_path(const ModelOptions& options);
 
+// Thrown by a command whose check failed after printing why: exit code 1.
+struct CheckFailed {};
+
+// The command line as given (main records it): stored with every run in a results db.
+void set_command_line(int argc, char** argv);
+const std::string& command_line();
+
+struct SweepConfig;
+struct Shard;
+
+// Runs `config` (shard `shard`) into the results db at `db_path`, printing progress to
+// stderr (a bar with ETA on a terminal, a plain line per unit otherwise). Loads the model.
+void run_sweep_into(const ModelOptions& model, const SweepConfig& config, const Shard& shard,
+                    const std::string& db_path);
+
+// Writes leaderboard.md and leaderboard.html for the db into out_dir and prints their paths.
+void write_reports_for(const std::string& db_path, const std::string& out_dir);
+
 void add_generate_command(CLI::App& app, ModelOptions& model);
 void add_list_command(CLI::App& app, ModelOptions& model);
 void add_session_command(CLI::App& app, ModelOptions& model);
 void add_run_command(CLI::App& app, ModelOptions& model);
+void add_sweep_command(CLI::App& app, ModelOptions& model);  // sweep, merge
+void add_report_command(CLI::App& app);                       // report, check
 
 }  // namespace kvbench

@@ -26,6 +26,25 @@ std::string resolve_model_path(const ModelOptions& options) {
   return path;
 }
 
+namespace {
+std::string& recorded_command_line() {
+  static std::string line;
+  return line;
+}
+}  // namespace
+
+void set_command_line(int argc, char** argv) {
+  std::string& line = recorded_command_line();
+  line.clear();
+  for (int i = 0; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const bool plain = !arg.empty() && arg.find_first_of(" \t\n'\"\\$`") == std::string::npos;
+    line += (i ? " " : "") + (plain ? arg : "'" + arg + "'");
+  }
+}
+
+const std::string& command_line() { return recorded_command_line(); }
+
 void apply_thread_option(const ModelOptions& options) {
   if (options.threads > 0) omp_set_num_threads(options.threads);
 }
@@ -48,15 +67,18 @@ int main(int argc, char** argv) {
   kvbench::add_list_command(app, model);
   kvbench::add_session_command(app, model);
   kvbench::add_run_command(app, model);
+  kvbench::add_sweep_command(app, model);
+  kvbench::add_report_command(app);
   app.allow_extras();  // after the commands, which stay strict: an unknown command is named below
+  kvbench::set_command_line(argc, argv);
   try {
     app.parse(argc, argv);
     if (app.get_subcommands().empty()) {
       const auto extras = app.remaining();
       throw kvbench::InputError(extras.empty()
-                                    ? "no command given (commands: generate, list, run, session)"
+                                    ? "no command given (commands: check, generate, list, merge, report, run, session, sweep)"
                                     : "unknown command '" + extras.front() +
-                                          "' (commands: generate, list, run, session)");
+                                          "' (commands: check, generate, list, merge, report, run, session, sweep)");
     }
     if (!app.remaining().empty()) {
       throw kvbench::InputError("unexpected argument '" + app.remaining().front() + "'");
@@ -65,6 +87,8 @@ int main(int argc, char** argv) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
     std::cerr << "kvbench: error: " << e.what() << " (see kvbench --help)\n";
     return 2;
+  } catch (const kvbench::CheckFailed&) {
+    return 1;
   } catch (const kvbench::InputError& e) {
     std::cerr << "kvbench: error: " << e.what() << "\n";
     return 2;

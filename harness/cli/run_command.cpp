@@ -18,6 +18,7 @@
 #include "harness/input_error.h"
 #include "harness/model/llama_model.h"
 #include "harness/model/model_config.h"
+#include "harness/sweep.h"
 #include "methods/registry.h"
 #include "tasks/task_catalog.h"
 
@@ -39,6 +40,8 @@ struct RunArgs {
   int32_t max_new = 0;             // 0: the task's
   bool no_fidelity = false;
   bool summary_only = false;
+  std::string db = "results.db";   // the default sweep's
+  std::string reports = "reports";
 };
 
 // What the generator-only options were given as, to refuse them for a task file.
@@ -183,12 +186,14 @@ void add_run_command(CLI::App& app, ModelOptions& model) {
   CLI::App* cmd = app.add_subcommand(
       "run", "Generate (or load) a task's samples, run them through cache methods, score them");
   cmd->add_option("--task", args->tasks,
-                  "Task (kvbench list tasks); repeat for several generated tasks")
-      ->required();
+                  "Task (kvbench list tasks); repeat for several generated tasks. Without "
+                  "--task and --method: the default sweep into --db, then the report");
   cmd->add_option("--method", args->methods,
                   "Method spec, e.g. full or snapkv:budget=256; repeat to compare several "
-                  "against one reference run")
-      ->required();
+                  "against one reference run");
+  auto* db = cmd->add_option("--db", args->db, "The default sweep's results db (default results.db)");
+  auto* out = cmd->add_option("-o,--output", args->reports,
+                              "The default sweep's report directory (default reports)");
   cmd->add_option("--mode", args->mode, "multi-turn (default) or multi-request");
   cmd->add_option("--append", args->append,
                   "What a multi-turn turn appends: gold (default, the reference answer) or model");
@@ -210,7 +215,25 @@ void add_run_command(CLI::App& app, ModelOptions& model) {
                 "Skip the full-cache reference run (KL and top-1 are not measured)");
   cmd->add_flag("--summary-only", args->summary_only,
                 "One progress line per (sample, method) instead of per-turn tables");
-  cmd->callback([&model, args, ctx, seed, knob] {
+  cmd->callback([&model, args, cmd, ctx, seed, knob, db, out] {
+    if (args->tasks.empty() && args->methods.empty()) {
+      // The default sweep: only --db, --output and the global options apply.
+      for (const CLI::Option* o : cmd->get_options()) {
+        if (o->count() > 0 && o != db && o != out && o->get_name() != "--help") {
+          throw InputError("the default sweep (kvbench run without --task) takes only --db and "
+                           "--output, not " + o->get_name());
+        }
+      }
+      run_sweep_into(model, default_sweep_config(), Shard{}, args->db);
+      write_reports_for(args->db, args->reports);
+      return;
+    }
+    if (args->tasks.empty()) throw InputError("--method needs --task (or neither, for the default sweep)");
+    if (args->methods.empty()) throw InputError("--task needs --method (e.g. --method full)");
+    if (db->count() > 0 || out->count() > 0) {
+      throw InputError("--db and --output belong to the default sweep; to store runs of your "
+                       "own, use kvbench sweep CONFIG --db FILE");
+    }
     GivenOptions given;
     given.context_tokens = ctx->count() > 0;
     given.seed = seed->count() > 0;

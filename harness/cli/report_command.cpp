@@ -1,0 +1,102 @@
+// `kvbench report DB -o DIR` (leaderboard.md and .html) and `kvbench check DB --baseline
+// FILE` (the CI gate: exit 1 on any regression; --write-baseline FILE writes one).
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "harness/cli/commands.h"
+#include "harness/input_error.h"
+#include "reports/aggregate.h"
+#include "reports/leaderboard.h"
+#include "reports/regression_check.h"
+#include "results/results_db.h"
+
+namespace kvbench {
+
+namespace {
+
+std::string read_text(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot read the " + what);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void write_text_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    out << text;
+    if (!out.flush()) throw InputError(path + ": cannot write the file");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) throw InputError(path + ": cannot write the file (" + ec.message() + ")");
+}
+
+}  // namespace
+
+void write_reports_for(const std::string& db_path, const std::string& out_dir) {
+  write_reports(db_path, out_dir);
+  const std::filesystem::path dir(out_dir);
+  std::printf("report: %s and %s\n", (dir / "leaderboard.md").string().c_str(),
+              (dir / "leaderboard.html").string().c_str());
+  std::fflush(stdout);
+}
+
+void add_report_command(CLI::App& app) {
+  struct ReportArgs {
+    std::string db, out = "reports";
+  };
+  auto args = std::make_shared<ReportArgs>();
+  CLI::App* cmd = app.add_subcommand("report", "Write the leaderboard (Markdown and HTML) of a results db");
+  cmd->add_option("db", args->db, "Results db")->required();
+  cmd->add_option("-o,--output", args->out, "Directory for leaderboard.md and leaderboard.html");
+  cmd->callback([args] { write_reports_for(args->db, args->out); });
+
+  struct CheckArgs {
+    std::string db, baseline, write_baseline, tolerance;
+  };
+  auto check = std::make_shared<CheckArgs>();
+  CLI::App* c = app.add_subcommand(
+      "check", "Compare a results db with a baseline; exit 1 on any regression");
+  c->add_option("db", check->db, "Results db")->required();
+  auto* base = c->add_option("--baseline", check->baseline, "Baseline JSON to compare with");
+  auto* write = c->add_option("--write-baseline", check->write_baseline,
+                              "Write the db's aggregates as a baseline JSON instead");
+  base->excludes(write);
+  c->add_option("--tolerance", check->tolerance,
+                "accuracy=0.05,fidelity=0.05,memory=0.05,speed=0.5 (the defaults; any subset)");
+  c->callback([check] {
+    if (check->baseline.empty() && check->write_baseline.empty()) {
+      throw InputError("check needs --baseline FILE (or --write-baseline FILE)");
+    }
+    const Tolerances tolerances =
+        check->tolerance.empty() ? Tolerances{} : parse_tolerances(check->tolerance);
+    const std::string baseline_text =
+        check->baseline.empty() ? "" : read_text(check->baseline, "baseline");
+    const auto baseline =
+        check->baseline.empty() ? std::vector<Aggregate>{} : parse_baseline(baseline_text, check->baseline);
+    auto db = ResultsDb::open(check->db, /*read_only=*/true);
+    const auto rows = aggregate_units(db->units());
+    if (rows.empty()) throw InputError(check->db + ": no results to check");
+    if (!check->write_baseline.empty()) {
+      write_text_atomically(check->write_baseline, baseline_json(rows));
+      std::printf("check: baseline of %zu rows written to %s\n", rows.size(),
+                  check->write_baseline.c_str());
+      return;
+    }
+    const auto regressions = find_regressions(rows, baseline, tolerances);
+    std::printf("%s", render_regressions(regressions, baseline.size()).c_str());
+    std::fflush(stdout);
+    if (!regressions.empty()) throw CheckFailed{};
+  });
+}
+
+}  // namespace kvbench

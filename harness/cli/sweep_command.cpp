@@ -1,0 +1,136 @@
+// `kvbench sweep CONFIG --db DB [--shard i/n]` and `kvbench merge A.db B.db ... -o ALL.db`.
+#include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "harness/cli/commands.h"
+#include "harness/input_error.h"
+#include "harness/model/llama_model.h"
+#include "harness/sweep.h"
+#include "results/results_db.h"
+#include "results/sha256.h"
+
+namespace kvbench {
+
+namespace {
+
+std::string trimmed_output(const std::string& command) {
+  std::string out;
+  if (FILE* pipe = popen(command.c_str(), "r")) {
+    char buffer[256];
+    while (std::fgets(buffer, sizeof buffer, pipe)) out += buffer;
+    pclose(pipe);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out;
+}
+
+std::string host_name() {
+  char name[256] = {};
+  return gethostname(name, sizeof name - 1) == 0 ? name : "unknown";
+}
+
+std::string duration_text(double seconds) {
+  const long s = static_cast<long>(seconds + 0.5);
+  char text[32];
+  if (s >= 3600) {
+    std::snprintf(text, sizeof text, "%ldh%02ldm", s / 3600, (s / 60) % 60);
+  } else {
+    std::snprintf(text, sizeof text, "%ldm%02lds", s / 60, s % 60);
+  }
+  return text;
+}
+
+// A bar with ETA on a terminal; a plain line per unit otherwise (logs of batch jobs).
+void print_progress(const SweepProgress& p) {
+  const double eta = p.done > 0 ? p.elapsed_s / static_cast<double>(p.done) *
+                                      static_cast<double>(p.total - p.done)
+                                : 0;
+  if (isatty(STDERR_FILENO)) {
+    constexpr int kWidth = 30;
+    const int filled = p.total > 0 ? static_cast<int>(kWidth * p.done / p.total) : kWidth;
+    std::fprintf(stderr, "\r[%s%s] %lld/%lld units, %s elapsed, ETA %s   ",
+                 std::string(static_cast<size_t>(filled), '#').c_str(),
+                 std::string(static_cast<size_t>(kWidth - filled), '.').c_str(),
+                 static_cast<long long>(p.done), static_cast<long long>(p.total),
+                 duration_text(p.elapsed_s).c_str(), duration_text(eta).c_str());
+    if (p.done == p.total) std::fprintf(stderr, "\n");
+  } else {
+    std::fprintf(stderr, "sweep: %lld/%lld units (%s elapsed, ETA %s): %s\n",
+                 static_cast<long long>(p.done), static_cast<long long>(p.total),
+                 duration_text(p.elapsed_s).c_str(), duration_text(eta).c_str(),
+                 p.last_unit.c_str());
+  }
+  std::fflush(stderr);
+}
+
+}  // namespace
+
+void run_sweep_into(const ModelOptions& model_options, const SweepConfig& config,
+                    const Shard& shard, const std::string& db_path) {
+  apply_thread_option(model_options);
+  const std::string model_path = resolve_model_path(model_options);
+  auto db = ResultsDb::open(db_path);  // an unwritable or corrupt db fails before the model loads
+  auto model = LlamaModel::load(model_path);
+  RunRecord run;
+  run.kvbench_version = KVBENCH_VERSION;
+  run.git_sha = trimmed_output("git -C '" KVBENCH_SOURCE_DIR
+                               "' describe --always --dirty --abbrev=12 2>/dev/null");
+  if (run.git_sha.empty()) run.git_sha = "unknown";
+  run.model_path = model_path;
+  run.model_sha256 = sha256_file(model_path);
+  run.host = host_name();
+  run.command_line = command_line();
+  const size_t before = db->finished_unit_keys().size();
+  int64_t skipped = 0, total = 0;
+  run_sweep(*model, config, shard, *db, run, [&](const SweepProgress& p) {
+    skipped = p.skipped;
+    total = p.total;
+    print_progress(p);
+  });
+  const size_t after = db->finished_unit_keys().size();
+  std::printf("sweep: %zu unit%s written to %s (shard %d/%d; %zu already there)\n", after - before,
+              after - before == 1 ? "" : "s", db_path.c_str(), shard.index, shard.count, before);
+  (void)skipped;
+  (void)total;
+  std::fflush(stdout);
+}
+
+void add_sweep_command(CLI::App& app, ModelOptions& model) {
+  struct SweepArgs {
+    std::string config, db = "results.db", shard;
+  };
+  auto args = std::make_shared<SweepArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "sweep", "Run tasks x methods x budgets x modes x seeds from a JSON config into a results db");
+  cmd->add_option("config", args->config, "Sweep config (JSON; see README)")->required();
+  cmd->add_option("--db", args->db, "Results db (SQLite; created, or resumed: finished units "
+                                    "are skipped)");
+  cmd->add_option("--shard", args->shard,
+                  "i/n: run shard i of n (default: from SLURM_ARRAY_TASK_ID/COUNT or "
+                  "JOB_COMPLETION_INDEX with KVBENCH_SHARD_COUNT, else 0/1)");
+  cmd->callback([&model, args] {
+    const SweepConfig config = load_sweep_config(args->config);
+    const Shard shard = args->shard.empty() ? shard_from_environment() : parse_shard(args->shard);
+    run_sweep_into(model, config, shard, args->db);
+  });
+
+  struct MergeArgs {
+    std::vector<std::string> inputs;
+    std::string output;
+  };
+  auto merge = std::make_shared<MergeArgs>();
+  CLI::App* m = app.add_subcommand("merge", "Join the results dbs of a sweep's shards into one");
+  m->add_option("inputs", merge->inputs, "Shard dbs")->required();
+  m->add_option("-o,--output", merge->output, "The merged db (must not exist)")->required();
+  m->callback([merge] {
+    merge_results(merge->inputs, merge->output);
+    std::printf("merge: %zu dbs into %s\n", merge->inputs.size(), merge->output.c_str());
+  });
+}
+
+}  // namespace kvbench

@@ -1,0 +1,500 @@
+#include "harness/sweep.h"
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "datasets/generator.h"
+#include "harness/input_error.h"
+#include "harness/model/llama_model.h"
+#include "harness/model/model_config.h"
+#include "methods/registry.h"
+#include "results/results_db.h"
+#include "tasks/task_catalog.h"
+
+namespace kvbench {
+
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void fail(const std::string& source, const std::string& what) {
+  throw InputError(source + ": " + what);
+}
+
+std::string value_text(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number_integer() || v.is_number_unsigned()) return v.dump();
+  return "";
+}
+
+// "budget=128" / "ratio=0.25" from a number or a string; "" when it is neither.
+std::string budget_text(const json& v) {
+  if (v.is_number_integer() || v.is_number_unsigned()) return "budget=" + v.dump();
+  if (!v.is_string()) return "";
+  const std::string s = v.get<std::string>();
+  if (s.rfind("budget=", 0) == 0 || s.rfind("ratio=", 0) == 0) return s;
+  return "";
+}
+
+// The budget part of a resolved eviction spec ("budget=1024" or "ratio=0.25"), "" for full.
+std::string budget_of(const ResolvedSpec& spec) {
+  if (spec.components.empty()) return "";
+  const MethodParams& p = spec.components[0].second;
+  if (p.has("ratio")) return "ratio=" + p.get("ratio");
+  if (p.has("budget")) return "budget=" + p.get("budget");
+  return "";
+}
+
+bool is_full(const ResolvedSpec& spec) {
+  return spec.components.size() == 1 && spec.components[0].first->kind == MethodKind::Full;
+}
+
+bool takes_budget(const ResolvedSpec& spec) {
+  if (spec.components.empty()) return false;
+  for (const ParamInfo& p : spec.components[0].first->params) {
+    if (p.name == "budget") return true;
+  }
+  return false;
+}
+
+std::string with_budget(const std::string& method, const std::string& budget) {
+  return method + (method.find(':') == std::string::npos ? ":" : ",") + budget;
+}
+
+SweepTask parse_task(const json& v, const std::string& source, size_t index) {
+  const std::string where = "tasks[" + std::to_string(index) + "]";
+  SweepTask task;
+  if (v.is_string()) {
+    task.name = v.get<std::string>();
+  } else if (v.is_object()) {
+    for (const auto& [key, value] : v.items()) {
+      if (key == "task") {
+        if (!value.is_string()) fail(source, where + ".task must be a string");
+        task.name = value.get<std::string>();
+      } else if (key == "data") {
+        if (!value.is_string()) fail(source, where + ".data must be a string (a JSONL file)");
+        task.data = value.get<std::string>();
+      } else if (key == "knobs") {
+        if (!value.is_object()) fail(source, where + ".knobs must be an object of name: value");
+        for (const auto& [name, knob] : value.items()) {
+          const std::string text = value_text(knob);
+          if (text.empty()) {
+            fail(source, where + ".knobs." + name + " must be a string or an integer");
+          }
+          task.knobs[name] = text;
+        }
+      } else {
+        fail(source, where + ": unknown key '" + key + "' (keys: task, knobs, data)");
+      }
+    }
+    if (task.name.empty()) fail(source, where + " has no 'task'");
+  } else {
+    fail(source, where + " must be a task name or an object {\"task\", \"knobs\", \"data\"}");
+  }
+  try {
+    const TaskFormat& format = task_format(task.name);
+    if (format.source == TaskSource::Scbench && task.data.empty()) {
+      fail(source, where + ": " + task.name + " is an SCBench task and needs \"data\": FILE.jsonl");
+    }
+    if (format.source == TaskSource::Generated && !task.data.empty()) {
+      fail(source, where + ": " + task.name + " is generated; \"data\" is for SCBench tasks");
+    }
+    if (format.source == TaskSource::Scbench && !task.knobs.empty()) {
+      fail(source, where + ": knobs are for generated tasks, not " + task.name);
+    }
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    if (what.rfind(source + ":", 0) == 0) throw;
+    fail(source, where + ": " + what);
+  }
+  return task;
+}
+
+template <typename T>
+T number_field(const json& v, const std::string& source, const std::string& key, T lo, T hi) {
+  if (!v.is_number_integer() && !v.is_number_unsigned()) fail(source, key + " must be an integer");
+  const auto x = v.get<int64_t>();
+  if (x < static_cast<int64_t>(lo) || x > static_cast<int64_t>(hi)) {
+    fail(source, key + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], not " +
+                     std::to_string(x));
+  }
+  return static_cast<T>(x);
+}
+
+const json& list_field(const json& v, const std::string& source, const std::string& key) {
+  if (!v.is_array()) fail(source, key + " must be a list");
+  if (v.empty()) fail(source, key + " is an empty list");
+  return v;
+}
+
+// One sample of the sweep in one mode: its methods are the group's units.
+struct Group {
+  const SweepTask* task = nullptr;
+  uint64_t seed = 0;
+  const Sample* sample = nullptr;
+  std::string mode;
+};
+
+std::string unit_key(const SweepTask& task, const Sample& sample, const std::string& mode,
+                     const std::string& method) {
+  return task.label() + "|" + sample.id + "|" + mode + "|" + method;
+}
+
+TurnRow turn_row(const TurnRecord& t, bool fidelity, std::optional<double> score) {
+  TurnRow row;
+  row.turn = t.turn;
+  row.query = t.query;
+  row.prediction = t.prediction;
+  row.reference = t.reference;
+  row.stop_reason = t.stop_reason;
+  row.prompt_tokens = t.prompt_tokens;
+  row.output_tokens = t.output_tokens;
+  row.appended_tokens = t.appended_tokens;
+  row.ttft_ms = t.ttft_ms;
+  row.tpot_ms = t.tpot_ms;
+  row.prefill_tokens_per_s = t.prefill_tokens_per_s;
+  row.decode_tokens_per_s = t.decode_tokens_per_s;
+  row.kv_bytes = t.kv_bytes;
+  row.kv_bytes_peak = t.kv_bytes_peak;
+  row.tokens_kept = t.tokens_kept;
+  row.tokens_seen = t.cache.tokens_seen;
+  row.tokens_evicted = t.cache.tokens_evicted;
+  row.hits = t.cache.hits;
+  row.misses = t.cache.misses;
+  row.bytes_moved = t.cache.bytes_moved;
+  if (fidelity) {
+    row.first_token_kl = t.first_token_kl;
+    row.top1_agreement = t.top1_agreement;
+  }
+  row.score = score;
+  return row;
+}
+
+}  // namespace
+
+std::string SweepTask::label() const {
+  if (knobs.empty()) return name;
+  std::string out = name + "[";
+  bool first = true;
+  for (const auto& [k, v] : knobs) {
+    out += (first ? "" : ",") + k + "=" + v;
+    first = false;
+  }
+  return out + "]";
+}
+
+SweepConfig default_sweep_config() {
+  SweepConfig config;
+  for (const TaskInfo& task : task_registry()) config.tasks.push_back({task.name, {}, ""});
+  for (const MethodInfo& method : method_registry()) config.methods.push_back(method.name);
+  config.budgets = {"budget=64", "budget=128"};
+  return config;
+}
+
+SweepConfig parse_sweep_config(const std::string& json_text, const std::string& source) {
+  json root;
+  try {
+    root = json::parse(json_text);
+  } catch (const json::parse_error& e) {
+    std::string what = e.what();
+    const size_t at = what.find("parse error");
+    if (at != std::string::npos) what = what.substr(at);
+    fail(source, "malformed JSON (" + what + ")");
+  }
+  if (!root.is_object()) fail(source, "the config must be a JSON object");
+  SweepConfig config;
+  bool has_tasks = false, has_methods = false;
+  for (const auto& [key, v] : root.items()) {
+    if (key == "tasks") {
+      has_tasks = true;
+      const json& list = list_field(v, source, key);
+      for (size_t i = 0; i < list.size(); ++i) config.tasks.push_back(parse_task(list[i], source, i));
+    } else if (key == "methods") {
+      has_methods = true;
+      for (const json& m : list_field(v, source, key)) {
+        if (!m.is_string()) fail(source, "methods must be a list of spec strings");
+        config.methods.push_back(m.get<std::string>());
+      }
+    } else if (key == "budgets") {
+      for (const json& b : list_field(v, source, key)) {
+        const std::string text = budget_text(b);
+        if (text.empty()) {
+          fail(source, "budgets must be token counts (128) or \"ratio=0.25\", not " + b.dump());
+        }
+        config.budgets.push_back(text);
+      }
+    } else if (key == "modes") {
+      config.modes.clear();
+      for (const json& m : list_field(v, source, key)) {
+        if (!m.is_string()) fail(source, "modes must be a list of strings");
+        try {
+          config.modes.push_back(to_string(parse_session_mode(m.get<std::string>())));
+        } catch (const InputError& e) {
+          fail(source, std::string("modes: ") + e.what());
+        }
+      }
+    } else if (key == "seeds") {
+      config.seeds.clear();
+      for (const json& s : list_field(v, source, key)) {
+        config.seeds.push_back(number_field<uint64_t>(s, source, "seeds[]", 0, uint64_t{1} << 62));
+      }
+    } else if (key == "samples") {
+      config.samples = number_field<int32_t>(v, source, key, 1, 100000);
+    } else if (key == "turns") {
+      config.turns = number_field<int32_t>(v, source, key, 1, 1000);
+    } else if (key == "context_tokens") {
+      config.context_tokens = number_field<int64_t>(v, source, key, 1, int64_t{1} << 24);
+    } else if (key == "max_new") {
+      config.max_new = number_field<int32_t>(v, source, key, 0, 1 << 20);
+    } else if (key == "fidelity") {
+      if (!v.is_boolean()) fail(source, "fidelity must be true or false");
+      config.fidelity = v.get<bool>();
+    } else {
+      fail(source, "unknown key '" + key + "' (keys: tasks, methods, budgets, modes, seeds, "
+                   "samples, turns, context_tokens, max_new, fidelity)");
+    }
+  }
+  if (!has_tasks) fail(source, "missing 'tasks'");
+  if (!has_methods) fail(source, "missing 'methods'");
+  std::set<std::string> labels;
+  for (const SweepTask& t : config.tasks) {
+    if (!labels.insert(t.label()).second) fail(source, "task " + t.label() + " is listed twice");
+  }
+  try {
+    sweep_methods(config);  // every spec, with every budget, must resolve
+  } catch (const InputError& e) {
+    fail(source, e.what());
+  }
+  return config;
+}
+
+SweepConfig load_sweep_config(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot read the sweep config");
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_sweep_config(text.str(), path);
+}
+
+std::string canonical_config_json(const SweepConfig& config) {
+  json tasks = json::array();
+  for (const SweepTask& t : config.tasks) {
+    json task = {{"task", t.name}, {"knobs", t.knobs}};
+    if (!t.data.empty()) task["data"] = t.data;
+    tasks.push_back(task);
+  }
+  json methods = json::array();
+  for (const SweepMethod& m : sweep_methods(config)) methods.push_back(m.spec);
+  const json root = {{"tasks", tasks},
+                     {"methods", methods},
+                     {"modes", config.modes},
+                     {"seeds", config.seeds},
+                     {"samples", config.samples},
+                     {"turns", config.turns},
+                     {"context_tokens", config.context_tokens},
+                     {"max_new", config.max_new},
+                     {"fidelity", config.fidelity}};
+  return root.dump();  // nlohmann's object keys are sorted
+}
+
+std::vector<SweepMethod> sweep_methods(const SweepConfig& config) {
+  std::vector<SweepMethod> out;
+  std::set<std::string> seen;
+  auto add = [&](const ResolvedSpec& spec) {
+    if (seen.insert(spec.canonical).second) out.push_back({spec.canonical, budget_of(spec)});
+  };
+  for (const std::string& method : config.methods) {
+    const ResolvedSpec base = resolve_method_spec(method);
+    if (is_full(base) || config.budgets.empty() || !takes_budget(base)) {
+      add(base);
+      continue;
+    }
+    const MethodParams& given = base.components[0].second;
+    if (given.given("budget") || given.given("ratio")) {
+      throw InputError("method '" + method + "' sets its own budget; the sweep's budgets apply to "
+                       "methods given without one");
+    }
+    for (const std::string& budget : config.budgets) add(resolve_method_spec(with_budget(method, budget)));
+  }
+  return out;
+}
+
+Shard parse_shard(const std::string& text) {
+  const size_t slash = text.find('/');
+  Shard shard;
+  try {
+    if (slash == std::string::npos) throw std::invalid_argument("no slash");
+    size_t used = 0;
+    shard.index = std::stoi(text.substr(0, slash), &used);
+    if (used != slash) throw std::invalid_argument("index");
+    const std::string count = text.substr(slash + 1);
+    shard.count = std::stoi(count, &used);
+    if (used != count.size()) throw std::invalid_argument("count");
+  } catch (const std::exception&) {
+    throw InputError("shard '" + text + "' must be i/n with 0 <= i < n (e.g. 0/4)");
+  }
+  if (shard.count < 1 || shard.index < 0 || shard.index >= shard.count) {
+    throw InputError("shard '" + text + "' must be i/n with 0 <= i < n (e.g. 0/4)");
+  }
+  return shard;
+}
+
+Shard shard_from_environment() {
+  auto env = [](const char* name) -> std::string {
+    const char* v = std::getenv(name);
+    return v ? v : "";
+  };
+  auto number = [](const std::string& name, const std::string& value) {
+    try {
+      size_t used = 0;
+      const int n = std::stoi(value, &used);
+      if (used == value.size()) return n;
+    } catch (const std::exception&) {
+    }
+    throw InputError("environment variable " + name + "='" + value + "' is not an integer");
+  };
+  const std::string slurm_id = env("SLURM_ARRAY_TASK_ID");
+  if (!slurm_id.empty()) {
+    const std::string count = env("SLURM_ARRAY_TASK_COUNT");
+    if (count.empty()) throw InputError("SLURM_ARRAY_TASK_ID is set but SLURM_ARRAY_TASK_COUNT is not");
+    const std::string min = env("SLURM_ARRAY_TASK_MIN");
+    const int index = number("SLURM_ARRAY_TASK_ID", slurm_id) -
+                      (min.empty() ? 0 : number("SLURM_ARRAY_TASK_MIN", min));
+    return parse_shard(std::to_string(index) + "/" +
+                       std::to_string(number("SLURM_ARRAY_TASK_COUNT", count)));
+  }
+  const std::string k8s_index = env("JOB_COMPLETION_INDEX");
+  if (!k8s_index.empty()) {
+    const std::string count = env("KVBENCH_SHARD_COUNT");
+    if (count.empty()) {
+      throw InputError("JOB_COMPLETION_INDEX is set but KVBENCH_SHARD_COUNT (the Job's "
+                       "completions) is not");
+    }
+    return parse_shard(std::to_string(number("JOB_COMPLETION_INDEX", k8s_index)) + "/" +
+                       std::to_string(number("KVBENCH_SHARD_COUNT", count)));
+  }
+  return Shard{};
+}
+
+void run_sweep(const LlamaModel& model, const SweepConfig& config, const Shard& shard,
+               ResultsDb& db, RunRecord run,
+               const std::function<void(const SweepProgress&)>& progress) {
+  const std::vector<SweepMethod> methods = sweep_methods(config);
+  const int64_t window = model.config().context_length;
+
+  // Every sample of every (task, seed), generated or loaded up front: cheap next to a run,
+  // and every bad input fails before anything is written.
+  struct TaskSamples {
+    const SweepTask* task;
+    uint64_t seed;
+    std::vector<Sample> samples;
+  };
+  std::vector<TaskSamples> all;
+  for (const SweepTask& task : config.tasks) {
+    const TaskFormat& format = task_format(task.name);
+    if (format.source == TaskSource::Scbench) {
+      std::vector<Sample> raw = load_samples_jsonl(task.data);
+      if (static_cast<size_t>(config.samples) < raw.size()) raw.resize(config.samples);
+      TaskSamples ts{&task, 0, {}};
+      for (const Sample& s : raw) ts.samples.push_back(format_scbench_sample(task.name, s));
+      all.push_back(std::move(ts));
+      continue;
+    }
+    if (config.context_tokens >= window) {
+      throw InputError("context_tokens " + std::to_string(config.context_tokens) +
+                       " is not shorter than the model's context window of " +
+                       std::to_string(window) + " tokens");
+    }
+    for (uint64_t seed : config.seeds) {
+      GeneratorOptions g;
+      g.task = task.name;
+      g.context_tokens = config.context_tokens;
+      g.turns = config.turns;
+      g.samples = config.samples;
+      g.seed = seed;
+      g.knobs = task.knobs;
+      all.push_back({&task, seed, generate_samples(g, model.tokenizer())});
+    }
+  }
+
+  // Groups in a fixed order; this shard's share round-robin.
+  std::vector<Group> groups;
+  for (const TaskSamples& ts : all) {
+    for (const Sample& sample : ts.samples) {
+      for (const std::string& mode : config.modes) groups.push_back({ts.task, ts.seed, &sample, mode});
+    }
+  }
+  const std::set<std::string> finished = db.finished_unit_keys();
+  SweepProgress state;
+  std::vector<std::pair<const Group*, std::vector<SweepMethod>>> todo;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (static_cast<int32_t>(g % static_cast<size_t>(shard.count)) != shard.index) continue;
+    const Group& group = groups[g];
+    std::vector<SweepMethod> left;
+    for (const SweepMethod& m : methods) {
+      if (finished.count(unit_key(*group.task, *group.sample, group.mode, m.spec))) {
+        ++state.skipped;
+      } else {
+        left.push_back(m);
+      }
+    }
+    if (!left.empty()) {
+      state.total += static_cast<int64_t>(left.size());
+      todo.emplace_back(&group, std::move(left));
+    }
+  }
+  for (const auto& [group, left] : todo) {
+    EvaluationOptions options;
+    options.session.mode = parse_session_mode(group->mode);
+    options.session.max_new_tokens = config.max_new;
+    options.fidelity = config.fidelity;
+    check_samples_fit(model, {*group->sample}, options);
+  }
+
+  run.config_json = canonical_config_json(config);
+  const int64_t run_id = db.begin_run(run);
+  const auto start = std::chrono::steady_clock::now();
+  for (const auto& [group, left] : todo) {
+    EvaluationOptions options;
+    options.session.mode = parse_session_mode(group->mode);
+    options.session.max_new_tokens = config.max_new;
+    options.fidelity = config.fidelity;
+    std::vector<std::string> specs;
+    std::map<std::string, std::string> budget_of_spec;
+    for (const SweepMethod& m : left) {
+      specs.push_back(m.spec);
+      budget_of_spec[m.spec] = m.budget;
+    }
+    evaluate(model, {*group->sample}, specs, options, [&](const UnitResult& unit) {
+      const SessionResult& s = unit.session;
+      UnitRecord record;
+      record.key = unit_key(*group->task, *group->sample, group->mode, s.method);
+      record.task = group->task->label();
+      record.sample_id = group->sample->id;
+      record.method = s.method;
+      record.budget = budget_of_spec[s.method];
+      record.mode = group->mode;
+      record.seed = group->seed;
+      record.context_tokens = s.context_tokens;
+      record.context_prefill_ms = s.context_prefill_ms;
+      for (size_t i = 0; i < s.turns.size(); ++i) {
+        std::optional<double> score;
+        if (!unit.scores.empty()) score = unit.scores[i];
+        record.turns.push_back(turn_row(s.turns[i], s.fidelity, score));
+      }
+      db.write_unit(run_id, record);
+      ++state.done;
+      state.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      state.last_unit = record.key;
+      if (progress) progress(state);
+    });
+  }
+  db.finish_run(run_id);
+}
+
+}  // namespace kvbench

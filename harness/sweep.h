@@ -1,0 +1,102 @@
+// Sweeps: tasks x methods x budgets x modes x seeds from a JSON config, run into a results
+// db one (sample, method) unit at a time, resumable (a rerun skips finished units) and
+// split deterministically into shards (one db per shard, joined by merge_results).
+//
+// Config (every key but tasks and methods optional):
+//   {"tasks":   ["retr_kv", {"task": "multihop_vt", "knobs": {"hops": 2}},
+//                {"task": "scbench_kv", "data": "scbench_kv.jsonl"}],
+//    "methods": ["full", "snapkv", "h2o:recent=0.25"],
+//    "budgets": [128, 256, "ratio=0.25"],   // applied to every method with a budget
+//    "modes":   ["multi-turn", "multi-request"],      // default ["multi-turn"]
+//    "seeds":   [0, 1],                                // default [0]
+//    "samples": 1, "turns": 5, "context_tokens": 512,  // generated tasks
+//    "max_new": 0,                                     // 0: each task's
+//    "fidelity": true}
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "harness/evaluation.h"
+#include "results/results_db.h"
+
+namespace kvbench {
+
+class LlamaModel;
+class ResultsDb;
+
+struct SweepTask {
+  std::string name;                          // a task of tasks/task_catalog.h
+  std::map<std::string, std::string> knobs;  // generated tasks
+  std::string data;                          // SCBench tasks: the JSONL file
+  // "retr_kv", or with knobs "retr_kv[hops=2]": the task column of the results.
+  std::string label() const;
+};
+
+struct SweepConfig {
+  std::vector<SweepTask> tasks;
+  std::vector<std::string> methods;  // as given (budgets not yet applied)
+  std::vector<std::string> budgets;  // "budget=128" / "ratio=0.25"; empty: methods as given
+  std::vector<std::string> modes = {"multi-turn"};
+  std::vector<uint64_t> seeds = {0};
+  int32_t samples = 1;
+  int32_t turns = 5;
+  int64_t context_tokens = 512;
+  int32_t max_new = 0;
+  bool fidelity = true;
+};
+
+// `kvbench run` with no task: every generated task x every registered method at budgets
+// 64 and 128 of a 512-token context, multi-turn, one sample of 5 turns (minutes on 2 cores).
+SweepConfig default_sweep_config();
+
+// Parses and validates a config; InputError naming `source` and the key for an unknown key,
+// a wrong type, an empty list, an unknown task, mode or method, a budget that is not a
+// positive integer or ratio=r, or a method spec that is invalid with a budget applied.
+SweepConfig parse_sweep_config(const std::string& json_text, const std::string& source);
+SweepConfig load_sweep_config(const std::string& path);  // InputError for an unreadable file
+
+// The config as canonical JSON (sorted keys, defaults written out): stored with every run,
+// and what merge compares between shards.
+std::string canonical_config_json(const SweepConfig& config);
+
+// The method specs a sweep runs, canonical, each with its budget text ("" for full or a
+// method given without budgets): methods x budgets, full once, in config order.
+struct SweepMethod {
+  std::string spec;
+  std::string budget;
+};
+std::vector<SweepMethod> sweep_methods(const SweepConfig& config);
+
+struct Shard {
+  int32_t index = 0;
+  int32_t count = 1;
+};
+
+// "i/n" with 0 <= i < n; InputError otherwise.
+Shard parse_shard(const std::string& text);
+// The shard of an array job: SLURM_ARRAY_TASK_ID / SLURM_ARRAY_TASK_COUNT (minus
+// SLURM_ARRAY_TASK_MIN, when set), else Kubernetes' JOB_COMPLETION_INDEX with
+// KVBENCH_SHARD_COUNT; 0/1 when neither is set. InputError for malformed values.
+Shard shard_from_environment();
+
+struct SweepProgress {
+  int64_t done = 0;     // units finished in this invocation
+  int64_t total = 0;    // units this invocation runs (this shard, minus finished ones)
+  int64_t skipped = 0;  // units of this shard already in the db
+  double elapsed_s = 0;
+  std::string last_unit;
+};
+
+// Runs the shard's units that the db does not have yet. Units are grouped by (task, seed,
+// sample, mode) so a sample's full reference runs once for all its methods; groups go to
+// shards round-robin in a fixed order. Each finished unit is committed to the db at once.
+// `run` is the run record (its config_json is set here); `progress` is called after each.
+void run_sweep(const LlamaModel& model, const SweepConfig& config, const Shard& shard,
+               ResultsDb& db, RunRecord run,
+               const std::function<void(const SweepProgress&)>& progress);
+
+}  // namespace kvbench

@@ -1,0 +1,171 @@
+#include "reports/regression_check.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <map>
+#include <sstream>
+#include <tuple>
+
+#include "harness/input_error.h"
+
+namespace kvbench {
+
+namespace {
+
+using nlohmann::json;
+using Key = std::tuple<std::string, std::string, std::string, std::string>;
+
+Key key_of(const Aggregate& a) { return {a.method, a.task, a.mode, a.budget}; }
+
+}  // namespace
+
+Tolerances parse_tolerances(const std::string& text) {
+  Tolerances t;
+  std::stringstream in(text);
+  std::string item;
+  const std::string form = " (form: accuracy=0.05,fidelity=0.05,memory=0.05,speed=0.5)";
+  while (std::getline(in, item, ',')) {
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos) throw InputError("--tolerance '" + text + "': '" + item + "' has no value" + form);
+    const std::string name = item.substr(0, eq);
+    double value = 0;
+    try {
+      size_t used = 0;
+      value = std::stod(item.substr(eq + 1), &used);
+      if (used != item.size() - eq - 1 || !(value >= 0)) throw std::invalid_argument("range");
+    } catch (const std::exception&) {
+      throw InputError("--tolerance '" + text + "': " + name + " must be a number >= 0" + form);
+    }
+    if (name == "accuracy") {
+      t.accuracy = value;
+    } else if (name == "fidelity") {
+      t.fidelity = value;
+    } else if (name == "memory") {
+      t.memory = value;
+    } else if (name == "speed") {
+      t.speed = value;
+    } else {
+      throw InputError("--tolerance '" + text + "': unknown metric '" + name + "'" + form);
+    }
+  }
+  return t;
+}
+
+std::string baseline_json(const std::vector<Aggregate>& rows) {
+  json list = json::array();
+  for (const Aggregate& a : rows) {
+    json row = {{"method", a.method},          {"task", a.task},
+                {"mode", a.mode},              {"budget", a.budget},
+                {"kv_bytes", a.kv_bytes},      {"decode_tokens_per_s", a.decode_tokens_per_s},
+                {"ttft_ms", a.ttft_ms}};
+    row["accuracy"] = a.accuracy ? json(*a.accuracy) : json(nullptr);
+    row["top1_agreement"] = a.top1_agreement ? json(*a.top1_agreement) : json(nullptr);
+    list.push_back(row);
+  }
+  return json({{"kvbench_baseline", 1}, {"rows", list}}).dump(2) + "\n";
+}
+
+std::vector<Aggregate> parse_baseline(const std::string& json_text, const std::string& source) {
+  json root;
+  try {
+    root = json::parse(json_text);
+  } catch (const json::parse_error&) {
+    throw InputError(source + ": the baseline is not valid JSON");
+  }
+  if (!root.is_object() || root.value("kvbench_baseline", 0) != 1 || !root.contains("rows") ||
+      !root["rows"].is_array()) {
+    throw InputError(source + ": not a kvbench baseline (expected {\"kvbench_baseline\": 1, \"rows\": [...]})");
+  }
+  std::vector<Aggregate> out;
+  size_t i = 0;
+  for (const json& row : root["rows"]) {
+    const std::string where = source + ": rows[" + std::to_string(i++) + "]";
+    try {
+      Aggregate a;
+      a.method = row.at("method").get<std::string>();
+      a.task = row.at("task").get<std::string>();
+      a.mode = row.at("mode").get<std::string>();
+      a.budget = row.at("budget").get<std::string>();
+      a.kv_bytes = row.at("kv_bytes").get<double>();
+      a.decode_tokens_per_s = row.at("decode_tokens_per_s").get<double>();
+      a.ttft_ms = row.at("ttft_ms").get<double>();
+      if (!row.at("accuracy").is_null()) a.accuracy = row.at("accuracy").get<double>();
+      if (!row.at("top1_agreement").is_null()) a.top1_agreement = row.at("top1_agreement").get<double>();
+      out.push_back(a);
+    } catch (const json::exception& e) {
+      throw InputError(where + ": missing or mistyped field (" + std::string(e.what()).substr(0, 120) + ")");
+    }
+  }
+  return out;
+}
+
+std::vector<Regression> find_regressions(const std::vector<Aggregate>& current,
+                                         const std::vector<Aggregate>& baseline,
+                                         const Tolerances& tol) {
+  std::map<Key, const Aggregate*> now;
+  for (const Aggregate& a : current) now[key_of(a)] = &a;
+  std::vector<Regression> out;
+  for (const Aggregate& b : baseline) {
+    auto add = [&](const char* metric, double base, double cur, double limit) {
+      out.push_back({b.method, b.task, b.mode, b.budget, metric, base, cur, limit});
+    };
+    const auto it = now.find(key_of(b));
+    if (it == now.end()) {
+      add("missing", 0, 0, 0);
+      continue;
+    }
+    const Aggregate& c = *it->second;
+    if (b.accuracy) {
+      const double limit = *b.accuracy - tol.accuracy;
+      const double cur = c.accuracy.value_or(0.0);
+      if (cur < limit - 1e-12) add("accuracy", *b.accuracy, cur, limit);
+    }
+    if (b.top1_agreement) {
+      const double limit = *b.top1_agreement - tol.fidelity;
+      const double cur = c.top1_agreement.value_or(0.0);
+      if (cur < limit - 1e-12) add("top-1", *b.top1_agreement, cur, limit);
+    }
+    const double kv_limit = b.kv_bytes * (1 + tol.memory);
+    if (c.kv_bytes > kv_limit + 0.5) add("KV bytes", b.kv_bytes, c.kv_bytes, kv_limit);
+    if (b.decode_tokens_per_s > 0) {
+      const double limit = b.decode_tokens_per_s * (1 - tol.speed);
+      if (c.decode_tokens_per_s < limit) add("decode tok/s", b.decode_tokens_per_s, c.decode_tokens_per_s, limit);
+    }
+    if (b.ttft_ms > 0) {
+      const double limit = b.ttft_ms * (1 + tol.speed);
+      if (c.ttft_ms > limit) add("TTFT ms", b.ttft_ms, c.ttft_ms, limit);
+    }
+  }
+  return out;
+}
+
+std::string render_regressions(const std::vector<Regression>& regressions, size_t compared) {
+  std::string out;
+  char line[512];
+  if (regressions.empty()) {
+    std::snprintf(line, sizeof line, "check: no regressions in %zu baseline rows\n", compared);
+    return line;
+  }
+  std::snprintf(line, sizeof line, "check: %zu regression%s in %zu baseline rows\n",
+                regressions.size(), regressions.size() == 1 ? "" : "s", compared);
+  out += line;
+  std::snprintf(line, sizeof line, "%-40s %-20s %-13s %-14s %-13s %14s %14s %14s\n", "method",
+                "task", "mode", "budget", "metric", "baseline", "now", "limit");
+  out += line;
+  for (const Regression& r : regressions) {
+    if (r.metric == "missing") {
+      std::snprintf(line, sizeof line, "%-40s %-20s %-13s %-14s %-13s %14s %14s %14s\n",
+                    r.method.c_str(), r.task.c_str(), r.mode.c_str(), r.budget.c_str(),
+                    "missing", "-", "not in db", "-");
+    } else {
+      std::snprintf(line, sizeof line, "%-40s %-20s %-13s %-14s %-13s %14.4f %14.4f %14.4f\n",
+                    r.method.c_str(), r.task.c_str(), r.mode.c_str(), r.budget.c_str(),
+                    r.metric.c_str(), r.baseline, r.current, r.limit);
+    }
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace kvbench

@@ -1,0 +1,49 @@
+// The CI gate: a results db's aggregates against a baseline written from an earlier db,
+// per (method, task, mode, budget). A regression is accuracy or top-1 agreement lower, KV
+// memory higher, or decode speed / TTFT worse than the baseline by more than a tolerance,
+// or a baseline row the db does not have.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "reports/aggregate.h"
+
+namespace kvbench {
+
+struct Tolerances {
+  double accuracy = 0.05;  // absolute drop of accuracy in [0, 1]
+  double fidelity = 0.05;  // absolute drop of top-1 agreement
+  double memory = 0.05;    // relative growth of mean KV bytes
+  double speed = 0.5;      // relative loss of decode tok/s, and growth of TTFT (shared,
+                           // noisy machines: speed is gated loosely by default)
+};
+
+// "accuracy=0.1,speed=0.3": any subset, values >= 0. InputError naming the text otherwise.
+Tolerances parse_tolerances(const std::string& text);
+
+// The baseline file: {"kvbench_baseline": 1, "rows": [{method, task, mode, budget, accuracy,
+// top1_agreement, kv_bytes, decode_tokens_per_s, ttft_ms}, ...]} (pretty-printed, stable
+// order, so a diff of a committed baseline reads well).
+std::string baseline_json(const std::vector<Aggregate>& rows);
+// InputError naming `source` for malformed JSON or a missing field.
+std::vector<Aggregate> parse_baseline(const std::string& json_text, const std::string& source);
+
+struct Regression {
+  std::string method, task, mode, budget;
+  std::string metric;  // "accuracy", "top-1", "KV bytes", "decode tok/s", "TTFT ms", "missing"
+  double baseline = 0;
+  double current = 0;
+  double limit = 0;  // the value the current one had to reach
+};
+
+std::vector<Regression> find_regressions(const std::vector<Aggregate>& current,
+                                         const std::vector<Aggregate>& baseline,
+                                         const Tolerances& tolerances);
+
+// A plain-text table of the regressions (one line each), or a line saying there are none
+// among N compared rows.
+std::string render_regressions(const std::vector<Regression>& regressions, size_t compared);
+
+}  // namespace kvbench

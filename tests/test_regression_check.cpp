@@ -1,0 +1,84 @@
+// The CI gate's comparison: each metric flagged past its tolerance and not within it, a
+// baseline row missing from the db flagged, the baseline file round-tripped.
+#include <catch2/catch.hpp>
+
+#include "harness/input_error.h"
+#include "reports/regression_check.h"
+
+using namespace kvbench;
+
+namespace {
+
+Aggregate row(const std::string& method, double accuracy, double top1, double kv, double tps,
+              double ttft) {
+  Aggregate a;
+  a.method = method;
+  a.task = "retr_kv";
+  a.mode = "multi-turn";
+  a.budget = method == "full" ? "" : "budget=128";
+  a.accuracy = accuracy;
+  a.top1_agreement = top1;
+  a.kv_bytes = kv;
+  a.decode_tokens_per_s = tps;
+  a.ttft_ms = ttft;
+  return a;
+}
+
+std::vector<std::string> metrics(const std::vector<Regression>& rs) {
+  std::vector<std::string> out;
+  for (const Regression& r : rs) out.push_back(r.metric);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("check: within tolerance passes, past it fails, per metric", "[unit]") {
+  const std::vector<Aggregate> base = {row("snapkv", 0.6, 0.9, 1000, 50, 200)};
+  const Tolerances tol;  // accuracy 0.05, fidelity 0.05, memory 0.05, speed 0.5
+  CHECK(find_regressions({row("snapkv", 0.56, 0.86, 1049, 26, 299)}, base, tol).empty());
+  CHECK(metrics(find_regressions({row("snapkv", 0.54, 0.9, 1000, 50, 200)}, base, tol)) ==
+        std::vector<std::string>{"accuracy"});
+  CHECK(metrics(find_regressions({row("snapkv", 0.6, 0.8, 1000, 50, 200)}, base, tol)) ==
+        std::vector<std::string>{"top-1"});
+  CHECK(metrics(find_regressions({row("snapkv", 0.6, 0.9, 1051, 50, 200)}, base, tol)) ==
+        std::vector<std::string>{"KV bytes"});
+  CHECK(metrics(find_regressions({row("snapkv", 0.6, 0.9, 1000, 24, 301)}, base, tol)) ==
+        std::vector<std::string>{"decode tok/s", "TTFT ms"});
+  // Better is never a regression.
+  CHECK(find_regressions({row("snapkv", 1.0, 1.0, 10, 500, 2)}, base, tol).empty());
+  // A row of the baseline that the db lacks.
+  const auto missing = find_regressions({row("h2o", 0.6, 0.9, 1000, 50, 200)}, base, tol);
+  REQUIRE(missing.size() == 1);
+  CHECK(missing[0].metric == "missing");
+  CHECK(missing[0].method == "snapkv");
+  const std::string table = render_regressions(missing, base.size());
+  CHECK(table.find("1 regression in 1 baseline rows") != std::string::npos);
+  CHECK(render_regressions({}, 3).find("no regressions in 3 baseline rows") != std::string::npos);
+}
+
+TEST_CASE("check: tolerances parse, bad ones are named", "[unit]") {
+  const Tolerances t = parse_tolerances("accuracy=0.1,speed=0.25");
+  CHECK(t.accuracy == 0.1);
+  CHECK(t.speed == 0.25);
+  CHECK(t.memory == 0.05);
+  CHECK_THROWS_WITH(parse_tolerances("accuracy=-1"), Catch::Contains("accuracy must be a number >= 0"));
+  CHECK_THROWS_WITH(parse_tolerances("colour=1"), Catch::Contains("unknown metric 'colour'"));
+  CHECK_THROWS_WITH(parse_tolerances("speed"), Catch::Contains("has no value"));
+}
+
+TEST_CASE("check: the baseline file round-trips; a bad one is named", "[unit]") {
+  std::vector<Aggregate> rows = {row("full", 0.8, 1.0, 5000, 40, 150), row("snapkv", 0.6, 0.9, 1000, 50, 120)};
+  rows[1].accuracy.reset();  // an unscored task
+  const auto back = parse_baseline(baseline_json(rows), "b.json");
+  REQUIRE(back.size() == 2);
+  CHECK(back[0].method == "full");
+  CHECK(back[0].budget.empty());
+  CHECK(*back[0].accuracy == 0.8);
+  CHECK_FALSE(back[1].accuracy);
+  CHECK(back[1].kv_bytes == 1000);
+  CHECK(find_regressions(rows, back, Tolerances{}).empty());
+  CHECK_THROWS_WITH(parse_baseline("{", "b.json"), Catch::Contains("b.json: the baseline is not valid JSON"));
+  CHECK_THROWS_WITH(parse_baseline("{\"rows\": []}", "b.json"), Catch::Contains("not a kvbench baseline"));
+  CHECK_THROWS_WITH(parse_baseline(R"({"kvbench_baseline": 1, "rows": [{"method": "x"}]})", "b.json"),
+                    Catch::Contains("b.json: rows[0]: missing or mistyped field"));
+}
