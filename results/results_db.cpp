@@ -1,1 +1,788 @@
-// Placeholder: implemented by work in progress.
+// The SQLite results store: see results_db.h and results/README.md.
+#include "results/results_db.h"
+
+#include <sqlite3.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <functional>
+#include <map>
+#include <stdexcept>
+#include <utility>
+
+#include "harness/input_error.h"
+
+namespace kvbench {
+namespace {
+
+constexpr int kBusyTimeoutMs = 5000;
+
+// ---------------------------------------------------------------------------------------
+// Messages
+
+// Control characters (newlines above all) escaped, so every message stays one line.
+std::string one_line(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (u < 0x20 || u == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", u);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string sqlite_detail(sqlite3* db, int rc) {
+  std::string detail = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+  if (db != nullptr) {
+    const int sys = sqlite3_system_errno(db);
+    if (sys != 0 && (rc & 0xff) != SQLITE_NOTADB && (rc & 0xff) != SQLITE_CORRUPT) {
+      detail += std::string(": ") + std::strerror(sys);
+    }
+  }
+  return one_line(detail);
+}
+
+bool is_busy(int rc) { return (rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED; }
+
+[[noreturn]] void throw_locked(const std::string& path) {
+  throw InputError(one_line(path) + ": the results db is locked by another process");
+}
+
+// An error while opening: one InputError line naming the path and the kind of trouble.
+[[noreturn]] void throw_open_error(const std::string& path, bool read_only, sqlite3* db,
+                                   int rc) {
+  const std::string p = one_line(path);
+  const int primary = rc & 0xff;
+  if (is_busy(rc)) throw_locked(path);
+  if (primary == SQLITE_NOTADB || primary == SQLITE_CORRUPT) {
+    throw InputError(p + ": not a kvbench results db (" + sqlite_detail(db, rc) + ")");
+  }
+  std::string detail = sqlite_detail(db, rc);
+  if (!read_only && primary == SQLITE_CANTOPEN) {
+    // SQLite retries a failed create read-only, so its errno can mislead: say what is wrong
+    // with the directory.
+    struct stat st {};
+    if (stat(path.c_str(), &st) != 0) {
+      const size_t slash = path.find_last_of('/');
+      const std::string dir =
+          slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+      if (stat(dir.c_str(), &st) != 0) {
+        detail = "directory " + one_line(dir) + ": " + std::strerror(errno);
+      } else if (!S_ISDIR(st.st_mode)) {
+        detail = one_line(dir) + " is not a directory";
+      } else if (access(dir.c_str(), W_OK | X_OK) != 0) {
+        detail = "directory " + one_line(dir) + " is not writable";
+      }
+    }
+  }
+  throw InputError(p + ": cannot open the results db for " +
+                   (read_only ? "reading" : "writing") + " (" + detail + ")");
+}
+
+// An error after a successful open (a query or a write): BUSY is the lock message, the rest
+// a runtime_error naming the path and the operation.
+[[noreturn]] void throw_db_error(const std::string& path, sqlite3* db, int rc,
+                                 const std::string& what) {
+  if (is_busy(rc)) throw_locked(path);
+  throw std::runtime_error(one_line(path) + ": results db: " + what + " failed (" +
+                           sqlite_detail(db, rc) + ")");
+}
+
+// ---------------------------------------------------------------------------------------
+// Connection and statements
+
+struct CloseDb {
+  void operator()(sqlite3* db) const { sqlite3_close_v2(db); }
+};
+using DbPtr = std::unique_ptr<sqlite3, CloseDb>;
+
+// A prepared statement; every error it raises goes through `on_error(rc, what)`.
+class Stmt {
+ public:
+  using OnError = std::function<void(int rc, const std::string& what)>;
+
+  Stmt(sqlite3* db, const char* sql, OnError on_error)
+      : db_(db), sql_(sql), on_error_(std::move(on_error)) {
+    const int rc = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
+    if (rc != SQLITE_OK) fail(rc, "prepare");
+  }
+  ~Stmt() { sqlite3_finalize(stmt_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+
+  // Binding: 1-based parameter indexes. Text keeps every byte (NULs included).
+  Stmt& bind(int i, const std::string& v) {
+    return check(sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()),
+                                   SQLITE_TRANSIENT));
+  }
+  Stmt& bind(int i, int64_t v) { return check(sqlite3_bind_int64(stmt_, i, v)); }
+  Stmt& bind(int i, double v) { return check(sqlite3_bind_double(stmt_, i, v)); }
+  Stmt& bind(int i, const std::optional<double>& v) {
+    return v ? bind(i, *v) : check(sqlite3_bind_null(stmt_, i));
+  }
+  Stmt& bind_null(int i) { return check(sqlite3_bind_null(stmt_, i)); }
+
+  // One step: true while a row is ready, false when done.
+  bool step() {
+    const int rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    fail(sqlite3_extended_errcode(db_), "step");
+  }
+  void run() {
+    while (step()) {
+    }
+  }
+  void reset() {
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+  }
+
+  bool is_null(int col) const { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
+  int64_t int64(int col) const { return sqlite3_column_int64(stmt_, col); }
+  double real(int col) const { return sqlite3_column_double(stmt_, col); }
+  std::optional<double> opt_real(int col) const {
+    if (is_null(col)) return std::nullopt;
+    return real(col);
+  }
+  std::string text(int col) const {
+    const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, col));
+    const int n = sqlite3_column_bytes(stmt_, col);
+    return p != nullptr ? std::string(p, static_cast<size_t>(n)) : std::string();
+  }
+
+ private:
+  Stmt& check(int rc) {
+    if (rc != SQLITE_OK) fail(rc, "bind");
+    return *this;
+  }
+  [[noreturn]] void fail(int rc, const std::string& what) {
+    on_error_(rc, what + " of \"" + sql_ + "\"");
+    throw std::logic_error("Stmt error handler returned");  // on_error_ always throws
+  }
+
+  sqlite3* db_;
+  std::string sql_;
+  OnError on_error_;
+  sqlite3_stmt* stmt_ = nullptr;
+};
+
+Stmt::OnError db_errors(const std::string& path, sqlite3* db) {
+  return [path, db](int rc, const std::string& what) { throw_db_error(path, db, rc, what); };
+}
+
+void exec(sqlite3* db, const char* sql, const Stmt::OnError& on_error) {
+  const int rc = sqlite3_exec(db, sql, nullptr, nullptr, nullptr);
+  if (rc != SQLITE_OK) on_error(sqlite3_extended_errcode(db), std::string("\"") + sql + "\"");
+}
+
+// BEGIN IMMEDIATE ... COMMIT; rolls back when destroyed uncommitted.
+class Transaction {
+ public:
+  Transaction(sqlite3* db, Stmt::OnError on_error) : db_(db), on_error_(std::move(on_error)) {
+    exec(db_, "BEGIN IMMEDIATE", on_error_);
+    open_ = true;
+  }
+  ~Transaction() {
+    if (open_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  Transaction(const Transaction&) = delete;
+  Transaction& operator=(const Transaction&) = delete;
+  void commit() {
+    exec(db_, "COMMIT", on_error_);
+    open_ = false;
+  }
+
+ private:
+  sqlite3* db_;
+  Stmt::OnError on_error_;
+  bool open_ = false;
+};
+
+std::string now_utc() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// ---------------------------------------------------------------------------------------
+// Schema and migrations
+
+// migrations[v - 1] takes a db from user_version v - 1 to v. Adding schema version 2 is
+// one more entry here (and kResultsSchemaVersion = 2).
+const char* const kMigrations[] = {
+    // v1
+    R"sql(
+CREATE TABLE runs (
+  id INTEGER PRIMARY KEY,
+  kvbench_version TEXT NOT NULL,
+  git_sha TEXT NOT NULL,
+  model_path TEXT NOT NULL,
+  model_sha256 TEXT NOT NULL,
+  host TEXT NOT NULL,
+  command_line TEXT NOT NULL,
+  config_json TEXT NOT NULL,
+  started_at TEXT NOT NULL,
+  finished_at TEXT
+);
+CREATE TABLE units (
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER NOT NULL REFERENCES runs(id),
+  unit_key TEXT NOT NULL UNIQUE,
+  task TEXT NOT NULL,
+  sample_id TEXT NOT NULL,
+  method TEXT NOT NULL,
+  budget TEXT NOT NULL,
+  mode TEXT NOT NULL,
+  seed INTEGER NOT NULL,
+  context_tokens INTEGER NOT NULL,
+  context_prefill_ms REAL NOT NULL,
+  finished_at TEXT NOT NULL
+);
+CREATE INDEX units_run ON units(run_id);
+CREATE TABLE results (
+  id INTEGER PRIMARY KEY,
+  unit_id INTEGER NOT NULL REFERENCES units(id),
+  run_id INTEGER NOT NULL REFERENCES runs(id),
+  task TEXT NOT NULL,
+  sample_id TEXT NOT NULL,
+  turn INTEGER NOT NULL,
+  method TEXT NOT NULL,
+  budget TEXT NOT NULL,
+  mode TEXT NOT NULL,
+  seed INTEGER NOT NULL,
+  query TEXT NOT NULL,
+  prediction TEXT NOT NULL,
+  reference TEXT NOT NULL,
+  stop_reason TEXT NOT NULL,
+  prompt_tokens INTEGER NOT NULL,
+  output_tokens INTEGER NOT NULL,
+  appended_tokens INTEGER NOT NULL,
+  ttft_ms REAL NOT NULL,
+  tpot_ms REAL NOT NULL,
+  prefill_tokens_per_s REAL NOT NULL,
+  decode_tokens_per_s REAL NOT NULL,
+  kv_bytes INTEGER NOT NULL,
+  kv_bytes_peak INTEGER NOT NULL,
+  tokens_kept REAL NOT NULL,
+  tokens_seen INTEGER NOT NULL,
+  tokens_evicted INTEGER NOT NULL,
+  hits INTEGER NOT NULL,
+  misses INTEGER NOT NULL,
+  bytes_moved INTEGER NOT NULL,
+  first_token_kl REAL,
+  top1_agreement REAL,
+  score REAL,
+  UNIQUE(unit_id, turn)
+);
+CREATE INDEX results_run ON results(run_id);
+CREATE INDEX results_method ON results(task, method, budget, mode);
+)sql",
+};
+static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kResultsSchemaVersion,
+              "one migration per schema version");
+
+const char* const kTables[] = {"runs", "units", "results"};
+
+int64_t user_version(sqlite3* db, const Stmt::OnError& on_error) {
+  Stmt s(db, "PRAGMA user_version", on_error);
+  return s.step() ? s.int64(0) : 0;
+}
+
+int64_t count_schema_objects(sqlite3* db, const Stmt::OnError& on_error) {
+  Stmt s(db, "SELECT count(*) FROM sqlite_master", on_error);
+  return s.step() ? s.int64(0) : 0;
+}
+
+// Runs the migrations from the db's version up to kResultsSchemaVersion in one transaction.
+void migrate(sqlite3* db, const std::string& path, const Stmt::OnError& on_error) {
+  Transaction tx(db, on_error);
+  const int64_t from = user_version(db, on_error);  // again: another process may have won
+  if (from > kResultsSchemaVersion) {
+    throw InputError(one_line(path) + ": results db schema version " + std::to_string(from) +
+                     " is newer than this kvbench (version " +
+                     std::to_string(kResultsSchemaVersion) + "); use a newer kvbench");
+  }
+  if (from == 0 && count_schema_objects(db, on_error) != 0) {
+    throw InputError(one_line(path) +
+                     ": not a kvbench results db (a SQLite db with other tables)");
+  }
+  for (int64_t v = from + 1; v <= kResultsSchemaVersion; ++v) {
+    exec(db, kMigrations[v - 1], on_error);
+    // PRAGMA takes no bound parameters; v is an integer of ours, not input.
+    exec(db, ("PRAGMA user_version = " + std::to_string(v)).c_str(), on_error);
+  }
+  tx.commit();
+}
+
+// Opens and verifies (and, for writing, creates or migrates) a kvbench results db.
+DbPtr open_connection(const std::string& path, bool read_only) {
+  sqlite3* raw = nullptr;
+  const int flags = read_only ? SQLITE_OPEN_READONLY
+                              : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+  const int rc = sqlite3_open_v2(path.c_str(), &raw, flags | SQLITE_OPEN_NOMUTEX, nullptr);
+  DbPtr db(raw);
+  if (rc != SQLITE_OK) throw_open_error(path, read_only, db.get(), rc);
+  sqlite3_extended_result_codes(db.get(), 1);
+  if (!read_only && sqlite3_db_readonly(db.get(), "main") == 1) {
+    throw InputError(one_line(path) +
+                     ": cannot open the results db for writing (the file is read-only)");
+  }
+  sqlite3_busy_timeout(db.get(), kBusyTimeoutMs);
+
+  sqlite3* handle = db.get();
+  const Stmt::OnError on_open_error = [&path, read_only, handle](int code, const std::string&) {
+    throw_open_error(path, read_only, handle, code);
+  };
+  exec(handle, "PRAGMA foreign_keys = ON", on_open_error);
+
+  const int64_t version = user_version(handle, on_open_error);
+  if (version > kResultsSchemaVersion) {
+    throw InputError(one_line(path) + ": results db schema version " +
+                     std::to_string(version) + " is newer than this kvbench (version " +
+                     std::to_string(kResultsSchemaVersion) + "); use a newer kvbench");
+  }
+  if (version < 0) {
+    throw InputError(one_line(path) + ": not a kvbench results db (schema version " +
+                     std::to_string(version) + ")");
+  }
+  if (version == 0 && count_schema_objects(handle, on_open_error) != 0) {
+    throw InputError(one_line(path) +
+                     ": not a kvbench results db (a SQLite db with other tables)");
+  }
+  if (read_only) {
+    if (version == 0) {
+      throw InputError(one_line(path) + ": not a kvbench results db (an empty database)");
+    }
+    if (version < kResultsSchemaVersion) {
+      throw InputError(one_line(path) + ": results db schema version " +
+                       std::to_string(version) + " is older than this kvbench's (" +
+                       std::to_string(kResultsSchemaVersion) +
+                       "); open it once for writing to migrate it");
+    }
+  } else {
+    {
+      Stmt wal(handle, "PRAGMA journal_mode = WAL", on_open_error);
+      const std::string mode = wal.step() ? wal.text(0) : std::string();
+      if (mode != "wal") {
+        throw InputError(one_line(path) +
+                         ": cannot open the results db for writing (cannot switch to WAL "
+                         "mode: journal mode is " + one_line(mode) + ")");
+      }
+    }
+    if (version < kResultsSchemaVersion) {
+      migrate(handle, path, on_open_error);
+    } else {
+      // Take the write lock once: another writer holding it past the timeout is reported
+      // now rather than at the first finished unit.
+      Transaction probe(handle, on_open_error);
+      probe.commit();
+    }
+  }
+
+  Stmt tables(handle, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
+              on_open_error);
+  for (const char* table : kTables) {
+    tables.reset();
+    tables.bind(1, std::string(table));
+    if (!tables.step() || tables.int64(0) != 1) {
+      throw InputError(one_line(path) + ": not a kvbench results db (no table " + table +
+                       ")");
+    }
+  }
+  return db;
+}
+
+// ---------------------------------------------------------------------------------------
+// Rows
+
+void insert_run(sqlite3* db, const Stmt::OnError& on_error, const RunRecord& run,
+                std::optional<int64_t> id) {
+  Stmt s(db,
+         "INSERT INTO runs (id, kvbench_version, git_sha, model_path, model_sha256, host, "
+         "command_line, config_json, started_at, finished_at) "
+         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+         on_error);
+  if (id) {
+    s.bind(1, *id);
+  } else {
+    s.bind_null(1);
+  }
+  s.bind(2, run.kvbench_version)
+      .bind(3, run.git_sha)
+      .bind(4, run.model_path)
+      .bind(5, run.model_sha256)
+      .bind(6, run.host)
+      .bind(7, run.command_line)
+      .bind(8, run.config_json)
+      .bind(9, run.started_at);
+  if (run.finished_at.empty()) {
+    s.bind_null(10);
+  } else {
+    s.bind(10, run.finished_at);
+  }
+  s.run();
+}
+
+std::vector<RunRecord> read_runs(sqlite3* db, const Stmt::OnError& on_error) {
+  Stmt s(db,
+         "SELECT id, kvbench_version, git_sha, model_path, model_sha256, host, command_line, "
+         "config_json, started_at, finished_at FROM runs ORDER BY id",
+         on_error);
+  std::vector<RunRecord> runs;
+  while (s.step()) {
+    RunRecord r;
+    r.id = s.int64(0);
+    r.kvbench_version = s.text(1);
+    r.git_sha = s.text(2);
+    r.model_path = s.text(3);
+    r.model_sha256 = s.text(4);
+    r.host = s.text(5);
+    r.command_line = s.text(6);
+    r.config_json = s.text(7);
+    r.started_at = s.text(8);
+    r.finished_at = s.text(9);  // NULL reads as ""
+    runs.push_back(std::move(r));
+  }
+  return runs;
+}
+
+std::set<std::string> read_unit_keys(sqlite3* db, const Stmt::OnError& on_error) {
+  Stmt s(db, "SELECT unit_key FROM units", on_error);
+  std::set<std::string> keys;
+  while (s.step()) keys.insert(s.text(0));
+  return keys;
+}
+
+// A double that SQLite can store in a NOT NULL REAL column (NaN would become NULL).
+void check_real(const std::string& path, const UnitRecord& unit, int32_t turn,
+                const char* field, double v) {
+  if (std::isnan(v)) {
+    throw std::invalid_argument(one_line(path) + ": unit " + one_line(unit.key) +
+                                (turn > 0 ? " turn " + std::to_string(turn) : std::string()) +
+                                ": " + field + " is NaN, which the results db cannot store");
+  }
+}
+
+// Inserts the unit and its turns; the caller holds the transaction. `finished_at` empty:
+// now.
+void insert_unit(sqlite3* db, const std::string& path, const Stmt::OnError& on_error,
+                 int64_t run_id, const UnitRecord& unit, const std::string& finished_at) {
+  check_real(path, unit, 0, "context_prefill_ms", unit.context_prefill_ms);
+  for (const TurnRow& t : unit.turns) {
+    check_real(path, unit, t.turn, "ttft_ms", t.ttft_ms);
+    check_real(path, unit, t.turn, "tpot_ms", t.tpot_ms);
+    check_real(path, unit, t.turn, "prefill_tokens_per_s", t.prefill_tokens_per_s);
+    check_real(path, unit, t.turn, "decode_tokens_per_s", t.decode_tokens_per_s);
+    check_real(path, unit, t.turn, "tokens_kept", t.tokens_kept);
+  }
+  {
+    Stmt exists(db, "SELECT 1 FROM units WHERE unit_key = ?1", on_error);
+    exists.bind(1, unit.key);
+    if (exists.step()) {
+      throw std::logic_error(one_line(path) + ": unit " + one_line(unit.key) +
+                             " is already in the results db");
+    }
+  }
+  const auto seed = static_cast<int64_t>(unit.seed);  // two's complement: round-trips
+  Stmt u(db,
+         "INSERT INTO units (run_id, unit_key, task, sample_id, method, budget, mode, seed, "
+         "context_tokens, context_prefill_ms, finished_at) "
+         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+         on_error);
+  u.bind(1, run_id)
+      .bind(2, unit.key)
+      .bind(3, unit.task)
+      .bind(4, unit.sample_id)
+      .bind(5, unit.method)
+      .bind(6, unit.budget)
+      .bind(7, unit.mode)
+      .bind(8, seed)
+      .bind(9, unit.context_tokens)
+      .bind(10, unit.context_prefill_ms)
+      .bind(11, finished_at.empty() ? now_utc() : finished_at);
+  u.run();
+  const int64_t unit_id = sqlite3_last_insert_rowid(db);
+
+  Stmt r(db,
+         "INSERT INTO results (unit_id, run_id, task, sample_id, turn, method, budget, mode, "
+         "seed, query, prediction, reference, stop_reason, prompt_tokens, output_tokens, "
+         "appended_tokens, ttft_ms, tpot_ms, prefill_tokens_per_s, decode_tokens_per_s, "
+         "kv_bytes, kv_bytes_peak, tokens_kept, tokens_seen, tokens_evicted, hits, misses, "
+         "bytes_moved, first_token_kl, top1_agreement, score) "
+         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, "
+         "?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31)",
+         on_error);
+  for (const TurnRow& t : unit.turns) {
+    r.reset();
+    r.bind(1, unit_id)
+        .bind(2, run_id)
+        .bind(3, unit.task)
+        .bind(4, unit.sample_id)
+        .bind(5, static_cast<int64_t>(t.turn))
+        .bind(6, unit.method)
+        .bind(7, unit.budget)
+        .bind(8, unit.mode)
+        .bind(9, seed)
+        .bind(10, t.query)
+        .bind(11, t.prediction)
+        .bind(12, t.reference)
+        .bind(13, t.stop_reason)
+        .bind(14, t.prompt_tokens)
+        .bind(15, t.output_tokens)
+        .bind(16, t.appended_tokens)
+        .bind(17, t.ttft_ms)
+        .bind(18, t.tpot_ms)
+        .bind(19, t.prefill_tokens_per_s)
+        .bind(20, t.decode_tokens_per_s)
+        .bind(21, t.kv_bytes)
+        .bind(22, t.kv_bytes_peak)
+        .bind(23, t.tokens_kept)
+        .bind(24, t.tokens_seen)
+        .bind(25, t.tokens_evicted)
+        .bind(26, t.hits)
+        .bind(27, t.misses)
+        .bind(28, t.bytes_moved)
+        .bind(29, t.first_token_kl)
+        .bind(30, t.top1_agreement)
+        .bind(31, t.score);
+    r.run();
+  }
+}
+
+struct StoredUnit {
+  UnitRecord unit;
+  std::string finished_at;
+};
+
+std::vector<StoredUnit> read_units(sqlite3* db, const Stmt::OnError& on_error) {
+  std::vector<StoredUnit> units;
+  std::map<int64_t, size_t> index_of;  // units.id -> position
+  {
+    Stmt s(db,
+           "SELECT id, run_id, unit_key, task, sample_id, method, budget, mode, seed, "
+           "context_tokens, context_prefill_ms, finished_at FROM units ORDER BY id",
+           on_error);
+    while (s.step()) {
+      StoredUnit su;
+      UnitRecord& u = su.unit;
+      u.run_id = s.int64(1);
+      u.key = s.text(2);
+      u.task = s.text(3);
+      u.sample_id = s.text(4);
+      u.method = s.text(5);
+      u.budget = s.text(6);
+      u.mode = s.text(7);
+      u.seed = static_cast<uint64_t>(s.int64(8));
+      u.context_tokens = s.int64(9);
+      u.context_prefill_ms = s.real(10);
+      su.finished_at = s.text(11);
+      index_of[s.int64(0)] = units.size();
+      units.push_back(std::move(su));
+    }
+  }
+  Stmt s(db,
+         "SELECT unit_id, turn, query, prediction, reference, stop_reason, prompt_tokens, "
+         "output_tokens, appended_tokens, ttft_ms, tpot_ms, prefill_tokens_per_s, "
+         "decode_tokens_per_s, kv_bytes, kv_bytes_peak, tokens_kept, tokens_seen, "
+         "tokens_evicted, hits, misses, bytes_moved, first_token_kl, top1_agreement, score "
+         "FROM results ORDER BY unit_id, turn",
+         on_error);
+  while (s.step()) {
+    const auto it = index_of.find(s.int64(0));
+    if (it == index_of.end()) continue;  // foreign keys keep this from happening
+    TurnRow t;
+    t.turn = static_cast<int32_t>(s.int64(1));
+    t.query = s.text(2);
+    t.prediction = s.text(3);
+    t.reference = s.text(4);
+    t.stop_reason = s.text(5);
+    t.prompt_tokens = s.int64(6);
+    t.output_tokens = s.int64(7);
+    t.appended_tokens = s.int64(8);
+    t.ttft_ms = s.real(9);
+    t.tpot_ms = s.real(10);
+    t.prefill_tokens_per_s = s.real(11);
+    t.decode_tokens_per_s = s.real(12);
+    t.kv_bytes = s.int64(13);
+    t.kv_bytes_peak = s.int64(14);
+    t.tokens_kept = s.real(15);
+    t.tokens_seen = s.int64(16);
+    t.tokens_evicted = s.int64(17);
+    t.hits = s.int64(18);
+    t.misses = s.int64(19);
+    t.bytes_moved = s.int64(20);
+    t.first_token_kl = s.opt_real(21);
+    t.top1_agreement = s.opt_real(22);
+    t.score = s.opt_real(23);
+    units[it->second].unit.turns.push_back(std::move(t));
+  }
+  return units;
+}
+
+bool path_exists(const std::string& path) {
+  struct stat st {};
+  return lstat(path.c_str(), &st) == 0 || errno != ENOENT;
+}
+
+}  // namespace
+
+// -----------------------------------------------------------------------------------------
+// ResultsDb
+
+ResultsDb::ResultsDb(std::string path) : path_(std::move(path)) {}
+
+ResultsDb::~ResultsDb() {
+  if (db_ != nullptr) sqlite3_close_v2(db_);
+}
+
+std::unique_ptr<ResultsDb> ResultsDb::open(const std::string& path, bool read_only) {
+  DbPtr db = open_connection(path, read_only);
+  std::unique_ptr<ResultsDb> out(new ResultsDb(path));
+  out->db_ = db.release();
+  return out;
+}
+
+int64_t ResultsDb::begin_run(const RunRecord& run) {
+  const auto on_error = db_errors(path_, db_);
+  RunRecord r = run;
+  r.started_at = now_utc();
+  r.finished_at.clear();
+  insert_run(db_, on_error, r, std::nullopt);
+  return sqlite3_last_insert_rowid(db_);
+}
+
+void ResultsDb::finish_run(int64_t run_id) {
+  const auto on_error = db_errors(path_, db_);
+  Stmt s(db_, "UPDATE runs SET finished_at = ?1 WHERE id = ?2", on_error);
+  s.bind(1, now_utc()).bind(2, run_id);
+  s.run();
+  if (sqlite3_changes(db_) != 1) {
+    throw std::logic_error(one_line(path_) + ": no run " + std::to_string(run_id) +
+                           " in the results db");
+  }
+}
+
+std::vector<RunRecord> ResultsDb::runs() const { return read_runs(db_, db_errors(path_, db_)); }
+
+std::set<std::string> ResultsDb::finished_unit_keys() const {
+  return read_unit_keys(db_, db_errors(path_, db_));
+}
+
+void ResultsDb::write_unit(int64_t run_id, const UnitRecord& unit) {
+  const auto on_error = db_errors(path_, db_);
+  Transaction tx(db_, on_error);
+  insert_unit(db_, path_, on_error, run_id, unit, std::string());
+  tx.commit();
+}
+
+std::vector<UnitRecord> ResultsDb::units() const {
+  std::vector<UnitRecord> out;
+  for (StoredUnit& su : read_units(db_, db_errors(path_, db_))) out.push_back(std::move(su.unit));
+  return out;
+}
+
+// -----------------------------------------------------------------------------------------
+// merge
+
+void merge_results(const std::vector<std::string>& inputs, const std::string& output) {
+  if (inputs.empty()) throw InputError(one_line(output) + ": merge needs at least one input db");
+  if (path_exists(output)) {
+    throw InputError(one_line(output) + ": exists; merge writes a new db");
+  }
+
+  // Every input opened and checked before the output is created.
+  struct Input {
+    std::string path;
+    DbPtr db;
+    std::vector<RunRecord> runs;
+  };
+  std::vector<Input> in;
+  std::optional<RunRecord> first;  // the first run of all inputs: the others must match it
+  std::string first_path;
+  std::map<std::string, std::string> key_owner;  // unit key -> input path
+  for (const std::string& path : inputs) {
+    Input input{path, open_connection(path, /*read_only=*/true), {}};
+    const auto on_error = db_errors(path, input.db.get());
+    input.runs = read_runs(input.db.get(), on_error);
+    for (const RunRecord& run : input.runs) {
+      if (!first) {
+        first = run;
+        first_path = path;
+        continue;
+      }
+      const bool config_differs = run.config_json != first->config_json;
+      const bool model_differs = run.model_sha256 != first->model_sha256;
+      if (config_differs || model_differs) {
+        const std::string what = config_differs && model_differs
+                                     ? "config (config_json) and model (model_sha256) differ"
+                                 : config_differs ? "config (config_json) differs"
+                                                  : "model (model_sha256) differs";
+        throw InputError(one_line(path) + ": run " + std::to_string(run.id) + "'s " + what +
+                         " from " + one_line(first_path) + "'s run " +
+                         std::to_string(first->id) + "; merge joins shards of one sweep only");
+      }
+    }
+    for (const std::string& key : read_unit_keys(input.db.get(), on_error)) {
+      const auto [it, inserted] = key_owner.emplace(key, path);
+      if (!inserted) {
+        throw InputError(one_line(path) + ": unit " + one_line(key) + " is also in " +
+                         one_line(it->second) + "; merge needs disjoint shards");
+      }
+    }
+    in.push_back(std::move(input));
+  }
+
+
+  try {
+    DbPtr out = open_connection(output, /*read_only=*/false);
+    const auto on_error = db_errors(output, out.get());
+    {
+      Transaction tx(out.get(), on_error);
+      for (const Input& input : in) {
+        std::map<int64_t, int64_t> run_ids;  // input run id -> output run id
+        for (const RunRecord& run : input.runs) {
+          insert_run(out.get(), on_error, run, std::nullopt);
+          run_ids[run.id] = sqlite3_last_insert_rowid(out.get());
+        }
+        for (const StoredUnit& su : read_units(input.db.get(), db_errors(input.path, input.db.get()))) {
+          const auto it = run_ids.find(su.unit.run_id);
+          if (it == run_ids.end()) {
+            throw InputError(one_line(input.path) + ": unit " + one_line(su.unit.key) +
+                             " names run " + std::to_string(su.unit.run_id) +
+                             ", which is not in the db");
+          }
+          insert_unit(out.get(), output, on_error, it->second, su.unit, su.finished_at);
+        }
+      }
+      tx.commit();
+    }
+  } catch (...) {
+    for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
+      std::remove((output + suffix).c_str());
+    }
+    throw;
+  }
+}
+
+}  // namespace kvbench
