@@ -32,12 +32,29 @@ std::string value_text(const json& v) {
   return "";
 }
 
-// "budget=128" / "ratio=0.25" from a number or a string; "" when it is neither.
+// "budget=128" / "ratio=0.25" from a number or a string; "" when it is neither, or out of
+// range (a budget of at least one token, a ratio in (0, 1]).
 std::string budget_text(const json& v) {
-  if (v.is_number_integer() || v.is_number_unsigned()) return "budget=" + v.dump();
-  if (!v.is_string()) return "";
-  const std::string s = v.get<std::string>();
-  if (s.rfind("budget=", 0) == 0 || s.rfind("ratio=", 0) == 0) return s;
+  std::string s;
+  if (v.is_number_integer() || v.is_number_unsigned()) {
+    s = "budget=" + v.dump();
+  } else if (v.is_string()) {
+    s = v.get<std::string>();
+  }
+  const bool tokens = s.rfind("budget=", 0) == 0;
+  if (!tokens && s.rfind("ratio=", 0) != 0) return "";
+  const std::string number = s.substr(s.find('=') + 1);
+  try {
+    size_t used = 0;
+    if (tokens) {
+      const long long n = std::stoll(number, &used);
+      if (used == number.size() && n >= 1) return s;
+    } else {
+      const double r = std::stod(number, &used);
+      if (used == number.size() && r > 0 && r <= 1) return s;
+    }
+  } catch (const std::exception&) {
+  }
   return "";
 }
 
@@ -224,7 +241,8 @@ SweepConfig parse_sweep_config(const std::string& json_text, const std::string& 
       for (const json& b : list_field(v, source, key)) {
         const std::string text = budget_text(b);
         if (text.empty()) {
-          fail(source, "budgets must be token counts (128) or \"ratio=0.25\", not " + b.dump());
+          fail(source, "budgets must be token counts >= 1 (128) or \"ratio=r\" with r in (0, 1], not " +
+                           b.dump());
         }
         config.budgets.push_back(text);
       }

@@ -1,0 +1,271 @@
+// Sweeps: the config's validation, the units it expands to, shards, resume, and a sweep
+// killed with SIGKILL twenty times that still ends with exactly an uninterrupted run's rows.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <tuple>
+
+#include "gguf_writer.h"
+#include "harness/input_error.h"
+#include "harness/model/llama_model.h"
+#include "harness/sweep.h"
+#include "results/results_db.h"
+
+using namespace kvbench;
+using Catch::Contains;
+
+namespace {
+
+std::string tiny_model_path() {
+  static const std::string path = [] {
+    testing::TinyLlamaSpec spec;
+    spec.context_length = 2048;
+    const std::string p = testing::temp_path("tiny_sweep.gguf");
+    testing::write_tiny_llama_gguf(p, spec);
+    return p;
+  }();
+  return path;
+}
+
+const LlamaModel& tiny_model() {
+  static const std::unique_ptr<LlamaModel> model = LlamaModel::load(tiny_model_path());
+  return *model;
+}
+
+const char* kSmall = R"({"tasks": ["math_find", {"task": "retr_kv", "knobs": {"key_length": 8}}],
+  "methods": ["full", "streamingllm", "snapkv"], "budgets": [32, "ratio=0.5"],
+  "seeds": [0, 1], "samples": 1, "turns": 2, "context_tokens": 300, "max_new": 3})";
+
+void require_config_error(const std::string& text, const std::string& what) {
+  INFO(text);
+  try {
+    parse_sweep_config(text, "cfg.json");
+    FAIL("no error");
+  } catch (const InputError& e) {
+    const std::string message = e.what();
+    INFO(message);
+    CHECK(message.rfind("cfg.json: ", 0) == 0);
+    CHECK(message.find(what) != std::string::npos);
+    CHECK(message.find('\n') == std::string::npos);
+  }
+}
+
+// What a run must reproduce exactly: everything but the timings.
+using RowKey = std::tuple<std::string, int32_t>;
+struct RowValue {
+  std::string prediction, reference;
+  std::optional<double> score, kl, top1;
+  int64_t kv_bytes, prompt_tokens;
+  bool operator==(const RowValue& o) const {
+    return prediction == o.prediction && reference == o.reference && score == o.score &&
+           kl == o.kl && top1 == o.top1 && kv_bytes == o.kv_bytes && prompt_tokens == o.prompt_tokens;
+  }
+};
+
+std::map<RowKey, RowValue> table_of(const std::string& db_path, size_t* rows = nullptr) {
+  auto db = ResultsDb::open(db_path, true);
+  std::map<RowKey, RowValue> out;
+  size_t n = 0;
+  for (const UnitRecord& u : db->units()) {
+    for (const TurnRow& t : u.turns) {
+      ++n;
+      const bool fresh = out.emplace(RowKey{u.key, t.turn},
+                                     RowValue{t.prediction, t.reference, t.score, t.first_token_kl,
+                                              t.top1_agreement, t.kv_bytes, t.prompt_tokens})
+                             .second;
+      CHECK(fresh);  // no row twice
+    }
+  }
+  if (rows) *rows = n;
+  return out;
+}
+
+RunRecord test_run() {
+  RunRecord r;
+  r.kvbench_version = "test";
+  r.git_sha = "test";
+  r.model_path = tiny_model_path();
+  r.model_sha256 = "0";
+  r.host = "test";
+  r.command_line = "test_sweep";
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("sweep config: methods x budgets, full once, canonical JSON", "[unit]") {
+  const SweepConfig c = parse_sweep_config(kSmall, "cfg.json");
+  CHECK(c.tasks.size() == 2);
+  CHECK(c.tasks[1].label() == "retr_kv[key_length=8]");
+  const auto methods = sweep_methods(c);
+  REQUIRE(methods.size() == 5);  // full + 2 methods x 2 budgets
+  CHECK(methods[0].spec == "full");
+  CHECK(methods[0].budget.empty());
+  CHECK(methods[1].spec == "streamingllm:budget=32,sink=4");
+  CHECK(methods[1].budget == "budget=32");
+  CHECK(methods[2].budget == "ratio=0.5");
+  CHECK(canonical_config_json(c) == canonical_config_json(parse_sweep_config(kSmall, "other.json")));
+  CHECK(canonical_config_json(c).find("\"snapkv:") != std::string::npos);
+  const SweepConfig d = default_sweep_config();
+  CHECK(d.tasks.size() == 5);
+  CHECK(sweep_methods(d).size() >= 3);
+}
+
+TEST_CASE("sweep config: every mistake is one line naming the file and the key", "[unit]") {
+  require_config_error("{", "malformed JSON");
+  require_config_error("[]", "must be a JSON object");
+  require_config_error(R"({"methods": ["full"]})", "missing 'tasks'");
+  require_config_error(R"({"tasks": ["retr_kv"]})", "missing 'methods'");
+  require_config_error(R"({"tasks": [], "methods": ["full"]})", "tasks is an empty list");
+  require_config_error(R"({"tasks": ["nosuch"], "methods": ["full"]})", "unknown task 'nosuch'");
+  require_config_error(R"({"tasks": ["retr_kv"], "methods": ["nosuch"]})", "nosuch");
+  require_config_error(R"({"tasks": ["retr_kv"], "methods": ["full"], "colour": 1})", "unknown key 'colour'");
+  require_config_error(R"({"tasks": ["retr_kv"], "methods": ["full"], "budgets": [-3]})", "-3");
+  require_config_error(R"({"tasks": ["retr_kv"], "methods": ["snapkv"], "budgets": ["lots"]})", "budgets");
+  require_config_error(R"({"tasks": ["retr_kv"], "methods": ["snapkv:budget=64"], "budgets": [80]})",
+                       "sets its own budget");
+  require_config_error(R"({"tasks": ["retr_kv"], "methods": ["full"], "modes": ["scdq"]})", "scdq");
+  require_config_error(R"({"tasks": ["retr_kv"], "methods": ["full"], "turns": 0})", "turns must be in");
+  require_config_error(R"({"tasks": ["scbench_kv"], "methods": ["full"]})", "needs \"data\"");
+  require_config_error(R"({"tasks": ["retr_kv", "retr_kv"], "methods": ["full"]})", "listed twice");
+  require_config_error(R"({"tasks": [{"task": "retr_kv", "knobs": {"k": [1]}}], "methods": ["full"]})",
+                       "knobs.k");
+}
+
+TEST_CASE("sweep shards: i/n, SLURM and Kubernetes environments", "[unit]") {
+  CHECK(parse_shard("2/4").index == 2);
+  CHECK(parse_shard("2/4").count == 4);
+  for (const char* bad : {"4/4", "-1/2", "1", "a/b", "1/0", "1/2x"}) {
+    CHECK_THROWS_WITH(parse_shard(bad), Contains("must be i/n"));
+  }
+  for (const char* v : {"SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_MIN",
+                        "JOB_COMPLETION_INDEX", "KVBENCH_SHARD_COUNT"}) {
+    unsetenv(v);
+  }
+  CHECK(shard_from_environment().count == 1);
+  setenv("SLURM_ARRAY_TASK_ID", "3", 1);
+  setenv("SLURM_ARRAY_TASK_COUNT", "4", 1);
+  setenv("SLURM_ARRAY_TASK_MIN", "1", 1);
+  CHECK(shard_from_environment().index == 2);
+  CHECK(shard_from_environment().count == 4);
+  unsetenv("SLURM_ARRAY_TASK_COUNT");
+  CHECK_THROWS_WITH(shard_from_environment(), Contains("SLURM_ARRAY_TASK_COUNT"));
+  unsetenv("SLURM_ARRAY_TASK_ID");
+  unsetenv("SLURM_ARRAY_TASK_MIN");
+  setenv("JOB_COMPLETION_INDEX", "1", 1);
+  CHECK_THROWS_WITH(shard_from_environment(), Contains("KVBENCH_SHARD_COUNT"));
+  setenv("KVBENCH_SHARD_COUNT", "3", 1);
+  CHECK(shard_from_environment().index == 1);
+  CHECK(shard_from_environment().count == 3);
+  unsetenv("JOB_COMPLETION_INDEX");
+  unsetenv("KVBENCH_SHARD_COUNT");
+}
+
+TEST_CASE("sweep: every unit once, resumed runs skip, shards partition the units", "[unit]") {
+  const SweepConfig c = parse_sweep_config(kSmall, "cfg.json");
+  const size_t units = 2 /*tasks*/ * 2 /*seeds*/ * 5 /*methods*/;
+  const std::string whole = testing::temp_path("sweep_whole.db");
+  {
+    auto db = ResultsDb::open(whole);
+    int64_t calls = 0;
+    run_sweep(tiny_model(), c, Shard{}, *db, test_run(), [&](const SweepProgress& p) {
+      ++calls;
+      CHECK(p.total == static_cast<int64_t>(units));
+      CHECK(p.done == calls);
+    });
+    CHECK(calls == static_cast<int64_t>(units));
+    CHECK(db->finished_unit_keys().size() == units);
+    const auto runs = db->runs();
+    REQUIRE(runs.size() == 1);
+    CHECK(runs[0].config_json == canonical_config_json(c));
+    CHECK_FALSE(runs[0].finished_at.empty());
+    // A rerun finds nothing to do.
+    int64_t again = 0;
+    run_sweep(tiny_model(), c, Shard{}, *db, test_run(), [&](const SweepProgress&) { ++again; });
+    CHECK(again == 0);
+    CHECK(db->finished_unit_keys().size() == units);
+  }
+  size_t whole_rows = 0;
+  const auto expected = table_of(whole, &whole_rows);
+  CHECK(whole_rows == units * 2);
+  for (const auto& [key, value] : expected) {
+    REQUIRE(value.score);  // scored by the task
+    if (std::get<0>(key).find("|full") != std::string::npos) {
+      CHECK(value.kl == 0.0);  // the full cache is its own reference
+      CHECK(value.top1 == 1.0);
+    }
+  }
+  // Three shards: disjoint, and together the whole sweep, row for row.
+  std::vector<std::string> shards;
+  std::set<std::string> seen;
+  for (int32_t i = 0; i < 3; ++i) {
+    shards.push_back(testing::temp_path("sweep_shard" + std::to_string(i) + ".db"));
+    auto db = ResultsDb::open(shards.back());
+    run_sweep(tiny_model(), c, Shard{i, 3}, *db, test_run(), nullptr);
+    for (const std::string& k : db->finished_unit_keys()) CHECK(seen.insert(k).second);
+  }
+  CHECK(seen.size() == units);
+  const std::string merged = testing::temp_path("sweep_merged.db");
+  merge_results(shards, merged);
+  CHECK(table_of(merged) == expected);
+}
+
+TEST_CASE("sweep: killed with SIGKILL 20 times and resumed, the table equals an uninterrupted run's",
+          "[unit]") {
+  // The kvbench binary on a config big enough to be killed mid-way.
+  const std::string config = testing::temp_path("kill_sweep.json");
+  const std::string text = R"({"tasks": ["math_find", "retr_prefix_suffix"],
+    "methods": ["full", "streamingllm", "h2o", "snapkv", "tova"], "budgets": [40, 64],
+    "seeds": [0, 1, 2], "samples": 2, "turns": 2, "context_tokens": 400, "max_new": 4})";
+  testing::write_file(config, std::vector<uint8_t>(text.begin(), text.end()));
+  auto sweep = [&](const std::string& db) {
+    return std::string(KVBENCH_BINARY) + " --model " + tiny_model_path() + " --threads 1 sweep " +
+           config + " --db " + db;
+  };
+  const std::string clean = testing::temp_path("kill_clean.db");
+  REQUIRE(std::system((sweep(clean) + " >/dev/null 2>&1").c_str()) == 0);
+  size_t clean_rows = 0;
+  const auto expected = table_of(clean, &clean_rows);
+  REQUIRE(clean_rows == 2 * 3 * 2 * 9 * 2);  // tasks x seeds x samples x methods x turns
+
+  const std::string killed = testing::temp_path("kill_resumed.db");
+  std::mt19937 rng(12345);
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(std::system((sweep(testing::temp_path("kill_timing.db")) + " >/dev/null 2>&1").c_str()) == 0);
+  const double full_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  int kills = 0;
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    const pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      execl("/bin/sh", "sh", "-c", ("exec " + sweep(killed) + " >/dev/null 2>&1").c_str(),
+            static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    // Somewhere in the first half of a run's time (loading included), so most kills land
+    // mid-sweep while a unit is being written or computed.
+    std::uniform_real_distribution<double> when(0.0, full_ms * 0.5);
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(when(rng)));
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    kills += WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+  }
+  CHECK(kills >= 15);  // most attempts really were killed mid-run
+  REQUIRE(std::system((sweep(killed) + " >/dev/null 2>&1").c_str()) == 0);  // finish it
+  size_t rows = 0;
+  const auto got = table_of(killed, &rows);
+  CHECK(rows == clean_rows);
+  CHECK(got == expected);
+}
