@@ -1,1 +1,125 @@
-// Placeholder: implemented by work in progress.
+#include "reports/aggregate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <tuple>
+
+namespace kvbench {
+
+namespace {
+
+// Running sums of one (method, task, mode, budget) group.
+struct Sums {
+  int64_t units = 0;
+  int64_t turns = 0;
+  double score_sum = 0;
+  int64_t scored = 0;
+  std::vector<double> turn_score_sum;  // by turn index - 1
+  std::vector<int64_t> turn_scored;
+  double kl_sum = 0;
+  int64_t kl_n = 0;
+  double top1_sum = 0;
+  int64_t top1_n = 0;
+  double ttft_sum = 0;
+  double decode_sum = 0;
+  int64_t decode_n = 0;
+  double kv_sum = 0;
+  int64_t kv_peak = 0;
+};
+
+// The method's name: the spec up to its first ':' or '+' ("snapkv:budget=256" -> "snapkv").
+std::string family_of(const std::string& spec) {
+  return spec.substr(0, spec.find_first_of(":+"));
+}
+
+}  // namespace
+
+std::vector<Aggregate> aggregate_units(const std::vector<UnitRecord>& units) {
+  // Keyed in the output order: task, mode, method, budget.
+  using Key = std::tuple<std::string, std::string, std::string, std::string>;
+  std::map<Key, Sums> groups;
+  for (const UnitRecord& unit : units) {
+    Sums& s = groups[Key(unit.task, unit.mode, unit.method, unit.budget)];
+    ++s.units;
+    for (const TurnRow& t : unit.turns) {
+      ++s.turns;
+      if (t.score) {
+        s.score_sum += *t.score;
+        ++s.scored;
+        if (t.turn >= 1) {
+          const size_t i = static_cast<size_t>(t.turn) - 1;
+          if (s.turn_score_sum.size() <= i) {
+            s.turn_score_sum.resize(i + 1, 0.0);
+            s.turn_scored.resize(i + 1, 0);
+          }
+          s.turn_score_sum[i] += *t.score;
+          ++s.turn_scored[i];
+        }
+      }
+      if (t.first_token_kl) {
+        s.kl_sum += *t.first_token_kl;
+        ++s.kl_n;
+      }
+      if (t.top1_agreement) {
+        s.top1_sum += *t.top1_agreement;
+        ++s.top1_n;
+      }
+      s.ttft_sum += t.ttft_ms;
+      if (t.decode_tokens_per_s > 0) {
+        s.decode_sum += t.decode_tokens_per_s;
+        ++s.decode_n;
+      }
+      s.kv_sum += static_cast<double>(t.kv_bytes);
+      s.kv_peak = std::max(s.kv_peak, t.kv_bytes_peak);
+    }
+  }
+
+  std::vector<Aggregate> out;
+  out.reserve(groups.size());
+  for (const auto& [key, s] : groups) {
+    Aggregate a;
+    std::tie(a.task, a.mode, a.method, a.budget) = key;
+    a.units = s.units;
+    a.turns = s.turns;
+    if (s.scored > 0) a.accuracy = s.score_sum / static_cast<double>(s.scored);
+    // A turn index below the largest scored one that has no score itself is NaN (the
+    // renderers show it as missing); no scored turn at all leaves the vector empty.
+    a.accuracy_by_turn.resize(s.turn_score_sum.size());
+    for (size_t i = 0; i < s.turn_score_sum.size(); ++i) {
+      a.accuracy_by_turn[i] = s.turn_scored[i] > 0
+                                  ? s.turn_score_sum[i] / static_cast<double>(s.turn_scored[i])
+                                  : std::numeric_limits<double>::quiet_NaN();
+    }
+    if (s.kl_n > 0) a.first_token_kl = s.kl_sum / static_cast<double>(s.kl_n);
+    if (s.top1_n > 0) a.top1_agreement = s.top1_sum / static_cast<double>(s.top1_n);
+    if (s.turns > 0) {
+      a.ttft_ms = s.ttft_sum / static_cast<double>(s.turns);
+      a.kv_bytes = s.kv_sum / static_cast<double>(s.turns);
+    }
+    if (s.decode_n > 0) a.decode_tokens_per_s = s.decode_sum / static_cast<double>(s.decode_n);
+    a.kv_bytes_peak = s.kv_peak;
+    out.push_back(std::move(a));
+  }
+
+  // kv_vs_full: against the full cache's row on the same task and mode (the one without a
+  // budget when there are several).
+  std::map<std::pair<std::string, std::string>, const Aggregate*> full;
+  for (const Aggregate& a : out) {
+    if (family_of(a.method) != "full") continue;
+    auto& slot = full[{a.task, a.mode}];
+    if (slot == nullptr || (!slot->budget.empty() && a.budget.empty())) slot = &a;
+  }
+  std::vector<std::optional<double>> ratios(out.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    auto it = full.find({out[i].task, out[i].mode});
+    if (it != full.end() && it->second->kv_bytes > 0) {
+      ratios[i] = out[i].kv_bytes / it->second->kv_bytes;
+    }
+  }
+  for (size_t i = 0; i < out.size(); ++i) out[i].kv_vs_full = ratios[i];
+  return out;
+}
+
+}  // namespace kvbench

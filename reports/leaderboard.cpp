@@ -1,1 +1,991 @@
-// Placeholder: implemented by work in progress.
+#include "reports/leaderboard.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "harness/input_error.h"
+
+namespace kvbench {
+
+namespace {
+
+constexpr const char* kMissing = "\xE2\x80\x93";  // en dash: a cell without a value
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// ---------------------------------------------------------------------------------------
+// Formatting and escaping
+
+std::string fmt(double v, int precision) {
+  if (!std::isfinite(v)) return kMissing;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", precision, v);
+  std::string s = buf;
+  if (s == "-0" || s.rfind("-0.", 0) == 0) {  // no "-0.0"
+    bool zero = s.find_first_not_of("-0.") == std::string::npos;
+    if (zero) s.erase(0, 1);
+  }
+  return s;
+}
+std::string fmt(const std::optional<double>& v, int precision, double scale = 1.0) {
+  return v ? fmt(*v * scale, precision) : std::string(kMissing);
+}
+
+// Markdown table cells: backslash-escapes the characters that end a cell or start
+// emphasis, code, links or HTML; newlines become spaces.
+std::string md_escape(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '|': case '\\': case '`': case '*': case '_': case '[': case ']':
+        out += '\\';
+        out += c;
+        break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      case '\n': case '\r': out += ' '; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+// HTML text and attribute values (also inside SVG). "://" is written "&#58;//" so that a
+// db string never puts a URL into the file's text (it reads the same).
+std::string h(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      case ':':
+        if (s.compare(i + 1, 2, "//") == 0) {
+          out += "&#58;";
+        } else {
+          out += c;
+        }
+        break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+// At most `n` characters (UTF-8 aware), with an ellipsis when cut.
+std::string truncate(const std::string& s, size_t n) {
+  size_t chars = 0, i = 0;
+  for (; i < s.size(); ++i) {
+    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) {
+      if (chars == n - 1) break;
+      ++chars;
+    }
+  }
+  if (i >= s.size()) return s;
+  // Would the rest fit in one more character?
+  size_t rest = 0;
+  for (size_t j = i; j < s.size(); ++j) rest += (static_cast<unsigned char>(s[j]) & 0xC0) != 0x80;
+  if (rest <= 1) return s;
+  return s.substr(0, i) + "\xE2\x80\xA6";
+}
+
+std::string family_of(const std::string& spec) {
+  return spec.substr(0, spec.find_first_of(":+"));
+}
+
+// The spec without its budget=/ratio= parameters: what stays the same along a budget sweep.
+std::string strip_budget(const std::string& spec) {
+  std::string out;
+  size_t start = 0;
+  while (start <= spec.size()) {
+    size_t end = spec.find('+', start);
+    if (end == std::string::npos) end = spec.size();
+    const std::string comp = spec.substr(start, end - start);
+    const size_t colon = comp.find(':');
+    std::string kept = comp.substr(0, colon);
+    if (colon != std::string::npos) {
+      std::string params;
+      size_t p = colon + 1;
+      while (p <= comp.size()) {
+        size_t q = comp.find(',', p);
+        if (q == std::string::npos) q = comp.size();
+        const std::string kv = comp.substr(p, q - p);
+        if (kv.rfind("budget=", 0) != 0 && kv.rfind("ratio=", 0) != 0 && !kv.empty()) {
+          params += (params.empty() ? "" : ",") + kv;
+        }
+        p = q + 1;
+      }
+      if (!params.empty()) kept += ":" + params;
+    }
+    out += (out.empty() ? "" : "+") + kept;
+    start = end + 1;
+  }
+  return out;
+}
+
+// A series' short name: its family, plus the parameters that not every other series of the
+// family shares ("snapkv window=8,pool=max"); a composed spec keeps all but the family name.
+std::string variant_name(const std::string& family, const std::string& series,
+                         const std::set<std::string>& family_series) {
+  if (family_series.size() <= 1) return family;
+  if (series.find('+') != std::string::npos) return series;
+  auto params_of = [](const std::string& spec) {
+    std::vector<std::string> out;
+    const size_t colon = spec.find(':');
+    if (colon == std::string::npos) return out;
+    size_t p = colon + 1;
+    while (p <= spec.size()) {
+      size_t q = spec.find(',', p);
+      if (q == std::string::npos) q = spec.size();
+      if (q > p) out.push_back(spec.substr(p, q - p));
+      p = q + 1;
+    }
+    return out;
+  };
+  std::string differing;
+  for (const std::string& param : params_of(series)) {
+    bool shared = true;
+    for (const std::string& other : family_series) {
+      const auto ps = params_of(other);
+      if (std::find(ps.begin(), ps.end(), param) == ps.end()) shared = false;
+    }
+    if (!shared) differing += (differing.empty() ? "" : ",") + param;
+  }
+  return differing.empty() ? family : family + " " + differing;
+}
+
+// "budget=256" -> 256; otherwise nullopt.
+std::optional<int64_t> budget_tokens(const std::string& text) {
+  if (text.rfind("budget=", 0) != 0) return std::nullopt;
+  const std::string digits = text.substr(7);
+  if (digits.empty() || digits.size() > 15 ||
+      digits.find_first_not_of("0123456789") != std::string::npos) {
+    return std::nullopt;
+  }
+  return std::stoll(digits);
+}
+
+// The budget tokens of a row: its budget text, else the spec's own budget= parameter.
+std::optional<int64_t> row_budget_tokens(const std::string& budget, const std::string& spec) {
+  if (auto b = budget_tokens(budget)) return b;
+  if (!budget.empty()) return std::nullopt;  // ratio=
+  size_t p = spec.find("budget=");
+  while (p != std::string::npos) {
+    if (p == 0 || spec[p - 1] == ':' || spec[p - 1] == ',') {
+      size_t q = spec.find_first_of(",+", p);
+      return budget_tokens(spec.substr(p, q == std::string::npos ? std::string::npos : q - p));
+    }
+    p = spec.find("budget=", p + 1);
+  }
+  return std::nullopt;
+}
+
+std::string budget_cell(const std::string& budget) {
+  if (budget.empty()) return kMissing;
+  if (auto b = budget_tokens(budget)) return std::to_string(*b);
+  return budget;
+}
+
+std::optional<double> mean_of(const std::vector<double>& v) {
+  if (v.empty()) return std::nullopt;
+  double s = 0;
+  for (double x : v) s += x;
+  return s / static_cast<double>(v.size());
+}
+
+// ---------------------------------------------------------------------------------------
+// The model both renderers draw from: one row per (method, budget, mode) over all tasks.
+
+struct Row {
+  std::string method, budget, mode;
+  std::string family, series;  // series: the spec without its budget
+  std::map<std::string, std::optional<double>> accuracy;  // by task (present tasks only)
+  std::optional<double> average;  // mean of the task accuracies present
+  std::optional<double> kv_vs_full, kl, top1, decode;
+  double kv_mib = 0, peak_mib = 0, ttft_ms = 0;
+  std::vector<double> by_turn;  // NaN: no score at that turn index
+  int64_t units = 0, turns = 0;
+  std::string label;  // short display name for charts
+  bool is_full() const { return family == "full"; }
+};
+
+struct Board {
+  std::vector<std::string> tasks;
+  std::vector<Row> rows;  // full first, then by average (best first)
+  std::set<std::string> modes;
+  int64_t units = 0, turns = 0;
+};
+
+Board build_board(const std::vector<Aggregate>& aggs) {
+  Board b;
+  std::set<std::string> tasks;
+  std::map<std::tuple<std::string, std::string, std::string>, std::vector<const Aggregate*>> g;
+  for (const Aggregate& a : aggs) {
+    tasks.insert(a.task);
+    b.modes.insert(a.mode);
+    g[{a.method, a.budget, a.mode}].push_back(&a);
+    b.units += a.units;
+    b.turns += a.turns;
+  }
+  b.tasks.assign(tasks.begin(), tasks.end());
+  for (const auto& [key, list] : g) {
+    Row r;
+    std::tie(r.method, r.budget, r.mode) = key;
+    r.family = family_of(r.method);
+    r.series = strip_budget(r.method);
+    std::vector<double> accs, ratios, kls, top1s, decodes, kvs, ttfts;
+    std::vector<std::vector<double>> turn_vals;
+    double peak = 0;
+    for (const Aggregate* a : list) {
+      r.accuracy[a->task] = a->accuracy;
+      if (a->accuracy) accs.push_back(*a->accuracy);
+      if (a->kv_vs_full) ratios.push_back(*a->kv_vs_full);
+      if (a->first_token_kl) kls.push_back(*a->first_token_kl);
+      if (a->top1_agreement) top1s.push_back(*a->top1_agreement);
+      if (a->decode_tokens_per_s > 0) decodes.push_back(a->decode_tokens_per_s);
+      kvs.push_back(a->kv_bytes);
+      ttfts.push_back(a->ttft_ms);
+      peak = std::max(peak, static_cast<double>(a->kv_bytes_peak));
+      if (turn_vals.size() < a->accuracy_by_turn.size()) turn_vals.resize(a->accuracy_by_turn.size());
+      for (size_t i = 0; i < a->accuracy_by_turn.size(); ++i) {
+        if (std::isfinite(a->accuracy_by_turn[i])) turn_vals[i].push_back(a->accuracy_by_turn[i]);
+      }
+      r.units += a->units;
+      r.turns += a->turns;
+    }
+    r.average = mean_of(accs);
+    r.kv_vs_full = mean_of(ratios);
+    r.kl = mean_of(kls);
+    r.top1 = mean_of(top1s);
+    r.decode = mean_of(decodes);
+    r.kv_mib = mean_of(kvs).value_or(0) / kMiB;
+    r.ttft_ms = mean_of(ttfts).value_or(0);
+    r.peak_mib = peak / kMiB;
+    for (const auto& v : turn_vals) {
+      r.by_turn.push_back(mean_of(v).value_or(std::numeric_limits<double>::quiet_NaN()));
+    }
+    b.rows.push_back(std::move(r));
+  }
+  std::stable_sort(b.rows.begin(), b.rows.end(), [](const Row& x, const Row& y) {
+    if (x.is_full() != y.is_full()) return x.is_full();
+    if (x.average.has_value() != y.average.has_value()) return x.average.has_value();
+    if (x.average && *x.average != *y.average) return *x.average > *y.average;
+    return std::tie(x.method, x.budget, x.mode) < std::tie(y.method, y.budget, y.mode);
+  });
+
+  // Chart labels: "family [variant] budget [(mode)]", where the variant names the parameters
+  // that set a series apart from the family's other series; the spec when still ambiguous.
+  const bool many_modes = b.modes.size() > 1;
+  std::map<std::string, std::set<std::string>> family_series;
+  for (const Row& r : b.rows) family_series[r.family].insert(r.series);
+  std::map<std::string, int> seen;
+  std::vector<std::string> shorts;
+  for (const Row& r : b.rows) {
+    // The variant may be cut; the budget and mode after it stay readable.
+    std::string s = truncate(variant_name(r.family, r.series, family_series[r.family]), 24);
+    if (!r.budget.empty()) s += " " + budget_cell(r.budget);
+    if (many_modes) s += " (" + r.mode + ")";
+    shorts.push_back(s);
+    ++seen[s];
+  }
+  for (size_t i = 0; i < b.rows.size(); ++i) {
+    Row& r = b.rows[i];
+    if (seen[shorts[i]] == 1) {
+      r.label = shorts[i];
+    } else {
+      r.label = r.method + (r.budget.empty() || r.method.find(r.budget) != std::string::npos
+                                ? ""
+                                : " " + r.budget);
+      if (many_modes) r.label += " (" + r.mode + ")";
+    }
+  }
+  return b;
+}
+
+bool is_multi_turn(const Row& r) { return r.mode == "multi-turn"; }
+
+size_t max_turns(const Board& b) {
+  size_t k = 0;
+  for (const Row& r : b.rows) {
+    if (is_multi_turn(r)) k = std::max(k, r.by_turn.size());
+  }
+  return k;
+}
+
+// What the runs cover, one value or the sorted distinct values.
+struct Coverage {
+  size_t runs = 0, unfinished = 0;
+  std::string model_sha, version, git_sha, first, last;
+};
+
+std::string join_set(const std::set<std::string>& s) {
+  std::string out;
+  for (const std::string& v : s) out += (out.empty() ? "" : ", ") + v;
+  return out.empty() ? std::string(kMissing) : out;
+}
+
+Coverage coverage(const std::vector<RunRecord>& runs) {
+  Coverage c;
+  c.runs = runs.size();
+  std::set<std::string> shas, versions, gits;
+  for (const RunRecord& r : runs) {
+    shas.insert(r.model_sha256.substr(0, 12));
+    versions.insert(r.kvbench_version);
+    gits.insert(r.git_sha.substr(0, 12));
+    if (r.finished_at.empty()) ++c.unfinished;
+    if (!r.started_at.empty() && (c.first.empty() || r.started_at < c.first)) c.first = r.started_at;
+    const std::string& end = r.finished_at.empty() ? r.started_at : r.finished_at;
+    if (!end.empty() && end > c.last) c.last = end;
+  }
+  c.model_sha = join_set(shas);
+  c.version = join_set(versions);
+  c.git_sha = join_set(gits);
+  return c;
+}
+
+// ---------------------------------------------------------------------------------------
+// Markdown
+
+std::string md_row(const std::vector<std::string>& cells) {
+  std::string s = "|";
+  for (const std::string& c : cells) s += " " + c + " |";
+  return s + "\n";
+}
+
+std::string md_rule(size_t text_cols, size_t num_cols) {
+  std::string s = "|";
+  for (size_t i = 0; i < text_cols; ++i) s += "---|";
+  for (size_t i = 0; i < num_cols; ++i) s += "---:|";
+  return s + "\n";
+}
+
+}  // namespace
+
+std::string render_leaderboard_markdown(const std::vector<RunRecord>& runs,
+                                        const std::vector<Aggregate>& rows) {
+  const Board b = build_board(rows);
+  const Coverage c = coverage(runs);
+  std::ostringstream o;
+  o << "# kvbench leaderboard\n\n";
+  o << "- Runs: " << c.runs;
+  if (c.unfinished > 0) o << " (" << c.unfinished << " unfinished)";
+  o << "\n";
+  o << "- Model sha256: " << md_escape(c.model_sha) << "\n";
+  o << "- kvbench version: " << md_escape(c.version) << "\n";
+  o << "- git sha: " << md_escape(c.git_sha) << "\n";
+  o << "- Dates: " << (c.first.empty() ? kMissing : md_escape(c.first)) << " to "
+    << (c.last.empty() ? kMissing : md_escape(c.last)) << "\n";
+  o << "- Units: " << b.units << ", turns: " << b.turns << "\n\n";
+
+  o << "## Accuracy (%)\n\n";
+  o << "Mean score of the scored turns of each task; average: the mean of the task columns "
+       "that have a value. The full cache first, then by average, best first.\n\n";
+  {
+    std::vector<std::string> head = {"method", "budget", "mode"};
+    for (const std::string& t : b.tasks) head.push_back(md_escape(t));
+    head.push_back("average");
+    o << md_row(head) << md_rule(3, b.tasks.size() + 1);
+    for (const Row& r : b.rows) {
+      std::vector<std::string> cells = {md_escape(r.method), md_escape(budget_cell(r.budget)),
+                                        md_escape(r.mode)};
+      for (const std::string& t : b.tasks) {
+        auto it = r.accuracy.find(t);
+        cells.push_back(it == r.accuracy.end() ? std::string(kMissing) : fmt(it->second, 1, 100));
+      }
+      cells.push_back(fmt(r.average, 1, 100));
+      o << md_row(cells);
+    }
+  }
+
+  o << "\n## Cost and fidelity\n\n";
+  o << "Means over the tasks of each row. KV vs full: resident KV bytes after a turn over the "
+       "full cache's on the same task and mode. Peak: the largest over all turns. Decode "
+       "tok/s: turns that decoded more than one token. KL: first-token KL divergence from "
+       "the full cache (nats); top-1: agreement of the greedy tokens with the full cache.\n\n";
+  o << md_row({"method", "budget", "mode", "KV vs full", "KV MiB", "peak MiB", "TTFT ms",
+               "decode tok/s", "KL", "top-1 %"})
+    << md_rule(3, 7);
+  for (const Row& r : b.rows) {
+    o << md_row({md_escape(r.method), md_escape(budget_cell(r.budget)), md_escape(r.mode),
+                 r.kv_vs_full ? fmt(*r.kv_vs_full, 2) + "x" : std::string(kMissing),
+                 fmt(r.kv_mib, 2), fmt(r.peak_mib, 2), fmt(r.ttft_ms, 1), fmt(r.decode, 1),
+                 fmt(r.kl, 4), fmt(r.top1, 1, 100)});
+  }
+
+  o << "\n## Accuracy by turn (%)\n\n";
+  const size_t k = max_turns(b);
+  if (k == 0) {
+    o << "No multi-turn rows with scores.\n";
+  } else {
+    o << "Multi-turn rows: mean score at each turn index over the tasks.\n\n";
+    std::vector<std::string> head = {"method", "budget"};
+    for (size_t i = 1; i <= k; ++i) head.push_back("turn " + std::to_string(i));
+    o << md_row(head) << md_rule(2, k);
+    for (const Row& r : b.rows) {
+      if (!is_multi_turn(r) || r.by_turn.empty()) continue;
+      std::vector<std::string> cells = {md_escape(r.method), md_escape(budget_cell(r.budget))};
+      for (size_t i = 0; i < k; ++i) {
+        cells.push_back(i < r.by_turn.size() ? fmt(r.by_turn[i] * 100, 1) : std::string(kMissing));
+      }
+      o << md_row(cells);
+    }
+  }
+  return o.str();
+}
+
+// ---------------------------------------------------------------------------------------
+// HTML and SVG
+
+namespace {
+
+const char* const kPalette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                                "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
+constexpr size_t kPaletteSize = sizeof kPalette / sizeof kPalette[0];
+
+std::string colour(size_t i) { return kPalette[i % kPaletteSize]; }
+
+// One colour per method family in every chart (the full cache: dark grey), assigned in
+// family order so the same db always gets the same colours.
+class FamilyColours {
+ public:
+  explicit FamilyColours(const std::vector<Row>& rows) {
+    std::set<std::string> families;
+    for (const Row& r : rows) {
+      if (!r.is_full()) families.insert(r.family);
+    }
+    size_t i = 0;
+    for (const std::string& f : families) index_[f] = i++;
+  }
+  std::string colour_of(const std::string& family) const {
+    auto it = index_.find(family);
+    return it == index_.end() ? "#444444" : colour(it->second);
+  }
+  // Families past the palette repeat its colours: they get a dash pattern as well.
+  size_t index_of(const std::string& family) const {
+    auto it = index_.find(family);
+    return it == index_.end() ? 0 : it->second;
+  }
+
+ private:
+  std::map<std::string, size_t> index_;
+};
+// Past the palette, series repeat colours with a dash pattern.
+std::string dash(size_t i) {
+  if (i < kPaletteSize) return "";
+  return i / kPaletteSize % 2 == 1 ? " stroke-dasharray=\"6 3\"" : " stroke-dasharray=\"2 2\"";
+}
+
+std::string num(double v) {  // SVG coordinates
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", v);
+  return buf;
+}
+
+// Text that may be long: truncated to `n` characters, the whole of it in a tooltip.
+std::string svg_label(const std::string& text, size_t n) {
+  const std::string t = truncate(text, n);
+  if (t == text) return h(text);
+  return "<title>" + h(text) + "</title>" + h(t);
+}
+
+struct Series {
+  std::string label;    // legend text
+  std::string tooltip;  // full name
+  std::string colour;
+  std::string dash;     // stroke-dasharray attribute or ""
+  std::vector<std::pair<double, double>> points;  // (x, y in [0, 1])
+};
+
+struct RefLine {
+  std::string label;
+  double y = 0;  // in [0, 1]
+};
+
+struct XAxis {
+  std::string title;
+  std::vector<double> ticks;  // values with a tick and label
+  bool log = false;
+  double lo = 0, hi = 1;
+  // Pixels between neighbouring series' points at the same x, so that equal values stay
+  // visible (for a categorical axis such as the turn index); 0: none.
+  double jitter = 0;
+};
+
+constexpr double kWidth = 900;
+constexpr double kPlotLeft = 60, kPlotRight = 560, kPlotTop = 20, kPlotHeight = 260;
+constexpr double kLegendX = 580;
+
+std::string line_chart(const std::string& aria, const XAxis& x, const std::vector<Series>& series,
+                       const std::vector<RefLine>& refs) {
+  const size_t legend_items = series.size() + refs.size();
+  const double height =
+      std::max(kPlotTop + kPlotHeight + 50, kPlotTop + 20.0 * static_cast<double>(legend_items) + 20);
+  const double bottom = kPlotTop + kPlotHeight;
+  auto px = [&](double v) {
+    double lo = x.lo, hi = x.hi;
+    if (x.log) {
+      v = std::log2(v);
+      lo = std::log2(lo);
+      hi = std::log2(hi);
+    }
+    const double f = hi > lo ? (v - lo) / (hi - lo) : 0.5;
+    return kPlotLeft + 15 + f * (kPlotRight - kPlotLeft - 30);
+  };
+  auto py = [&](double v) { return bottom - v * kPlotHeight; };
+
+  std::ostringstream s;
+  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << num(kWidth) << "\" height=\""
+    << num(height) << "\" viewBox=\"0 0 " << num(kWidth) << " " << num(height)
+    << "\" role=\"img\" aria-label=\"" << h(aria) << "\">\n";
+  // Grid and y axis: 0..100 %.
+  for (int t = 0; t <= 100; t += 20) {
+    const double y = py(t / 100.0);
+    s << "<line x1=\"" << num(kPlotLeft) << "\" y1=\"" << num(y) << "\" x2=\"" << num(kPlotRight)
+      << "\" y2=\"" << num(y) << "\" class=\"grid\"/>"
+      << "<text x=\"" << num(kPlotLeft - 6) << "\" y=\"" << num(y + 4)
+      << "\" text-anchor=\"end\" class=\"tick\">" << t << "</text>\n";
+  }
+  s << "<text x=\"14\" y=\"" << num(kPlotTop + kPlotHeight / 2)
+    << "\" text-anchor=\"middle\" class=\"axis\" transform=\"rotate(-90 14 "
+    << num(kPlotTop + kPlotHeight / 2) << ")\">accuracy (%)</text>\n";
+  // x axis: ticks at the given values, labels thinned so they do not overlap.
+  s << "<line x1=\"" << num(kPlotLeft) << "\" y1=\"" << num(bottom) << "\" x2=\"" << num(kPlotRight)
+    << "\" y2=\"" << num(bottom) << "\" class=\"axisline\"/>\n";
+  double last_label = -1e9;
+  for (double t : x.ticks) {
+    const double xp = px(t);
+    s << "<line x1=\"" << num(xp) << "\" y1=\"" << num(bottom) << "\" x2=\"" << num(xp)
+      << "\" y2=\"" << num(bottom + 5) << "\" class=\"axisline\"/>";
+    if (xp - last_label >= 40) {
+      s << "<text x=\"" << num(xp) << "\" y=\"" << num(bottom + 18)
+        << "\" text-anchor=\"middle\" class=\"tick\">" << fmt(t, t == std::floor(t) ? 0 : 2)
+        << "</text>";
+      last_label = xp;
+    }
+    s << "\n";
+  }
+  s << "<text x=\"" << num((kPlotLeft + kPlotRight) / 2) << "\" y=\"" << num(bottom + 38)
+    << "\" text-anchor=\"middle\" class=\"axis\">" << h(x.title) << "</text>\n";
+
+  double ly = kPlotTop + 6;
+  for (size_t i = 0; i < refs.size(); ++i) {
+    const RefLine& r = refs[i];
+    const std::string cls = i % 2 == 0 ? "ref" : "ref alt";
+    const double y = py(r.y);
+    s << "<line x1=\"" << num(kPlotLeft) << "\" y1=\"" << num(y) << "\" x2=\"" << num(kPlotRight)
+      << "\" y2=\"" << num(y) << "\" class=\"" << cls << "\"><title>" << h(r.label) << ": "
+      << fmt(r.y * 100, 1) << "%</title></line>\n";
+    s << "<line x1=\"" << num(kLegendX) << "\" y1=\"" << num(ly) << "\" x2=\"" << num(kLegendX + 22)
+      << "\" y2=\"" << num(ly) << "\" class=\"" << cls << "\"/><text x=\"" << num(kLegendX + 28)
+      << "\" y=\"" << num(ly + 4) << "\" class=\"legend\">" << svg_label(r.label + " (" + fmt(r.y * 100, 1) + ")", 44)
+      << "</text>\n";
+    ly += 20;
+  }
+  for (size_t i = 0; i < series.size(); ++i) {
+    const Series& se = series[i];
+    const std::string& c = se.colour;
+    const double shift =
+        x.jitter * (static_cast<double>(i) - static_cast<double>(series.size() - 1) / 2);
+    auto pxs = [&](double v) { return px(v) + shift; };
+    s << "<g><title>" << h(se.tooltip) << "</title>";
+    if (se.points.size() > 1) {
+      s << "<polyline fill=\"none\" stroke=\"" << c << "\" stroke-width=\"2\"" << se.dash
+        << " points=\"";
+      for (size_t p = 0; p < se.points.size(); ++p) {
+        s << (p ? " " : "") << num(pxs(se.points[p].first)) << "," << num(py(se.points[p].second));
+      }
+      s << "\"/>";
+    }
+    for (const auto& [xv, yv] : se.points) {
+      s << "<circle cx=\"" << num(pxs(xv)) << "\" cy=\"" << num(py(yv)) << "\" r=\"3.5\" fill=\""
+        << c << "\"/>";
+    }
+    s << "</g>\n";
+    s << "<line x1=\"" << num(kLegendX) << "\" y1=\"" << num(ly) << "\" x2=\"" << num(kLegendX + 22)
+      << "\" y2=\"" << num(ly) << "\" stroke=\"" << c << "\" stroke-width=\"2\"" << se.dash
+      << "/><circle cx=\"" << num(kLegendX + 11) << "\" cy=\"" << num(ly) << "\" r=\"3.5\" fill=\""
+      << c << "\"/><text x=\"" << num(kLegendX + 28) << "\" y=\"" << num(ly + 4)
+      << "\" class=\"legend\">" << svg_label(se.label, 44) << "</text>\n";
+    ly += 20;
+  }
+  s << "</svg>\n";
+  return s.str();
+}
+
+struct Bar {
+  std::string label, tooltip, colour;
+  double value = 0;
+  std::string text;  // the value as shown
+};
+
+// Rough width of 12px sans-serif text (no font metrics in here): 6.8px a character.
+double text_width(const std::string& s, double per_char = 6.8) {
+  size_t chars = 0;
+  for (char c : s) chars += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return per_char * static_cast<double>(chars);
+}
+
+std::string bar_chart(const std::string& aria, const std::vector<Bar>& bars) {
+  constexpr size_t kMaxLabel = 52;
+  constexpr double row = 22, top = 10;
+  // Labels get the room the longest needs (within limits); values after the bars fit in.
+  double label_w = 60, value_w = 40;
+  for (const Bar& b : bars) {
+    label_w = std::max(label_w, text_width(truncate(b.label, kMaxLabel)));
+    value_w = std::max(value_w, text_width(b.text, 6.2));
+  }
+  const double left = std::min(label_w, 360.0) + 16;
+  const double right = kWidth - value_w - 16;
+  const double height = top * 2 + row * static_cast<double>(bars.size());
+  double hi = 0;
+  for (const Bar& b : bars) hi = std::max(hi, b.value);
+  std::ostringstream s;
+  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << num(kWidth) << "\" height=\""
+    << num(height) << "\" viewBox=\"0 0 " << num(kWidth) << " " << num(height)
+    << "\" role=\"img\" aria-label=\"" << h(aria) << "\">\n";
+  for (size_t i = 0; i < bars.size(); ++i) {
+    const Bar& b = bars[i];
+    const double y = top + row * static_cast<double>(i);
+    const double w = hi > 0 ? b.value / hi * (right - left) : 0;
+    s << "<g><title>" << h(b.tooltip) << ": " << h(b.text) << "</title>"
+      << "<text x=\"" << num(left - 8) << "\" y=\"" << num(y + 15)
+      << "\" text-anchor=\"end\" class=\"legend\">" << h(truncate(b.label, kMaxLabel)) << "</text>"
+      << "<rect x=\"" << num(left) << "\" y=\"" << num(y + 3) << "\" width=\"" << num(std::max(w, 1.0))
+      << "\" height=\"" << num(row - 6) << "\" fill=\"" << b.colour << "\"/>"
+      << "<text x=\"" << num(left + w + 6) << "\" y=\"" << num(y + 15) << "\" class=\"tick\">"
+      << h(b.text) << "</text></g>\n";
+  }
+  s << "<line x1=\"" << num(left) << "\" y1=\"" << num(top) << "\" x2=\"" << num(left)
+    << "\" y2=\"" << num(height - top) << "\" class=\"axisline\"/>\n";
+  s << "</svg>\n";
+  return s.str();
+}
+
+const char* const kStyle = R"(body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;background:#fafafa;color:#222;margin:24px auto;max-width:1100px;padding:0 16px;line-height:1.4}
+h1{font-size:1.6em;margin-bottom:.2em}h2{font-size:1.25em;margin-top:1.8em;border-bottom:1px solid #ddd;padding-bottom:.2em}
+p.note{color:#555;font-size:.9em}
+table{border-collapse:collapse;margin:.6em 0;font-size:.85em;background:#fff}
+th,td{border:1px solid #ddd;padding:4px 8px;vertical-align:top}
+th{background:#f0f0f0;text-align:left}
+td.num,th.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+td.spec{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:.95em;overflow-wrap:anywhere;max-width:360px}
+td.nw{white-space:nowrap}
+td.wide{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:.95em;overflow-wrap:anywhere;min-width:180px}
+tr:nth-child(even) td{background:#f8f8f8}
+tr.full td{background:#eef4fb}
+svg{background:#fff;border:1px solid #ddd;display:block;margin:.6em 0}
+svg text{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;fill:#222}
+svg .tick{font-size:11px;fill:#444}svg .axis{font-size:12px}svg .legend{font-size:12px}
+svg .grid{stroke:#e6e6e6;stroke-width:1}svg .axisline{stroke:#666;stroke-width:1}
+svg .ref{stroke:#222;stroke-width:1.5;stroke-dasharray:6 4}svg .ref.alt{stroke:#888;stroke-dasharray:2 3}
+)";
+
+std::string th(const std::string& text, bool numeric = false) {
+  return std::string(numeric ? "<th class=\"num\">" : "<th>") + text + "</th>";
+}
+std::string td(const std::string& text, const char* cls = nullptr) {
+  return (cls ? std::string("<td class=\"") + cls + "\">" : std::string("<td>")) + text + "</td>";
+}
+// A spec in a table cell: may wrap after its ',' and '+' separators.
+std::string h_spec(const std::string& spec) {
+  std::string out;
+  for (char c : h(spec)) {
+    out += c;
+    if (c == ',' || c == '+') out += "<wbr>";
+  }
+  return out;
+}
+
+std::string tr_open(const Row& r) { return r.is_full() ? "<tr class=\"full\">" : "<tr>"; }
+
+}  // namespace
+
+std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
+                                    const std::vector<Aggregate>& rows) {
+  const Board b = build_board(rows);
+  const Coverage c = coverage(runs);
+  const FamilyColours fc(b.rows);
+  std::ostringstream o;
+  o << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+    << "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+    << "<title>kvbench leaderboard</title>\n<style>\n" << kStyle << "</style>\n</head>\n<body>\n";
+  o << "<h1>kvbench leaderboard</h1>\n";
+  o << "<p>" << c.runs << " run" << (c.runs == 1 ? "" : "s");
+  if (c.unfinished > 0) o << " (" << c.unfinished << " unfinished)";
+  o << ", " << b.units << " units, " << b.turns << " turns; model sha256 " << h(c.model_sha)
+    << "; kvbench " << h(c.version) << "; git " << h(c.git_sha) << "; "
+    << (c.first.empty() ? kMissing : h(c.first)) << " to " << (c.last.empty() ? kMissing : h(c.last))
+    << ".</p>\n";
+
+  // Runs.
+  o << "<table class=\"runs\">\n<tr>" << th("run", true) << th("kvbench, git")
+    << th("model, sha256") << th("host") << th("started, finished") << th("command") << "</tr>\n";
+  for (const RunRecord& r : runs) {
+    o << "<tr>" << td(std::to_string(r.id), "num")
+      << td(h(r.kvbench_version) + "<br>" + h(r.git_sha.substr(0, 12)), "nw")
+      << td(h(r.model_path) + "<br>" + h(r.model_sha256.substr(0, 12)), "wide") << td(h(r.host))
+      << td(h(r.started_at) + "<br>" +
+                (r.finished_at.empty() ? std::string("unfinished") : h(r.finished_at)),
+            "nw")
+      << td(h(r.command_line), "wide") << "</tr>\n";
+  }
+  o << "</table>\n";
+
+  // Accuracy table.
+  o << "<h2>Accuracy (%)</h2>\n<p class=\"note\">Mean score of the scored turns of each task; "
+       "average: the mean of the task columns that have a value. The full cache first "
+       "(shaded), then by average, best first.</p>\n";
+  o << "<table>\n<tr>" << th("method") << th("budget") << th("mode");
+  for (const std::string& t : b.tasks) o << th(h(t), true);
+  o << th("average", true) << "</tr>\n";
+  for (const Row& r : b.rows) {
+    o << tr_open(r) << td(h_spec(r.method), "spec") << td(h(budget_cell(r.budget)), "num")
+      << td(h(r.mode), "nw");
+    for (const std::string& t : b.tasks) {
+      auto it = r.accuracy.find(t);
+      o << td(it == r.accuracy.end() ? std::string(kMissing) : fmt(it->second, 1, 100), "num");
+    }
+    o << td("<b>" + fmt(r.average, 1, 100) + "</b>", "num") << "</tr>\n";
+  }
+  o << "</table>\n";
+
+  // Accuracy vs budget.
+  o << "<h2>Accuracy vs KV budget</h2>\n";
+  {
+    std::map<std::pair<std::string, std::string>, std::vector<std::pair<double, double>>> pts;
+    std::vector<std::pair<std::string, std::string>> order;  // series in first-seen order
+    std::vector<RefLine> refs;
+    std::set<double> xs;
+    bool ratio_skipped = false;
+    const bool many_modes = b.modes.size() > 1;
+    for (const Row& r : b.rows) {
+      if (!r.average) continue;
+      if (r.is_full()) {
+        refs.push_back({"full cache" + (many_modes ? " (" + r.mode + ")" : std::string()) +
+                            (r.budget.empty() ? "" : " " + r.budget),
+                        *r.average});
+        continue;
+      }
+      auto tokens = row_budget_tokens(r.budget, r.method);
+      if (!tokens) {
+        ratio_skipped = true;
+        continue;
+      }
+      auto key = std::make_pair(r.series, r.mode);
+      if (!pts.count(key)) order.push_back(key);
+      pts[key].push_back({static_cast<double>(*tokens), *r.average});
+      xs.insert(static_cast<double>(*tokens));
+    }
+    // Series order: by family, then spec, then mode (stable across dbs).
+    std::sort(order.begin(), order.end(), [](const auto& a, const auto& b2) {
+      return std::make_tuple(family_of(a.first), a.first, a.second) <
+             std::make_tuple(family_of(b2.first), b2.first, b2.second);
+    });
+    std::map<std::string, std::set<std::string>> variants;  // family -> series specs
+    for (const auto& k : order) variants[family_of(k.first)].insert(k.first);
+    std::vector<Series> series;
+    std::map<std::string, size_t> nth_of_family;  // the family's 2nd, 3rd series: dashed
+    for (const auto& k : order) {
+      Series se;
+      const std::string fam = family_of(k.first);
+      se.colour = fc.colour_of(fam);
+      const size_t nth = nth_of_family[fam]++ + (fc.index_of(fam) / kPaletteSize);
+      se.dash = nth == 0 ? "" : nth % 2 == 1 ? " stroke-dasharray=\"6 3\"" : " stroke-dasharray=\"2 2\"";
+      se.label = variant_name(fam, k.first, variants[fam]);
+      if (many_modes) se.label += " (" + k.second + ")";
+      se.tooltip = k.first + " (" + k.second + ")";
+      se.points = pts[k];
+      std::sort(se.points.begin(), se.points.end());
+      series.push_back(std::move(se));
+    }
+    if (series.empty() && refs.empty()) {
+      o << "<p class=\"note\">No scored rows with a token budget.</p>\n";
+    } else {
+      XAxis x;
+      x.title = "KV budget (tokens per layer and head)";
+      x.jitter = std::min(2.0, 20.0 / static_cast<double>(std::max<size_t>(series.size(), 1)));
+      if (!xs.empty()) {
+        x.lo = *xs.begin();
+        x.hi = *xs.rbegin();
+        x.log = x.lo > 0 && x.hi / x.lo >= 8;
+        x.ticks.assign(xs.begin(), xs.end());
+      }
+      o << "<p class=\"note\">y: average accuracy over the tasks; one line per method "
+           "(the spec without its budget), its points set a pixel or two apart so that equal values "
+           "show; dashed: the full cache."
+        << (x.log ? " x axis logarithmic." : "")
+        << (ratio_skipped ? " Rows with a ratio budget (ratio=r) are not drawn here; see the "
+                            "tables."
+                          : "")
+        << "</p>\n";
+      o << line_chart("accuracy against KV budget per method", x, series, refs);
+    }
+  }
+
+  // Cost and fidelity.
+  o << "<h2>Cost and fidelity</h2>\n<p class=\"note\">Means over the tasks of each row. KV vs "
+       "full: resident KV bytes after a turn over the full cache's on the same task and mode. "
+       "Peak: the largest over all turns. Decode tok/s: turns that decoded more than one "
+       "token. KL: first-token KL divergence from the full cache (nats); top-1: agreement of "
+       "the greedy tokens with the full cache.</p>\n";
+  o << "<table>\n<tr>" << th("method") << th("budget") << th("mode") << th("KV vs full", true)
+    << th("KV MiB", true) << th("peak MiB", true) << th("TTFT ms", true)
+    << th("decode tok/s", true) << th("KL", true) << th("top-1 %", true) << "</tr>\n";
+  for (const Row& r : b.rows) {
+    o << tr_open(r) << td(h_spec(r.method), "spec") << td(h(budget_cell(r.budget)), "num")
+      << td(h(r.mode), "nw")
+      << td(r.kv_vs_full ? fmt(*r.kv_vs_full, 2) + "x" : std::string(kMissing), "num")
+      << td(fmt(r.kv_mib, 2), "num") << td(fmt(r.peak_mib, 2), "num")
+      << td(fmt(r.ttft_ms, 1), "num") << td(fmt(r.decode, 1), "num") << td(fmt(r.kl, 4), "num")
+      << td(fmt(r.top1, 1, 100), "num") << "</tr>\n";
+  }
+  o << "</table>\n";
+
+  // Bars grouped by method family and series, budgets ascending within (full first).
+  std::vector<const Row*> bar_rows;
+  for (const Row& r : b.rows) bar_rows.push_back(&r);
+  std::stable_sort(bar_rows.begin(), bar_rows.end(), [](const Row* x, const Row* y) {
+    const auto bx = row_budget_tokens(x->budget, x->method);
+    const auto by = row_budget_tokens(y->budget, y->method);
+    return std::make_tuple(!x->is_full(), x->family, x->series, x->mode, !bx.has_value(),
+                           bx.value_or(0), x->budget) <
+           std::make_tuple(!y->is_full(), y->family, y->series, y->mode, !by.has_value(),
+                           by.value_or(0), y->budget);
+  });
+  std::vector<Bar> ttft, mem;
+  for (const Row* rp : bar_rows) {
+    const Row& r = *rp;
+    const std::string c = fc.colour_of(r.family);
+    ttft.push_back({r.label, r.method + " " + r.mode, c, r.ttft_ms, fmt(r.ttft_ms, 1) + " ms"});
+    mem.push_back({r.label, r.method + " " + r.mode, c, r.kv_mib,
+                   fmt(r.kv_mib, 2) + " MiB" +
+                       (r.kv_vs_full ? " (" + fmt(*r.kv_vs_full, 2) + "x)" : std::string())});
+  }
+  o << "<h2>Time to first token</h2>\n<p class=\"note\">Mean TTFT per row, milliseconds "
+       "(hover a bar for the full spec).</p>\n"
+    << bar_chart("mean time to first token per method", ttft);
+  o << "<h2>KV memory</h2>\n<p class=\"note\">Mean resident KV cache after a turn, MiB; in "
+       "parentheses the ratio to the full cache.</p>\n"
+    << bar_chart("mean KV memory per method", mem);
+
+  // Accuracy by turn.
+  o << "<h2>Accuracy by turn (%)</h2>\n";
+  const size_t k = max_turns(b);
+  if (k == 0) {
+    o << "<p class=\"note\">No multi-turn rows with scores.</p>\n";
+  } else {
+    o << "<p class=\"note\">Multi-turn rows: mean score at each turn index over the tasks.</p>\n";
+    o << "<table>\n<tr>" << th("method") << th("budget");
+    for (size_t i = 1; i <= k; ++i) o << th("turn " + std::to_string(i), true);
+    o << "</tr>\n";
+    std::vector<Series> series;
+    for (const Row& r : b.rows) {
+      if (!is_multi_turn(r) || r.by_turn.empty()) continue;
+      o << tr_open(r) << td(h_spec(r.method), "spec") << td(h(budget_cell(r.budget)), "num");
+      Series se;
+      se.label = r.label;  // every row here is multi-turn: no mode in the legend
+      const std::string mode_suffix = " (" + r.mode + ")";
+      if (se.label.size() > mode_suffix.size() &&
+          se.label.compare(se.label.size() - mode_suffix.size(), mode_suffix.size(), mode_suffix) == 0) {
+        se.label.erase(se.label.size() - mode_suffix.size());
+      }
+      se.tooltip = r.method;
+      se.colour = r.is_full() ? "#444444" : colour(series.size());
+      se.dash = dash(series.size());
+      for (size_t i = 0; i < k; ++i) {
+        const bool has = i < r.by_turn.size() && std::isfinite(r.by_turn[i]);
+        o << td(has ? fmt(r.by_turn[i] * 100, 1) : std::string(kMissing), "num");
+        if (has) se.points.push_back({static_cast<double>(i + 1), r.by_turn[i]});
+      }
+      o << "</tr>\n";
+      series.push_back(std::move(se));
+    }
+    o << "</table>\n";
+    // More lines than the palette has colours read as spaghetti: the chart keeps the full
+    // cache and the best rows (table order), the table above has them all.
+    constexpr size_t kMaxLines = 12;
+    if (series.size() > kMaxLines) {
+      o << "<p class=\"note\">The chart shows the first " << kMaxLines << " of these "
+        << series.size() << " rows (the full cache, then by average accuracy).</p>\n";
+      series.resize(kMaxLines);
+    }
+    XAxis x;
+    x.title = "turn (points of different rows are set a little apart so that equal values show)";
+    x.jitter = std::min(3.0, 30.0 / static_cast<double>(std::max<size_t>(series.size(), 1)));
+    x.lo = 1;
+    x.hi = static_cast<double>(std::max<size_t>(k, 2));
+    for (size_t i = 1; i <= k; ++i) x.ticks.push_back(static_cast<double>(i));
+    o << line_chart("multi-turn accuracy by turn index", x, series, {});
+  }
+  o << "</body>\n</html>\n";
+  return o.str();
+}
+
+// ---------------------------------------------------------------------------------------
+
+namespace {
+
+void write_atomically(const std::filesystem::path& path, const std::string& text) {
+  const std::filesystem::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (f) f.write(text.data(), static_cast<std::streamsize>(text.size()));
+    f.close();
+    if (!f) {
+      const std::string why = std::strerror(errno);
+      std::error_code ignored;
+      std::filesystem::remove(tmp, ignored);
+      throw InputError("OUT_DIR: cannot write " + tmp.string() + " (" + why + ")");
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    throw InputError("OUT_DIR: cannot write " + path.string() + " (" + ec.message() + ")");
+  }
+}
+
+}  // namespace
+
+void write_reports(const std::string& db_path, const std::string& out_dir) {
+  std::vector<RunRecord> runs;
+  std::vector<UnitRecord> units;
+  {
+    auto db = ResultsDb::open(db_path, /*read_only=*/true);
+    runs = db->runs();
+    units = db->units();
+  }
+  if (units.empty()) throw InputError("DB: no results to report (" + db_path + ")");
+  const std::vector<Aggregate> rows = aggregate_units(units);
+  const std::string md = render_leaderboard_markdown(runs, rows);
+  const std::string html = render_leaderboard_html(runs, rows);
+
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec || !std::filesystem::is_directory(out_dir, ec)) {
+    throw InputError("OUT_DIR: cannot create the report directory (" + out_dir + ": " +
+                     (ec ? ec.message() : std::string("not a directory")) + ")");
+  }
+  const std::filesystem::path dir(out_dir);
+  write_atomically(dir / "leaderboard.md", md);
+  write_atomically(dir / "leaderboard.html", html);
+}
+
+}  // namespace kvbench

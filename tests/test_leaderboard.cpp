@@ -1,1 +1,416 @@
+// The leaderboard: aggregation (exact means), the Markdown golden file, escaping of hostile
+// db strings in both renderers, a self-contained and balanced HTML page.
 #include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "harness/input_error.h"
+#include "reports/aggregate.h"
+#include "reports/leaderboard.h"
+
+using namespace kvbench;
+
+namespace {
+
+TurnRow turn(int32_t index, std::optional<double> score, double ttft, double decode,
+             int64_t kv, int64_t peak, std::optional<double> kl = std::nullopt,
+             std::optional<double> top1 = std::nullopt) {
+  TurnRow t;
+  t.turn = index;
+  t.score = score;
+  t.ttft_ms = ttft;
+  t.decode_tokens_per_s = decode;
+  t.kv_bytes = kv;
+  t.kv_bytes_peak = peak;
+  t.first_token_kl = kl;
+  t.top1_agreement = top1;
+  return t;
+}
+
+UnitRecord unit(const std::string& task, const std::string& method, const std::string& budget,
+                const std::string& mode, std::vector<TurnRow> turns) {
+  UnitRecord u;
+  u.task = task;
+  u.method = method;
+  u.budget = budget;
+  u.mode = mode;
+  u.sample_id = "s";
+  u.key = task + "|" + method + "|" + mode;
+  u.turns = std::move(turns);
+  return u;
+}
+
+
+std::vector<RunRecord> fixed_runs() {
+  RunRecord r1;
+  r1.id = 1;
+  r1.kvbench_version = "0.1.0";
+  r1.git_sha = "0123456789abcdef0123456789abcdef01234567";
+  r1.model_path = "/models/SmolLM2-135M-Instruct-Q8_0.gguf";
+  r1.model_sha256 = "a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90";
+  r1.host = "node1";
+  r1.command_line = "kvbench sweep sweep.json --db r.sqlite --shard 0/2";
+  r1.started_at = "2025-01-02T10:00:00Z";
+  r1.finished_at = "2025-01-02T11:30:00Z";
+  RunRecord r2 = r1;
+  r2.id = 2;
+  r2.command_line = "kvbench sweep sweep.json --db r.sqlite --shard 1/2";
+  r2.started_at = "2025-01-02T10:05:00Z";
+  r2.finished_at = "2025-01-03T08:00:00Z";
+  return {r1, r2};
+}
+
+// 3 methods (full, snapkv, h2o) x 2 tasks x 2 budgets, 3 turns a unit, plus one
+// multi-request row; numbers chosen so every mean is exact in decimal.
+std::vector<UnitRecord> fixed_units() {
+  const std::string snap = "snapkv:budget=", snap_rest = ",window=32,kernel=5,pool=avg";
+  const std::string h2o = "h2o:budget=", h2o_rest = ",recent=0.5";
+  const int64_t mib = 1024 * 1024;
+  std::vector<UnitRecord> u;
+  for (const std::string task : {"retr_kv", "multihop_vt"}) {
+    const double t = task == "retr_kv" ? 0 : 1;  // task offset
+    u.push_back(unit(task, "full", "", "multi-turn",
+                     {turn(1, 1.0, 40 + t, 50, 8 * mib, 9 * mib),
+                      turn(2, 1.0, 20, 50, 8 * mib, 9 * mib),
+                      turn(3, t ? 0.5 : 1.0, 20, 50, 8 * mib, 10 * mib)}));
+    for (int64_t budget : {128, 256}) {
+      const double f = budget == 128 ? 0.5 : 1.0;
+      const std::string b = "budget=" + std::to_string(budget);
+      u.push_back(unit(task, snap + std::to_string(budget) + snap_rest, b, "multi-turn",
+                       {turn(1, f, 30, 60, budget * mib / 64, budget * mib / 32, 0.125 * f, 1.0),
+                        turn(2, t ? 0.0 : f, 15, 60, budget * mib / 64, budget * mib / 32,
+                             0.25, 0.75),
+                        turn(3, 0.5 * f, 15, 0, budget * mib / 64, budget * mib / 32)}));
+      u.push_back(unit(task, h2o + std::to_string(budget) + h2o_rest, b, "multi-turn",
+                       {turn(1, 0.5 * f, 35, 55, budget * mib / 32, budget * mib / 16, 0.5, 0.5),
+                        turn(2, 0.25, 15, 55, budget * mib / 32, budget * mib / 16),
+                        turn(3, std::nullopt, 25, 55, budget * mib / 32, budget * mib / 16)}));
+    }
+  }
+  u.push_back(unit("retr_kv", "full", "", "multi-request",
+                   {turn(1, 1.0, 40, 50, 4 * mib, 4 * mib), turn(2, 0.0, 42, 50, 4 * mib, 4 * mib)}));
+  u.push_back(unit("retr_kv", snap + "128" + snap_rest, "budget=128", "multi-request",
+                   {turn(1, 0.5, 30, 60, mib, mib), turn(2, 0.0, 32, 60, mib, mib)}));
+  return u;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+size_t count(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + what.size())) ++n;
+  return n;
+}
+
+// Cells of a Markdown table row: '|' not preceded by a backslash separate them.
+size_t md_columns(const std::string& line) {
+  size_t pipes = 0;
+  for (size_t i = 0; i < line.size(); ++i) {
+    if (line[i] == '\\') {
+      ++i;
+      continue;
+    }
+    if (line[i] == '|') ++pipes;
+  }
+  return pipes - 1;
+}
+
+std::vector<std::string> lines_of(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("aggregate_units: exact means, by-turn, kv_vs_full, nullopt and order", "[reports]") {
+  const int64_t mib = 1024 * 1024;
+  std::vector<UnitRecord> units = {
+      unit("b_task", "snapkv:budget=64", "budget=64", "multi-turn",
+           {turn(1, 1.0, 10, 100, 2 * mib, 3 * mib, 0.5, 1.0),
+            turn(2, 0.0, 20, 0, 2 * mib, 5 * mib, std::nullopt, std::nullopt),
+            turn(3, std::nullopt, 30, 50, 2 * mib, 4 * mib, 0.25, 0.5)}),
+      unit("b_task", "snapkv:budget=64", "budget=64", "multi-turn",
+           {turn(1, 0.5, 40, 300, 4 * mib, 4 * mib), turn(2, 0.5, 50, 0, 4 * mib, 4 * mib)}),
+      unit("b_task", "full", "", "multi-turn",
+           {turn(1, 1.0, 10, 10, 12 * mib, 12 * mib), turn(2, 1.0, 10, 10, 12 * mib, 12 * mib)}),
+      unit("a_task", "h2o:budget=64", "budget=64", "multi-turn",
+           {turn(1, std::nullopt, 5, 0, mib, mib)}),
+      unit("b_task", "full", "", "multi-request", {turn(1, 0.25, 10, 10, 6 * mib, 6 * mib)}),
+      unit("b_task", "snapkv:budget=32", "budget=32", "multi-turn",
+           {turn(1, 0.0, 10, 10, mib, mib)}),
+  };
+  const std::vector<Aggregate> rows = aggregate_units(units);
+  REQUIRE(rows.size() == 5);
+  // task, mode, method, budget.
+  CHECK(rows[0].task == "a_task");
+  CHECK(rows[1].method == "full");
+  CHECK(rows[1].mode == "multi-request");
+  CHECK(rows[2].method == "full");
+  CHECK(rows[2].mode == "multi-turn");
+  CHECK(rows[3].method == "snapkv:budget=32");
+  CHECK(rows[4].method == "snapkv:budget=64");
+
+  const Aggregate& s = rows[4];
+  CHECK(s.units == 2);
+  CHECK(s.turns == 5);
+  REQUIRE(s.accuracy);
+  CHECK(*s.accuracy == Approx(0.5));  // (1 + 0 + 0.5 + 0.5) / 4
+  REQUIRE(s.accuracy_by_turn.size() == 2);  // turn 3 has no score
+  CHECK(s.accuracy_by_turn[0] == Approx(0.75));
+  CHECK(s.accuracy_by_turn[1] == Approx(0.25));
+  REQUIRE(s.first_token_kl);
+  CHECK(*s.first_token_kl == Approx(0.375));
+  REQUIRE(s.top1_agreement);
+  CHECK(*s.top1_agreement == Approx(0.75));
+  CHECK(s.ttft_ms == Approx(30.0));                // (10+20+30+40+50)/5
+  CHECK(s.decode_tokens_per_s == Approx(150.0));   // (100+50+300)/3, zeros left out
+  CHECK(s.kv_bytes == Approx(2.8 * mib));          // (2+2+2+4+4)/5 MiB
+  CHECK(s.kv_bytes_peak == 5 * mib);
+  REQUIRE(s.kv_vs_full);
+  CHECK(*s.kv_vs_full == Approx(2.8 / 12.0));
+
+  CHECK(*rows[2].kv_vs_full == Approx(1.0));
+  CHECK(*rows[1].kv_vs_full == Approx(1.0));  // its own mode's full
+  CHECK(*rows[3].kv_vs_full == Approx(1.0 / 12.0));
+
+  const Aggregate& h = rows[0];  // no score, no fidelity, no full on its task
+  CHECK_FALSE(h.accuracy);
+  CHECK(h.accuracy_by_turn.empty());
+  CHECK_FALSE(h.first_token_kl);
+  CHECK_FALSE(h.top1_agreement);
+  CHECK_FALSE(h.kv_vs_full);
+  CHECK(h.decode_tokens_per_s == 0);
+
+  CHECK(aggregate_units({}).empty());
+}
+
+TEST_CASE("aggregate_units: a turn index without scores below scored ones is NaN", "[reports]") {
+  const auto rows = aggregate_units({unit("t", "m", "", "multi-turn",
+                                          {turn(1, std::nullopt, 1, 1, 1, 1),
+                                           turn(2, 1.0, 1, 1, 1, 1)})});
+  REQUIRE(rows.size() == 1);
+  REQUIRE(rows[0].accuracy_by_turn.size() == 2);
+  CHECK(std::isnan(rows[0].accuracy_by_turn[0]));
+  CHECK(rows[0].accuracy_by_turn[1] == 1.0);
+}
+
+TEST_CASE("leaderboard Markdown matches the golden file", "[reports]") {
+  const std::string md = render_leaderboard_markdown(fixed_runs(), aggregate_units(fixed_units()));
+  const std::string golden_path = std::string(KVBENCH_FIXTURES) + "/leaderboard_golden.md";
+  const std::string golden = read_file(golden_path);
+  if (md != golden) {
+    const auto a = lines_of(md), g = lines_of(golden);
+    size_t i = 0;
+    while (i < a.size() && i < g.size() && a[i] == g[i]) ++i;
+    UNSCOPED_INFO("rendered Markdown differs from " << golden_path << " at line " << i + 1
+                  << "\n  golden:   " << (i < g.size() ? g[i] : "<end of file>")
+                  << "\n  rendered: " << (i < a.size() ? a[i] : "<end of output>")
+                  << "\nIf the change is intended, write the new output over the golden file "
+                     "(check it by eye first; KVBENCH_LEADERBOARD_MD=PATH writes it to PATH). "
+                     "Whole rendered output:\n"
+                  << md);
+  }
+  CHECK(md == golden);
+  // Writes the rendered output, to compare or to become the new golden file, when asked.
+  if (const char* out = std::getenv("KVBENCH_LEADERBOARD_MD")) std::ofstream(out) << md;
+  // Deterministic.
+  CHECK(render_leaderboard_markdown(fixed_runs(), aggregate_units(fixed_units())) == md);
+}
+
+TEST_CASE("leaderboard: spot checks of the fixed input", "[reports]") {
+  const auto rows = aggregate_units(fixed_units());
+  const std::string md = render_leaderboard_markdown(fixed_runs(), rows);
+  // full first, then by average: snapkv 256 (retr 0.833, multihop 0.5) before h2o.
+  const size_t full = md.find("| full | – | multi-turn |");
+  const size_t snap256 = md.find("| snapkv:budget=256,window=32,kernel=5,pool=avg | 256 |");
+  const size_t h2o128 = md.find("| h2o:budget=128,recent=0.5 | 128 |");
+  REQUIRE(full != std::string::npos);
+  REQUIRE(snap256 != std::string::npos);
+  REQUIRE(h2o128 != std::string::npos);
+  CHECK(full < snap256);
+  CHECK(snap256 < h2o128);
+  CHECK(md.find("a1b2c3d4e5f6") != std::string::npos);
+  CHECK(md.find("a1b2c3d4e5f60") == std::string::npos);  // 12 hex digits only
+  CHECK(md.find("0.25x") != std::string::npos);  // snapkv 128: 2 MiB of 8
+}
+
+TEST_CASE("leaderboard: hostile db strings are escaped", "[reports]") {
+  const std::string evil = "evil|<script>alert(1)</script>";
+  std::vector<UnitRecord> units = {
+      unit("a_b*c", evil, "budget=64", "multi-turn",
+           {turn(1, 1.0, 10, 10, 100, 100), turn(2, 0.0, 10, 10, 100, 100)}),
+      unit("a_b*c", "full", "", "multi-turn",
+           {turn(1, 1.0, 10, 10, 400, 400), turn(2, 1.0, 10, 10, 400, 400)}),
+      unit("x|y\nz`[w](v)\\", "full", "", "multi-turn", {turn(1, 1.0, 10, 10, 400, 400)}),
+  };
+  std::vector<RunRecord> runs = fixed_runs();
+  runs[0].model_path = "https://evil.example/m.gguf\"><script>x</script>";
+  runs[0].command_line = "kvbench run --x '<img src=http://evil.example/a.png>'";
+  runs[0].host = "h&<>\"'";
+  const auto rows = aggregate_units(units);
+
+  SECTION("Markdown rows keep their column count") {
+    const std::string md = render_leaderboard_markdown(runs, rows);
+    CHECK(md.find("<script>") == std::string::npos);
+    CHECK(md.find("a\\_b\\*c") != std::string::npos);
+    size_t header_cols = 0;
+    int tables = 0;
+    for (const std::string& line : lines_of(md)) {
+      if (line.empty() || line[0] != '|') {
+        header_cols = 0;
+        continue;
+      }
+      if (header_cols == 0) {
+        header_cols = md_columns(line);
+        ++tables;
+      } else {
+        INFO(line);
+        CHECK(md_columns(line) == header_cols);
+      }
+    }
+    CHECK(tables == 3);
+    // The hostile task name stays one line: the accuracy header has 3 + 2 tasks + 1 columns.
+    CHECK(md.find("| method | budget | mode | a\\_b\\*c | x\\|y z\\`\\[w\\](v)\\\\ | average |") !=
+          std::string::npos);
+  }
+
+  SECTION("HTML escapes every db string and loads nothing") {
+    const std::string html = render_leaderboard_html(runs, rows);
+    CHECK(html.find("<script") == std::string::npos);
+    CHECK(html.find("&lt;script&gt;") != std::string::npos);
+    CHECK(html.find("<img") == std::string::npos);
+    CHECK(html.find("h&amp;&lt;&gt;&quot;&#39;") != std::string::npos);
+    std::string rest = html;
+    const std::string ns = "xmlns=\"http://www.w3.org/2000/svg\"";
+    for (size_t p = rest.find(ns); p != std::string::npos; p = rest.find(ns)) rest.erase(p, ns.size());
+    CHECK(rest.find("http://") == std::string::npos);
+    CHECK(rest.find("https://") == std::string::npos);
+    CHECK(rest.find("://") == std::string::npos);
+    CHECK(rest.find("url(") == std::string::npos);
+    CHECK(rest.find("@import") == std::string::npos);
+    // Every '<' left opens one of the renderer's own tags, and no tag loads anything.
+    const std::set<std::string> allowed = {
+        "!DOCTYPE", "html", "head", "meta", "title", "style", "body", "h1", "h2", "p", "b", "br",
+        "table", "tr", "th", "td", "wbr", "svg", "g", "line", "polyline", "circle", "rect", "text"};
+    for (size_t p = rest.find('<'); p != std::string::npos; p = rest.find('<', p + 1)) {
+      const size_t end = rest.find('>', p);
+      REQUIRE(end != std::string::npos);
+      const std::string tag = rest.substr(p + 1, end - p - 1);
+      const std::string name = tag.substr(tag[0] == '/', tag.find_first_of(" />", 1) - (tag[0] == '/'));
+      INFO(tag);
+      CHECK(allowed.count(name) == 1);
+      CHECK(tag.find("src=") == std::string::npos);
+      CHECK(tag.find("href=") == std::string::npos);
+      CHECK(tag.find(" on") == std::string::npos);  // no event handlers
+    }
+  }
+}
+
+TEST_CASE("leaderboard HTML is balanced and has its charts", "[reports]") {
+  const std::string html = render_leaderboard_html(fixed_runs(), aggregate_units(fixed_units()));
+  CHECK(html.rfind("<!DOCTYPE html>", 0) == 0);
+  CHECK(count(html, "<svg") == 4);  // accuracy vs budget, TTFT, memory, by turn
+  CHECK(count(html, "<svg") == count(html, "</svg>"));
+  CHECK(count(html, "<table") == count(html, "</table>"));
+  CHECK(count(html, "<table") == 4);  // runs, accuracy, cost, by turn
+  CHECK(count(html, "<tr") == count(html, "</tr>"));
+  CHECK(count(html, "<text") == count(html, "</text>"));
+  CHECK(count(html, "<g>") == count(html, "</g>"));
+  CHECK(count(html, "<title>") == count(html, "</title>"));
+  CHECK(count(html, "<td") == count(html, "</td>"));
+  CHECK(count(html, "<th") - count(html, "<thead") == count(html, "</th>"));
+  CHECK(html.find("</html>") != std::string::npos);
+  CHECK(count(html, "class=\"ref\"") >= 2);  // the full cache's dashed line and its legend
+  CHECK(html.find("<polyline") != std::string::npos);
+  CHECK(html.find("turn 3") != std::string::npos);
+  CHECK(html.find("nan") == std::string::npos);
+  CHECK(html.find("inf") == std::string::npos);
+
+  // Writes a copy to look at (e.g. with a headless browser) when asked.
+  if (const char* out = std::getenv("KVBENCH_LEADERBOARD_HTML")) {
+    std::ofstream(out) << html;
+  }
+}
+
+TEST_CASE("leaderboard: an empty aggregate renders without rows", "[reports]") {
+  const std::string md = render_leaderboard_markdown({}, {});
+  CHECK(md.find("- Runs: 0") != std::string::npos);
+  CHECK(md.find("No multi-turn rows") != std::string::npos);
+  const std::string html = render_leaderboard_html({}, {});
+  CHECK(count(html, "<svg") == count(html, "</svg>"));
+}
+
+TEST_CASE("write_reports: a results db to leaderboard.md and leaderboard.html", "[reports]") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() /
+                       ("kvbench_reports_" + std::to_string(static_cast<long>(::getpid())));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string db_path = (dir / "results.sqlite").string();
+  const std::string empty_path = (dir / "empty.sqlite").string();
+  {
+    auto db = ResultsDb::open(db_path);
+    RunRecord run = fixed_runs()[0];
+    const int64_t id = db->begin_run(run);
+    int n = 0;
+    for (UnitRecord u : fixed_units()) {
+      u.key = "unit" + std::to_string(n++);
+      db->write_unit(id, u);
+    }
+    db->finish_run(id);
+    auto empty = ResultsDb::open(empty_path);
+    empty->begin_run(run);
+  }
+  const fs::path out = dir / "out" / "nested";
+  write_reports(db_path, out.string());
+  const std::string md = read_file((out / "leaderboard.md").string());
+  const std::string html = read_file((out / "leaderboard.html").string());
+  {
+    auto db = ResultsDb::open(db_path, true);
+    const auto rows = aggregate_units(db->units());
+    CHECK(md == render_leaderboard_markdown(db->runs(), rows));
+    CHECK(html == render_leaderboard_html(db->runs(), rows));
+  }
+  CHECK(md.find("| full | – | multi-turn | 83.3 | 100.0 | 91.7 |") != std::string::npos);
+  CHECK_FALSE(fs::exists(out / "leaderboard.md.tmp"));
+  CHECK_FALSE(fs::exists(out / "leaderboard.html.tmp"));
+  // Written again over the old files.
+  write_reports(db_path, out.string());
+  CHECK(read_file((out / "leaderboard.md").string()) == md);
+
+  auto message = [](const std::function<void()>& f) -> std::string {
+    try {
+      f();
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "no InputError";
+  };
+  CHECK(message([&] { write_reports(empty_path, (dir / "out2").string()); })
+            .rfind("DB: no results to report", 0) == 0);
+  CHECK_FALSE(fs::exists(dir / "out2"));
+  std::ofstream(dir / "a_file") << "x";
+  CHECK(message([&] { write_reports(db_path, (dir / "a_file" / "sub").string()); })
+            .rfind("OUT_DIR: cannot create the report directory", 0) == 0);
+  CHECK(message([&] { write_reports((dir / "missing.sqlite").string(), (dir / "out3").string()); }) !=
+        "no InputError");
+  fs::remove_all(dir);
+}
