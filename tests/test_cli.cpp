@@ -279,3 +279,77 @@ TEST_CASE("cli: run on a tiny model scores every turn and prints the summary", "
   CHECK(quiet.output.find("[1/1] retr_kv-seed0-0 full: score") != std::string::npos);
   CHECK(quiet.output.find("TTFT ms") != std::string::npos);  // the summary table
 }
+
+namespace {
+
+std::string write_sweep_config(const std::string& name) {
+  return write_text(name, R"({"tasks": ["math_find"], "methods": ["full", "streamingllm"],
+    "budgets": [32], "samples": 1, "turns": 2, "context_tokens": 300, "max_new": 3})");
+}
+
+}  // namespace
+
+TEST_CASE("cli: sweep, report and check name a bad db, config or baseline in one line", "[unit]") {
+  testing::TinyLlamaSpec wide;
+  wide.context_length = 2048;
+  const std::string model = testing::temp_path("tiny_cli_sweep.gguf");
+  testing::write_tiny_llama_gguf(model, wide);
+  const std::string config = write_sweep_config("sweep_ok.json");
+  const std::string sweep = "--model " + model + " --threads 1 sweep " + config;
+  require_clear_error(run_kvbench(sweep + " --db /nonexistent/dir/r.db"), "/nonexistent/dir/r.db");
+  const std::string garbage = write_text("garbage.db", "this is not a database, just text\n");
+  require_clear_error(run_kvbench(sweep + " --db " + garbage), garbage + ": not a kvbench results db");
+  require_clear_error(run_kvbench(sweep + " --db x.db --shard 3/2"), "shard '3/2'");
+  require_clear_error(run_kvbench("--model " + model + " sweep /nonexistent.json --db x.db"),
+                      "/nonexistent.json");
+  require_clear_error(run_kvbench("--model " + model + " sweep " + write_text("bad.json", "{\"tasks\": 1}") +
+                                  " --db x.db"),
+                      "tasks must be a list");
+  require_clear_error(run_kvbench("report " + garbage + " -o " + testing::temp_path("rep")),
+                      "not a kvbench results db");
+  require_clear_error(run_kvbench("check " + garbage + " --baseline b.json"), "b.json");
+  require_clear_error(run_kvbench("check " + garbage), "--baseline");
+  require_clear_error(run_kvbench("run --task retr_kv"), "--method");
+  require_clear_error(run_kvbench("run --db x.db --samples 3"), "takes only --db and --output");
+}
+
+TEST_CASE("cli: a sweep into a db, its report, and the check against its own baseline", "[unit]") {
+  testing::TinyLlamaSpec wide;
+  wide.context_length = 2048;
+  const std::string model = testing::temp_path("tiny_cli_sweep.gguf");
+  testing::write_tiny_llama_gguf(model, wide);
+  const std::string config = write_sweep_config("sweep_ok.json");
+  const std::string db = testing::temp_path("cli_sweep.db");
+  const Run first = run_kvbench("--model " + model + " --threads 1 sweep " + config + " --db " + db);
+  INFO(first.output);
+  REQUIRE(first.exit_code == 0);
+  CHECK(first.output.find("sweep: 2 units written to " + db + " (shard 0/1; 0 already there)") !=
+        std::string::npos);
+  const Run again = run_kvbench("--model " + model + " --threads 1 sweep " + config + " --db " + db);
+  CHECK(again.output.find("sweep: 0 units written to " + db + " (shard 0/1; 2 already there)") !=
+        std::string::npos);
+  const std::string out = testing::temp_path("cli_reports");
+  const Run report = run_kvbench("report " + db + " -o " + out);
+  INFO(report.output);
+  CHECK(report.exit_code == 0);
+  CHECK(report.output.find(out + "/leaderboard.md") != std::string::npos);
+  const std::string baseline = testing::temp_path("cli_baseline.json");
+  CHECK(run_kvbench("check " + db + " --write-baseline " + baseline).exit_code == 0);
+  const Run same = run_kvbench("check " + db + " --baseline " + baseline);
+  INFO(same.output);
+  CHECK(same.exit_code == 0);
+  CHECK(same.output.find("no regressions in 2 baseline rows") != std::string::npos);
+  // A baseline that asks for more: exit 1 with the table.
+  const std::string strict = write_text(
+      "strict.json", R"({"kvbench_baseline": 1, "rows": [{"method": "streamingllm:budget=32,sink=4",
+      "task": "math_find", "mode": "multi-turn", "budget": "budget=32", "accuracy": 1.0,
+      "top1_agreement": 1.0, "kv_bytes": 1, "decode_tokens_per_s": 0, "ttft_ms": 0},
+      {"method": "h2o", "task": "math_find", "mode": "multi-turn", "budget": "",
+      "accuracy": null, "top1_agreement": null, "kv_bytes": 1, "decode_tokens_per_s": 0, "ttft_ms": 0}]})");
+  const Run worse = run_kvbench("check " + db + " --baseline " + strict);
+  INFO(worse.output);
+  CHECK(worse.exit_code == 1);
+  CHECK(worse.output.find("regressions in 2 baseline rows") != std::string::npos);
+  CHECK(worse.output.find("missing") != std::string::npos);
+  CHECK(worse.output.find("KV bytes") != std::string::npos);
+}
