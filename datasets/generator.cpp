@@ -93,8 +93,9 @@ const std::vector<TaskInfo>& registry() {
       {"retr_prefix_suffix",
        "Retr.Prefix-Suffix: a list of random strings; each turn asks for the string with a "
        "given prefix and suffix",
-       {{"string_length", "8", "characters of each string (6..64)"},
-        {"affix_length", "4", "characters of the asked prefix and of the suffix (1..length/2)"},
+       {{"string_length", "12", "characters of each string (6..64)"},
+        {"affix_length", "4", "characters of the asked prefix and of the suffix (1..(length-2)/2: the middle is "
+         "only in the context)"},
         {"distractors", "0",
          "per asked string, this many strings share its prefix and as many its suffix (0..16)"}}},
       {"multihop_vt",
@@ -331,7 +332,9 @@ Plan plan_retr_kv(const Knobs& knobs, int32_t turns, uint64_t seed) {
 
 Plan plan_prefix_suffix(const Knobs& knobs, int32_t turns, uint64_t seed) {
   const int64_t len = knobs.integer("string_length", 6, 64);
-  const int64_t affix = knobs.integer("affix_length", 1, len / 2);
+  // At least two characters between prefix and suffix: otherwise the answer is the prefix
+  // and suffix written together, and the context is not needed.
+  const int64_t affix = knobs.integer("affix_length", 1, (len - 2) / 2);
   const int64_t distractors = knobs.integer("distractors", 0, 16);
   Plan plan;
   plan.task = "retr_prefix_suffix";

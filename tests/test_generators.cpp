@@ -335,6 +335,10 @@ TEST_CASE("generator errors name the task and the knob", "[unit]") {
   CHECK_THAT(error_of(opts("retr_kv", 60)),
              Contains("task retr_kv: context_tokens 60 is too small for 5 turns"));
   CHECK_THAT(error_of(opts("retr_prefix_suffix", 100)), Contains("too small"));
+  // Prefix and suffix that make up the whole string would not need the context.
+  CHECK_THAT(error_of(opts("retr_prefix_suffix", 1500, 5, 1,
+                           {{"string_length", "8"}, {"affix_length", "4"}})),
+             Contains("knob affix_length must be an integer in [1, 3]"));
   CHECK_THAT(error_of(opts("retr_kv", 1500, 0)), Contains("turns must be"));
   CHECK_THAT(error_of(opts("retr_kv", 0)), Contains("context_tokens must be"));
   GeneratorOptions no_samples = opts("math_find");

@@ -86,17 +86,10 @@ void run_sweep_into(const ModelOptions& model_options, const SweepConfig& config
   run.host = host_name();
   run.command_line = command_line();
   const size_t before = db->finished_unit_keys().size();
-  int64_t skipped = 0, total = 0;
-  run_sweep(*model, config, shard, *db, run, [&](const SweepProgress& p) {
-    skipped = p.skipped;
-    total = p.total;
-    print_progress(p);
-  });
+  run_sweep(*model, config, shard, *db, run, print_progress);
   const size_t after = db->finished_unit_keys().size();
   std::printf("sweep: %zu unit%s written to %s (shard %d/%d; %zu already there)\n", after - before,
               after - before == 1 ? "" : "s", db_path.c_str(), shard.index, shard.count, before);
-  (void)skipped;
-  (void)total;
   std::fflush(stdout);
 }
 
