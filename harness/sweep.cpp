@@ -401,7 +401,8 @@ Shard shard_from_environment() {
 
 void run_sweep(const LlamaModel& model, const SweepConfig& config, const Shard& shard,
                ResultsDb& db, RunRecord run,
-               const std::function<void(const SweepProgress&)>& progress) {
+               const std::function<void(const SweepProgress&)>& progress,
+               const UnitSink& on_unit) {
   const std::vector<SweepMethod> methods = sweep_methods(config);
   const int64_t window = model.config().context_length;
 
@@ -466,22 +467,24 @@ void run_sweep(const LlamaModel& model, const SweepConfig& config, const Shard& 
       todo.emplace_back(&group, std::move(left));
     }
   }
-  for (const auto& [group, left] : todo) {
+  // The options of a group: an SCBench file's samples are cut to `turns` too.
+  auto options_of = [&](const Group& group) {
     EvaluationOptions options;
-    options.session.mode = parse_session_mode(group->mode);
+    options.session.mode = parse_session_mode(group.mode);
     options.session.max_new_tokens = config.max_new;
+    if (task_format(group.task->name).source == TaskSource::Scbench) {
+      options.session.max_turns = config.turns;
+    }
     options.fidelity = config.fidelity;
-    check_samples_fit(model, {*group->sample}, options);
-  }
+    return options;
+  };
+  for (const auto& [group, left] : todo) check_samples_fit(model, {*group->sample}, options_of(*group));
 
   run.config_json = canonical_config_json(config);
   const int64_t run_id = db.begin_run(run);
   const auto start = std::chrono::steady_clock::now();
   for (const auto& [group, left] : todo) {
-    EvaluationOptions options;
-    options.session.mode = parse_session_mode(group->mode);
-    options.session.max_new_tokens = config.max_new;
-    options.fidelity = config.fidelity;
+    const EvaluationOptions options = options_of(*group);
     std::vector<std::string> specs;
     std::map<std::string, std::string> budget_of_spec;
     for (const SweepMethod& m : left) {
@@ -509,6 +512,7 @@ void run_sweep(const LlamaModel& model, const SweepConfig& config, const Shard& 
       ++state.done;
       state.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       state.last_unit = record.key;
+      if (on_unit) on_unit(unit);
       if (progress) progress(state);
     });
   }

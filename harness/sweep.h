@@ -9,7 +9,8 @@
 //    "budgets": [128, 256, "ratio=0.25"],   // applied to every method with a budget
 //    "modes":   ["multi-turn", "multi-request"],      // default ["multi-turn"]
 //    "seeds":   [0, 1],                                // default [0]
-//    "samples": 1, "turns": 5, "context_tokens": 512,  // generated tasks
+//    "samples": 1, "turns": 5,       // per (task, seed); a task file: its first N, cut to turns
+//    "context_tokens": 512,          // generated tasks
 //    "max_new": 0,                                     // 0: each task's
 //    "fidelity": true}
 #pragma once
@@ -94,9 +95,11 @@ struct SweepProgress {
 // Runs the shard's units that the db does not have yet. Units are grouped by (task, seed,
 // sample, mode) so a sample's full reference runs once for all its methods; groups go to
 // shards round-robin in a fixed order. Each finished unit is committed to the db at once.
-// `run` is the run record (its config_json is set here); `progress` is called after each.
+// `run` is the run record (its config_json is set here); after each unit is committed,
+// `on_unit` sees its result (e.g. to print its table) and `progress` the counts.
 void run_sweep(const LlamaModel& model, const SweepConfig& config, const Shard& shard,
                ResultsDb& db, RunRecord run,
-               const std::function<void(const SweepProgress&)>& progress);
+               const std::function<void(const SweepProgress&)>& progress,
+               const UnitSink& on_unit = nullptr);
 
 }  // namespace kvbench

@@ -328,6 +328,19 @@ TEST_CASE("cli: a sweep into a db, its report, and the check against its own bas
   const Run again = run_kvbench("--model " + model + " --threads 1 sweep " + config + " --db " + db);
   CHECK(again.output.find("sweep: 0 units written to " + db + " (shard 0/1; 2 already there)") !=
         std::string::npos);
+  // A run of one task stored in a db: the same tables, and resumable.
+  const std::string run_db = testing::temp_path("cli_run.db");
+  const std::string run = "--model " + model + " --threads 1 run --task math_find --context-tokens 300"
+                          " --turns 2 --max-new 3 --method full --method streamingllm:budget=32 --db " +
+                          run_db;
+  const Run stored = run_kvbench(run);
+  INFO(stored.output);
+  CHECK(stored.exit_code == 0);
+  CHECK(stored.output.find("sweep: 2 units written to " + run_db) != std::string::npos);
+  CHECK(stored.output.find("acc % by turn") != std::string::npos);
+  CHECK(stored.output.find("sample math_find-seed0-0") != std::string::npos);
+  CHECK(run_kvbench(run).output.find("sweep: 0 units written") != std::string::npos);
+  require_clear_error(run_kvbench(run + " --append model"), "--append model");
   const std::string out = testing::temp_path("cli_reports");
   const Run report = run_kvbench("report " + db + " -o " + out);
   INFO(report.output);

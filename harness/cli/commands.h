@@ -1,6 +1,7 @@
 // kvbench's sub-commands. Each adds itself to the CLI11 app and runs when chosen.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -31,11 +32,14 @@ const std::string& command_line();
 
 struct SweepConfig;
 struct Shard;
+struct UnitResult;
 
 // Runs `config` (shard `shard`) into the results db at `db_path`, printing progress to
 // stderr (a bar with ETA on a terminal, a plain line per unit otherwise). Loads the model.
+// `on_unit` (optional) sees every unit as it is committed.
 void run_sweep_into(const ModelOptions& model, const SweepConfig& config, const Shard& shard,
-                    const std::string& db_path);
+                    const std::string& db_path,
+                    const std::function<void(const UnitResult&)>& on_unit = nullptr);
 
 // Writes leaderboard.md and leaderboard.html for the db into out_dir and prints their paths.
 void write_reports_for(const std::string& db_path, const std::string& out_dir);

@@ -179,6 +179,49 @@ void run_run_command(const ModelOptions& model_options, const RunArgs& args,
   summary.print();
 }
 
+// `run --task ... --db FILE`: the same run as a one-off sweep into the db (resumable: a
+// rerun skips finished units), with the per-turn tables and the summary printed.
+void run_into_db(const ModelOptions& model, const RunArgs& args, const GivenOptions& given) {
+  parse_session_mode(args.mode);
+  if (parse_answer_source(args.append) != AnswerSource::Gold) {
+    throw InputError("--append model is not stored in a results db; run it without --db");
+  }
+  const auto knobs = parse_knobs(args.knobs);
+  SweepConfig config;
+  bool file = false;
+  for (const std::string& name : args.tasks) {
+    const bool scbench = task_format(name).source == TaskSource::Scbench;
+    if (scbench && args.data.empty()) {
+      throw InputError("--task " + name + " is an SCBench task: give its file with --data FILE.jsonl");
+    }
+    if (!scbench && !args.data.empty()) {
+      throw InputError("--data is for SCBench tasks; --task " + name + " is generated");
+    }
+    if (scbench && (given.context_tokens || given.seed || given.knobs)) {
+      throw InputError("--context-tokens, --seed and --knob size generated tasks; --task " + name +
+                       " reads its samples from " + args.data);
+    }
+    file = file || scbench;
+    config.tasks.push_back({name, scbench ? std::map<std::string, std::string>{} : knobs,
+                            scbench ? args.data : ""});
+  }
+  config.methods = args.methods;
+  config.modes = {to_string(parse_session_mode(args.mode))};
+  config.seeds = {args.seed};
+  config.samples = args.samples > 0 ? args.samples : (file ? 100000 : GeneratorOptions{}.samples);
+  if (args.turns > 0) config.turns = args.turns;
+  if (args.context_tokens > 0) config.context_tokens = args.context_tokens;
+  config.max_new = args.max_new;
+  config.fidelity = !args.no_fidelity;
+  sweep_methods(config);  // every spec resolves, before the model loads
+  SummaryTable summary;
+  run_sweep_into(model, config, Shard{}, args.db, [&](const UnitResult& unit) {
+    summary.add(unit);
+    if (!args.summary_only) print_unit(unit);
+  });
+  summary.print();
+}
+
 }  // namespace
 
 void add_run_command(CLI::App& app, ModelOptions& model) {
@@ -191,7 +234,9 @@ void add_run_command(CLI::App& app, ModelOptions& model) {
   cmd->add_option("--method", args->methods,
                   "Method spec, e.g. full or snapkv:budget=256; repeat to compare several "
                   "against one reference run");
-  auto* db = cmd->add_option("--db", args->db, "The default sweep's results db (default results.db)");
+  auto* db = cmd->add_option("--db", args->db,
+                             "Results db: the default sweep's (default results.db), or, with "
+                             "--task, store this run there (a rerun skips finished units)");
   auto* out = cmd->add_option("-o,--output", args->reports,
                               "The default sweep's report directory (default reports)");
   cmd->add_option("--mode", args->mode, "multi-turn (default) or multi-request");
@@ -230,15 +275,19 @@ void add_run_command(CLI::App& app, ModelOptions& model) {
     }
     if (args->tasks.empty()) throw InputError("--method needs --task (or neither, for the default sweep)");
     if (args->methods.empty()) throw InputError("--task needs --method (e.g. --method full)");
-    if (db->count() > 0 || out->count() > 0) {
-      throw InputError("--db and --output belong to the default sweep; to store runs of your "
-                       "own, use kvbench sweep CONFIG --db FILE");
+    if (out->count() > 0) {
+      throw InputError("--output belongs to the default sweep; write a report of a db with "
+                       "kvbench report DB -o DIR");
     }
     GivenOptions given;
     given.context_tokens = ctx->count() > 0;
     given.seed = seed->count() > 0;
     given.knobs = knob->count() > 0;
-    run_run_command(model, *args, given);
+    if (db->count() > 0) {
+      run_into_db(model, *args, given);
+    } else {
+      run_run_command(model, *args, given);
+    }
   });
 }
 

@@ -71,7 +71,8 @@ void print_progress(const SweepProgress& p) {
 }  // namespace
 
 void run_sweep_into(const ModelOptions& model_options, const SweepConfig& config,
-                    const Shard& shard, const std::string& db_path) {
+                    const Shard& shard, const std::string& db_path,
+                    const std::function<void(const UnitResult&)>& on_unit) {
   apply_thread_option(model_options);
   const std::string model_path = resolve_model_path(model_options);
   auto db = ResultsDb::open(db_path);  // an unwritable or corrupt db fails before the model loads
@@ -86,7 +87,7 @@ void run_sweep_into(const ModelOptions& model_options, const SweepConfig& config
   run.host = host_name();
   run.command_line = command_line();
   const size_t before = db->finished_unit_keys().size();
-  run_sweep(*model, config, shard, *db, run, print_progress);
+  run_sweep(*model, config, shard, *db, run, print_progress, on_unit);
   const size_t after = db->finished_unit_keys().size();
   std::printf("sweep: %zu unit%s written to %s (shard %d/%d; %zu already there)\n", after - before,
               after - before == 1 ? "" : "s", db_path.c_str(), shard.index, shard.count, before);
