@@ -484,11 +484,6 @@ class FamilyColours {
  private:
   std::map<std::string, size_t> index_;
 };
-// Past the palette, series repeat colours with a dash pattern.
-std::string dash(size_t i) {
-  if (i < kPaletteSize) return "";
-  return i / kPaletteSize % 2 == 1 ? " stroke-dasharray=\"6 3\"" : " stroke-dasharray=\"2 2\"";
-}
 
 std::string num(double v) {  // SVG coordinates
   char buf[32];
@@ -894,6 +889,7 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
     for (size_t i = 1; i <= k; ++i) o << th("turn " + std::to_string(i), true);
     o << "</tr>\n";
     std::vector<Series> series;
+    std::map<std::string, size_t> family_lines;  // lines drawn per family so far
     for (const Row& r : b.rows) {
       if (!is_multi_turn(r) || r.by_turn.empty()) continue;
       o << tr_open(r) << td(h_spec(r.method), "spec") << td(h(budget_cell(r.budget)), "num");
@@ -905,8 +901,12 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
         se.label.erase(se.label.size() - mode_suffix.size());
       }
       se.tooltip = r.method;
-      se.colour = r.is_full() ? "#444444" : colour(series.size());
-      se.dash = dash(series.size());
+      // The family's colour, as in the other charts; budgets of one family by dash.
+      se.colour = fc.colour_of(r.family);
+      static const char* const kFamilyDash[] = {"", " stroke-dasharray=\"6 3\"",
+                                                " stroke-dasharray=\"2 2\"",
+                                                " stroke-dasharray=\"8 2 2 2\""};
+      se.dash = kFamilyDash[family_lines[r.family]++ % 4];
       for (size_t i = 0; i < k; ++i) {
         const bool has = i < r.by_turn.size() && std::isfinite(r.by_turn[i]);
         o << td(has ? fmt(r.by_turn[i] * 100, 1) : std::string(kMissing), "num");
