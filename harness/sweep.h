@@ -51,7 +51,7 @@ struct SweepConfig {
 };
 
 // `kvbench run` with no task: every generated task x every registered method at budgets
-// 64 and 128 of a 512-token context, multi-turn, one sample of 5 turns (minutes on 2 cores).
+// 64 and 128 of a 512-token context, multi-turn, one sample of 3 turns (minutes on 2 cores).
 SweepConfig default_sweep_config();
 
 // Parses and validates a config; InputError naming `source` and the key for an unknown key,

@@ -6,7 +6,7 @@
 #   scripts/calibrate_tasks.sh [--lengths "1024 2048"] [--tasks "retr_kv mix"] [--samples N] [kvbench run options]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-lengths="1024 2048 4096 8192"
+lengths="512 1024 2048 4096 7680"  # 7680: the 8192-token window also holds 5 turns
 tasks="retr_kv retr_prefix_suffix multihop_vt math_find mix"
 samples=4
 while [ $# -gt 0 ]; do

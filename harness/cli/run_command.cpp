@@ -227,7 +227,8 @@ void run_into_db(const ModelOptions& model, const RunArgs& args, const GivenOpti
 void add_run_command(CLI::App& app, ModelOptions& model) {
   auto args = std::make_shared<RunArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "run", "Generate (or load) a task's samples, run them through cache methods, score them");
+      "run", "The default sweep and its report (no --task), or one task through cache methods, "
+             "scored, with tables");
   cmd->add_option("--task", args->tasks,
                   "Task (kvbench list tasks); repeat for several generated tasks. Without "
                   "--task and --method: the default sweep into --db, then the report");
