@@ -153,18 +153,6 @@ void check_fits(const LlamaModel& model, const Sample& sample, const SessionToke
   }
 }
 
-int64_t stored_tokens(const KvCache& cache) {
-  int64_t most = 0;
-  for (int32_t l = 0; l < cache.shape().n_layers; ++l) {
-    most = std::max(most, cache.layer(l).n_tokens());
-  }
-  return most;
-}
-
-// Room for n more tokens than the cache stores now (one allocation, exact for the dense
-// store). A no-op when the store is already large enough.
-void reserve_more(KvCache& cache, int64_t n) { cache.reserve(stored_tokens(cache) + n); }
-
 // The shared context: in blocks of the policy's context_block() when it asks for them
 // (block-wise prefill, a store never larger than what is kept plus one block), else in one
 // forward (the model chunks it). Then end_context(): the policy compresses.
@@ -172,12 +160,12 @@ void feed_context(const LlamaModel& model, KvCache& cache, const std::vector<int
   const int64_t n = static_cast<int64_t>(context.size());
   const int64_t block = cache.policy() ? cache.policy()->context_block() : 0;
   if (block <= 0 || block >= n) {
-    reserve_more(cache, n);
+    cache.reserve_more(n);
     model.forward(context, cache);
   } else {
     for (int64_t start = 0; start < n; start += block) {
       const int64_t len = std::min(block, n - start);
-      reserve_more(cache, len);
+      cache.reserve_more(len);
       model.forward(std::vector<int32_t>(context.begin() + start, context.begin() + start + len),
                     cache);
     }
@@ -233,7 +221,7 @@ void answer_turn(const LlamaModel& model, KvCache& cache, const std::vector<floa
   if (!keep_answer || options.append == AnswerSource::Gold) {
     {
       KvCache branch = cache.clone();
-      reserve_more(branch, options.max_new_tokens);
+      branch.reserve_more(options.max_new_tokens);
       d = decode(model, branch, logits, decode_options);
       branch_peak = branch.stats().bytes_peak;
     }
@@ -241,7 +229,7 @@ void answer_turn(const LlamaModel& model, KvCache& cache, const std::vector<floa
   } else {
     {
       KvCache branch = cache.clone();
-      reserve_more(branch, static_cast<int64_t>(turn.answer.size()));
+      branch.reserve_more(static_cast<int64_t>(turn.answer.size()));
       record.own.top1 = teacher_force(model, branch, logits, turn.answer, tail, false);
       branch_peak = branch.stats().bytes_peak;
     }
@@ -312,7 +300,7 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
     std::vector<float> logits;
     if (options.mode == SessionMode::MultiTurn) {
       shared->reset_peak();
-      reserve_more(*shared, room);
+      shared->reserve_more(room);
       const auto start = Clock::now();
       logits = model.forward(turn.query, *shared);
       const double prefill_s = seconds_since(start);
@@ -328,7 +316,7 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
       const auto start = Clock::now();
       KvCache cache = make_cache(spec, model.kv_shape());
       feed_context(model, cache, tokens.context);
-      reserve_more(cache, room);
+      cache.reserve_more(room);
       logits = model.forward(turn.query, cache);
       const double prefill_s = seconds_since(start);
       argmax(logits);

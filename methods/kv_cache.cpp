@@ -59,6 +59,11 @@ void KvCache::reserve(int64_t n_tokens) {
   bytes_peak_ = std::max(bytes_peak_, bytes_resident());
 }
 
+void KvCache::reserve_more(int64_t n_tokens) {
+  for (auto& layer : layers_) layer->reserve(layer->n_tokens() + n_tokens);
+  bytes_peak_ = std::max(bytes_peak_, bytes_resident());
+}
+
 KvCache KvCache::clone() const {
   std::vector<std::unique_ptr<LayerKv>> layers;
   for (const auto& layer : layers_) layers.push_back(layer->clone());

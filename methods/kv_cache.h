@@ -101,6 +101,10 @@ class KvCache {
   // Position of the next token fed to the model (tokens seen so far, evicted or not).
   int32_t next_position() const { return next_position_; }
   void reserve(int64_t n_tokens);
+  // Room for n more tokens in every layer beyond what that layer stores now: layers that
+  // keep different numbers of tokens (Knorm's and PyramidKV's) are not all grown to the
+  // largest one.
+  void reserve_more(int64_t n_tokens);
 
   // A deep copy (storage, policy state, counters): a branch that can decode and be dropped.
   KvCache clone() const;

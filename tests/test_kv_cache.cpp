@@ -10,6 +10,7 @@
 #include "kernels/cpu/attention.h"
 #include "methods/full_cache.h"
 #include "methods/plan_helpers.h"
+#include "methods/registry.h"
 
 using namespace kvbench;
 
@@ -160,4 +161,26 @@ TEST_CASE("dense store: a compression frees at once, decode-step evictions reuse
   CHECK(kept.front() == 850);
   CHECK(kept.back() == 1099);
   CHECK(std::adjacent_find(kept.begin(), kept.end()) == kept.end());
+}
+
+TEST_CASE("kv cache: reserve_more grows each layer from its own count", "[unit]") {
+  // Layers that keep different numbers of tokens (Knorm skips its first layers) must not
+  // all be grown to the largest: bytes resident are what each layer holds plus the room.
+  const KvShape shape{3, 2, 8};
+  KvCache cache = make_cache(resolve_method_spec("knorm:budget=8,skip=1"), shape);
+  const int64_t n = 40;
+  std::vector<float> kv(static_cast<size_t>(n * shape.n_kv_heads * shape.head_dim));
+  for (size_t i = 0; i < kv.size(); ++i) kv[i] = 0.01f * static_cast<float>(i % 97);
+  std::vector<int32_t> positions(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i) positions[static_cast<size_t>(i)] = i;
+  for (int32_t l = 0; l < shape.n_layers; ++l) cache.append(l, kv.data(), kv.data(), positions.data(), n);
+  cache.advance(static_cast<int32_t>(n));
+  cache.end_context();
+  REQUIRE(cache.layer(0).n_tokens() == n);
+  REQUIRE(cache.layer(1).n_tokens() == 8);
+  const int64_t per_token = 2 * shape.n_kv_heads * shape.head_dim * 4 + shape.n_kv_heads * 4;
+  cache.reserve_more(4);
+  CHECK(cache.layer(1).bytes_resident() == (8 + 4) * per_token);  // not 40 + 4
+  CHECK(cache.layer(2).bytes_resident() == (8 + 4) * per_token);
+  CHECK(cache.layer(0).bytes_resident() >= (n + 4) * per_token);  // whole, as it grew
 }
