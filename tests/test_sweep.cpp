@@ -239,13 +239,19 @@ TEST_CASE("sweep: killed with SIGKILL 20 times and resumed, the table equals an 
   REQUIRE(clean_rows == 2 * 3 * 2 * 9 * 2);  // tasks x seeds x samples x methods x turns
 
   const std::string killed = testing::temp_path("kill_resumed.db");
+  // Units the db holds; 0 while it does not exist or is being created.
+  auto finished = [&]() -> size_t {
+    try {
+      return ResultsDb::open(killed, true)->finished_unit_keys().size();
+    } catch (const std::exception&) {
+      return 0;
+    }
+  };
   std::mt19937 rng(12345);
-  const auto t0 = std::chrono::steady_clock::now();
-  REQUIRE(std::system((sweep(testing::temp_path("kill_timing.db")) + " >/dev/null 2>&1").c_str()) == 0);
-  const double full_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::uniform_int_distribution<int> extra_ms(0, 30);
   int kills = 0;
   for (int attempt = 0; attempt < 20; ++attempt) {
+    const size_t before = finished();
     const pid_t pid = fork();
     REQUIRE(pid >= 0);
     if (pid == 0) {
@@ -253,16 +259,26 @@ TEST_CASE("sweep: killed with SIGKILL 20 times and resumed, the table equals an 
             static_cast<char*>(nullptr));
       _exit(127);
     }
-    // Somewhere in the first half of a run's time (loading included), so most kills land
-    // mid-sweep while a unit is being written or computed.
-    std::uniform_real_distribution<double> when(0.0, full_ms * 0.5);
-    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(when(rng)));
-    kill(pid, SIGKILL);
+    // Past start-up and mid-sweep: this attempt has committed a unit. Then a random moment
+    // later, inside the next unit's computation or its commit.
     int status = 0;
-    waitpid(pid, &status, 0);
+    bool exited = false;
+    while (finished() <= before) {
+      if (waitpid(pid, &status, WNOHANG) == pid) {
+        exited = true;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    if (!exited) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(extra_ms(rng)));
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+    }
     kills += WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
   }
-  CHECK(kills >= 15);  // most attempts really were killed mid-run
+  CHECK(kills == 20);  // every attempt was killed mid-sweep
+  CHECK(finished() < expected.size() / 2);  // the kills left work for the last run
   REQUIRE(std::system((sweep(killed) + " >/dev/null 2>&1").c_str()) == 0);  // finish it
   size_t rows = 0;
   const auto got = table_of(killed, &rows);
