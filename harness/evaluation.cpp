@@ -9,10 +9,6 @@ namespace kvbench {
 
 namespace {
 
-bool is_full(const ResolvedSpec& spec) {
-  return spec.components.size() == 1 && spec.components[0].first->kind == MethodKind::Full;
-}
-
 SessionOptions options_for(const Sample& sample, const EvaluationOptions& options) {
   SessionOptions session = options.session;
   if (session.max_new_tokens <= 0) {
@@ -53,7 +49,7 @@ void evaluate(const LlamaModel& model, const std::vector<Sample>& samples,
     for (const ResolvedSpec& spec : specs) {
       UnitResult unit;
       unit.sample = &sample;
-      unit.session = is_full(spec) && full
+      unit.session = spec.is_full() && full
                          ? *full
                          : run_session(model, sample, spec.canonical, session, nullptr);
       if (full) apply_reference(unit.session, reference_of(*full));

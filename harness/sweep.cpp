@@ -67,10 +67,6 @@ std::string budget_of(const ResolvedSpec& spec) {
   return "";
 }
 
-bool is_full(const ResolvedSpec& spec) {
-  return spec.components.size() == 1 && spec.components[0].first->kind == MethodKind::Full;
-}
-
 bool takes_budget(const ResolvedSpec& spec) {
   if (spec.components.empty()) return false;
   for (const ParamInfo& p : spec.components[0].first->params) {
@@ -329,7 +325,7 @@ std::vector<SweepMethod> sweep_methods(const SweepConfig& config) {
   };
   for (const std::string& method : config.methods) {
     const ResolvedSpec base = resolve_method_spec(method);
-    if (is_full(base) || config.budgets.empty() || !takes_budget(base)) {
+    if (base.is_full() || config.budgets.empty() || !takes_budget(base)) {
       add(base);
       continue;
     }

@@ -91,6 +91,10 @@ const MethodInfo* find_method(const std::string& name);
 struct ResolvedSpec {
   std::string canonical;  // every parameter written out, defaults included
   std::vector<std::pair<const MethodInfo*, MethodParams>> components;
+  // The full cache alone: the reference every other method is measured against.
+  bool is_full() const {
+    return components.size() == 1 && components[0].first->kind == MethodKind::Full;
+  }
 };
 
 // Parses and validates; throws InputError naming the spec and the expected form for
