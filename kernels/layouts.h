@@ -55,4 +55,20 @@ struct BlockMatrix {
   int64_t row_bytes;
 };
 
+// Groups of values quantized to `bits` (2 or 4) with asymmetric min/max, as KIVI stores
+// keys (a group = one channel over a block of tokens) and values (a group = a run of one
+// token's channels): q = round((x - min) / scale), scale = (max - min) / (2^bits - 1),
+// x ~ min + q * scale. A group's codes are packed low bits first: value i sits in byte
+// i / (8 / bits) at bit (i % (8 / bits)) * bits. Where the group sits in the float array is
+// the kernel's arguments (two strides), so one layout serves keys and values.
+struct QuantGroups {
+  uint8_t* packed;     // [n_groups, group_bytes()]
+  float* scale;        // [n_groups]
+  float* min;          // [n_groups]
+  int64_t n_groups;
+  int32_t group_size;  // values per group; group_size * bits a multiple of 8
+  int32_t bits;        // 2 or 4
+  int64_t group_bytes() const { return static_cast<int64_t>(group_size) * bits / 8; }
+};
+
 }  // namespace kvbench
