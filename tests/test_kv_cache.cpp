@@ -4,27 +4,17 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
 #include <vector>
 
 #include "kernels/cpu/attention.h"
 #include "methods/full_cache.h"
 #include "methods/plan_helpers.h"
 #include "methods/registry.h"
+#include "random_floats.h"
 
 using namespace kvbench;
 
-namespace {
-
-std::vector<float> random_floats(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.f, 1.f);
-  std::vector<float> out(n);
-  for (float& x : out) x = dist(rng);
-  return out;
-}
-
-}  // namespace
+using testing::random_floats;
 
 TEST_CASE("dense cache stores each token per KV head and keeps it across growth", "[unit]") {
   const int32_t n_kv_heads = 3, head_dim = 8;

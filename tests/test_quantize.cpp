@@ -4,11 +4,11 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
-#include <random>
 #include <stdexcept>
 #include <vector>
 
 #include "kernels/cpu/quantize.h"
+#include "random_floats.h"
 
 using namespace kvbench;
 
@@ -25,14 +25,6 @@ struct Buffers {
     q = QuantGroups{packed.data(), scale.data(), min.data(), n_groups, group_size, bits};
   }
 };
-
-std::vector<float> random_values(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.5f);
-  std::vector<float> v(n);
-  for (float& x : v) x = normal(rng);
-  return v;
-}
 
 }  // namespace
 
@@ -63,7 +55,7 @@ TEST_CASE("quantize: kernels equal the references and round-trip within half a s
           // elements head_dim apart). Values: one group per 32 channels of a token.
           const int32_t group = 32;
           const int64_t tokens = blocks * group;
-          const auto x = random_values(static_cast<size_t>(tokens * head_dim),
+          const auto x = testing::random_floats(static_cast<size_t>(tokens * head_dim),
                                        static_cast<uint32_t>(bits * 1000 + head_dim + blocks));
           const int64_t n_groups = tokens * head_dim / group;
           INFO("bits " << bits << " head_dim " << head_dim << " blocks " << blocks
