@@ -71,4 +71,44 @@ struct QuantGroups {
   int64_t group_bytes() const { return static_cast<int64_t>(group_size) * bits / 8; }
 };
 
+// Pages of stored slots that attention reads (Quest): KV head h reads slots
+// [p * page_tokens, min((p + 1) * page_tokens, n_tokens)) for each page p in
+// pages[h * n_selected + i], ascending in i. Absent (nullptr): every slot is read.
+struct PageSelection {
+  const int32_t* pages;  // [n_kv_heads, n_selected]
+  int32_t n_selected;
+  int32_t page_tokens;
+};
+
+// Quest's page metadata for one layer: the elementwise minimum and maximum of the keys of
+// each page of page_tokens consecutive slots (the last page may be partial).
+struct PageBounds {
+  float* k_min;           // [n_kv_heads, page_capacity, head_dim]
+  float* k_max;           // [n_kv_heads, page_capacity, head_dim]
+  int32_t n_kv_heads;
+  int32_t head_dim;
+  int32_t page_tokens;
+  int64_t page_capacity;  // row stride between heads, in pages
+  int64_t n_pages;        // pages holding at least one slot
+};
+
+// One layer of KIVI storage: blocks of `group` slots quantized to `bits` (keys per channel
+// over the block's tokens, values per token in groups of `group` channels; QuantGroups'
+// packing), then a fp32 tail of the most recent tokens. Slots [0, n_blocks * group) are
+// the blocks (block b holds slots b * group + i), the tail's slot t is n_blocks * group + t.
+// Block-major, so a new block is appended without moving the others.
+struct KiviKv {
+  const uint8_t* k_codes;    // [n_blocks, n_kv_heads, head_dim, group * bits / 8]
+  const float* k_scale;      // [n_blocks, n_kv_heads, head_dim]
+  const float* k_min;        // [n_blocks, n_kv_heads, head_dim]
+  const uint8_t* v_codes;    // [n_blocks, n_kv_heads, group, head_dim * bits / 8]
+  const float* v_scale;      // [n_blocks, n_kv_heads, group, head_dim / group]
+  const float* v_min;        // [n_blocks, n_kv_heads, group, head_dim / group]
+  const int32_t* positions;  // [n_blocks, n_kv_heads, group]
+  int64_t n_blocks;
+  int32_t group;             // 32; head_dim a multiple of it
+  int32_t bits;              // 2 or 4
+  DenseKv tail;              // the fp32 tail (n_kv_heads and head_dim as the blocks')
+};
+
 }  // namespace kvbench

@@ -12,4 +12,11 @@ void attention_dense_cpu(const AttentionQuery& query, const DenseKv& kv);
 // Plain two-pass softmax reference with the same layouts, for tests.
 void attention_dense_reference(const AttentionQuery& query, const DenseKv& kv);
 
+// As attention_dense_cpu, reading only the selected pages of each KV head (Quest's
+// gathered attention): slots outside them are neither read nor attended.
+void attention_pages_cpu(const AttentionQuery& query, const DenseKv& kv,
+                         const PageSelection& pages);
+void attention_pages_reference(const AttentionQuery& query, const DenseKv& kv,
+                               const PageSelection& pages);
+
 }  // namespace kvbench
