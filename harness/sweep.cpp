@@ -75,8 +75,13 @@ bool takes_budget(const ResolvedSpec& spec) {
   return false;
 }
 
+// The budget goes to the first component, the one that takes it ("snapkv+kivi:bits=2"
+// becomes "snapkv:budget=128+kivi:bits=2").
 std::string with_budget(const std::string& method, const std::string& budget) {
-  return method + (method.find(':') == std::string::npos ? ":" : ",") + budget;
+  const size_t plus = method.find('+');
+  const std::string first = method.substr(0, plus);
+  const std::string rest = plus == std::string::npos ? "" : method.substr(plus);
+  return first + (first.find(':') == std::string::npos ? ":" : ",") + budget + rest;
 }
 
 SweepTask parse_task(const json& v, const std::string& source, size_t index) {

@@ -58,21 +58,32 @@ void DenseLayerKv::append(const float* k, const float* v, const int32_t* positio
   n_tokens_ += n_new;
 }
 
-void DenseLayerKv::retain(RetainPlan& plan) {
-  assert(plan.n_keep <= n_tokens_);
-  assert(static_cast<int64_t>(plan.slots.size()) == plan.n_keep * n_kv_heads_);
-  std::vector<char> kept(static_cast<size_t>(n_tokens_));
-  for (int32_t h = 0; h < n_kv_heads_; ++h) {
+void retain_rows_in_place(float* k, float* v, int32_t* positions, int32_t n_kv_heads,
+                          int32_t head_dim, int64_t capacity, int64_t n_tokens,
+                          RetainPlan& plan) {
+  assert(plan.n_keep <= n_tokens);
+  assert(static_cast<int64_t>(plan.slots.size()) == plan.n_keep * n_kv_heads);
+  assert(plan.k.empty() || plan.k.size() == plan.slots.size() * head_dim);
+  const size_t row_bytes = head_dim * sizeof(float);
+  std::vector<char> kept(static_cast<size_t>(n_tokens));
+  for (int32_t h = 0; h < n_kv_heads; ++h) {
     int32_t* keep = plan.slots.data() + h * plan.n_keep;
+    const size_t head = static_cast<size_t>(h) * capacity;
+    if (!plan.k.empty()) {  // merged contents go to the kept slots before they move
+      for (int64_t j = 0; j < plan.n_keep; ++j) {
+        const size_t from = (static_cast<size_t>(h) * plan.n_keep + j) * head_dim;
+        std::memcpy(k + (head + keep[j]) * head_dim, &plan.k[from], row_bytes);
+        std::memcpy(v + (head + keep[j]) * head_dim, &plan.v[from], row_bytes);
+      }
+    }
     // Kept slots below n_keep stay; the holes there take the kept slots at or past n_keep,
     // in order. `keep` becomes that placement.
     std::fill(kept.begin(), kept.end(), 0);
     for (int64_t j = 0; j < plan.n_keep; ++j) {
-      assert(keep[j] >= 0 && keep[j] < n_tokens_ && (j == 0 || keep[j] > keep[j - 1]));
+      assert(keep[j] >= 0 && keep[j] < n_tokens && (j == 0 || keep[j] > keep[j - 1]));
       kept[keep[j]] = 1;
     }
     int64_t tail = std::lower_bound(keep, keep + plan.n_keep, plan.n_keep) - keep;
-    const size_t head = static_cast<size_t>(h) * capacity_;
     for (int64_t j = 0; j < plan.n_keep; ++j) {
       if (kept[j]) {
         keep[j] = static_cast<int32_t>(j);
@@ -80,13 +91,16 @@ void DenseLayerKv::retain(RetainPlan& plan) {
       }
       const int32_t from = keep[tail++];  // tail >= j: read before any write reaches it
       keep[j] = from;
-      std::memcpy(&k_[(head + j) * head_dim_], &k_[(head + from) * head_dim_],
-                  head_dim_ * sizeof(float));
-      std::memcpy(&v_[(head + j) * head_dim_], &v_[(head + from) * head_dim_],
-                  head_dim_ * sizeof(float));
-      positions_[head + j] = positions_[head + from];
+      std::memcpy(k + (head + j) * head_dim, k + (head + from) * head_dim, row_bytes);
+      std::memcpy(v + (head + j) * head_dim, v + (head + from) * head_dim, row_bytes);
+      positions[head + j] = positions[head + from];
     }
   }
+}
+
+void DenseLayerKv::retain(RetainPlan& plan) {
+  retain_rows_in_place(k_.data(), v_.data(), positions_.data(), n_kv_heads_, head_dim_,
+                       capacity_, n_tokens_, plan);
   n_tokens_ = plan.n_keep;
   evicted_ = true;
   // A compression gives its memory back at once; a decode-step eviction (one token out
@@ -104,13 +118,28 @@ std::unique_ptr<LayerKv> DenseLayerKv::clone() const {
   return std::make_unique<DenseLayerKv>(*this);
 }
 
-void DenseLayerKv::attend(const AttentionQuery& query) const {
-  attention_dense_cpu(query, view());
+int64_t DenseLayerKv::attend(const AttentionQuery& query, const PageSelection* pages) const {
+  const int64_t token_bytes = 2LL * head_dim_ * sizeof(float) + sizeof(int32_t);
+  if (!pages) {
+    attention_dense_cpu(query, view());
+    return token_bytes * n_kv_heads_ * n_tokens_;
+  }
+  attention_pages_cpu(query, view(), *pages);
+  return token_bytes * selected_slots(*pages, n_kv_heads_, n_tokens_);
 }
 
 int64_t DenseLayerKv::bytes_resident() const {
   return static_cast<int64_t>(k_.capacity() + v_.capacity()) * sizeof(float) +
          static_cast<int64_t>(positions_.capacity()) * sizeof(int32_t);
+}
+
+int64_t selected_slots(const PageSelection& pages, int32_t n_kv_heads, int64_t n_tokens) {
+  int64_t slots = 0;
+  for (int64_t i = 0; i < static_cast<int64_t>(n_kv_heads) * pages.n_selected; ++i) {
+    const int64_t first = static_cast<int64_t>(pages.pages[i]) * pages.page_tokens;
+    slots += std::min<int64_t>(pages.page_tokens, n_tokens - first);
+  }
+  return slots;
 }
 
 std::vector<std::unique_ptr<LayerKv>> make_dense_layers(const KvShape& shape) {

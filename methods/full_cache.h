@@ -21,7 +21,7 @@ class DenseLayerKv : public LayerKv {
 
   void reserve(int64_t n_tokens) override;
   void append(const float* k, const float* v, const int32_t* positions, int64_t n_new) override;
-  void attend(const AttentionQuery& query) const override;
+  int64_t attend(const AttentionQuery& query, const PageSelection* pages) const override;
   void retain(RetainPlan& plan) override;
   DenseKv view() const override;
   std::unique_ptr<LayerKv> clone() const override;
@@ -42,6 +42,17 @@ class DenseLayerKv : public LayerKv {
   std::vector<float> v_;            // [n_kv_heads, capacity, head_dim]
   std::vector<int32_t> positions_;  // [n_kv_heads, capacity]
 };
+
+// Applies `plan` in place to KV rows held as [n_kv_heads, capacity, head_dim] with
+// positions [n_kv_heads, capacity], as LayerKv::retain describes: merged contents first,
+// then the kept slots are placed (holes filled from the tail) and plan.slots becomes that
+// placement. The dense and KIVI stores share it.
+void retain_rows_in_place(float* k, float* v, int32_t* positions, int32_t n_kv_heads,
+                          int32_t head_dim, int64_t capacity, int64_t n_tokens,
+                          RetainPlan& plan);
+
+// Slots a page selection covers, summed over KV heads, in a store of n_tokens.
+int64_t selected_slots(const PageSelection& pages, int32_t n_kv_heads, int64_t n_tokens);
 
 // A dense store per layer, empty.
 std::vector<std::unique_ptr<LayerKv>> make_dense_layers(const KvShape& shape);

@@ -8,8 +8,11 @@
 namespace kvbench {
 
 KvCache::KvCache(KvShape shape, std::vector<std::unique_ptr<LayerKv>> layers,
-                 std::unique_ptr<TokenPolicy> policy)
-    : shape_(shape), layers_(std::move(layers)), policy_(std::move(policy)) {
+                 std::unique_ptr<TokenPolicy> policy, std::unique_ptr<ReadPolicy> reader)
+    : shape_(shape),
+      layers_(std::move(layers)),
+      policy_(std::move(policy)),
+      reader_(std::move(reader)) {
   assert(static_cast<int32_t>(layers_.size()) == shape_.n_layers);
   bytes_peak_ = bytes_resident();
 }
@@ -22,17 +25,25 @@ void KvCache::append(int32_t layer, const float* k, const float* v, const int32_
                      int64_t n_new) {
   // No peak update here: layers only grow within a forward, so advance() sees the peak
   // before the policy evicts (and stats() counts what is resident now).
+  const int64_t first_slot = layers_[layer]->n_tokens();
   layers_[layer]->append(k, v, positions, n_new);
+  if (reader_) reader_->appended(layer, k, first_slot, n_new);
 }
 
 void KvCache::attend(int32_t layer, const AttentionQuery& query) {
-  layers_[layer]->attend(query);
-  if (policy_) policy_->observe(layer, query, layers_[layer]->view());
+  LayerKv& store = *layers_[layer];
+  const PageSelection* pages =
+      reader_ ? reader_->select(layer, query, store.n_tokens(), &bytes_read_forward_) : nullptr;
+  bytes_read_forward_ += store.attend(query, pages);
+  if (policy_ && !policy_->done(layer)) policy_->observe(layer, query, store.view());
 }
 
 void KvCache::advance(int32_t n_tokens) {
   next_position_ += n_tokens;
   bytes_peak_ = std::max(bytes_peak_, bytes_resident());
+  bytes_read_last_ = bytes_read_forward_;
+  bytes_read_total_ += bytes_read_forward_;
+  bytes_read_forward_ = 0;
   compress(context_ended_ ? CachePhase::AfterContext : CachePhase::ContextChunk);
 }
 
@@ -42,15 +53,16 @@ void KvCache::end_context() {
 }
 
 void KvCache::compress(CachePhase phase) {
-  if (!policy_) return;
   RetainPlan plan;
   for (int32_t l = 0; l < shape_.n_layers; ++l) {
     LayerKv& store = *layers_[l];
-    if (!policy_->plan(l, store.view(), phase, plan)) continue;
-    assert(static_cast<int64_t>(plan.slots.size()) == plan.n_keep * shape_.n_kv_heads);
-    tokens_evicted_ += store.n_tokens() - plan.n_keep;
-    store.retain(plan);
-    policy_->retained(l, plan);
+    if (policy_ && !policy_->done(l) && policy_->plan(l, store.view(), phase, plan)) {
+      assert(static_cast<int64_t>(plan.slots.size()) == plan.n_keep * shape_.n_kv_heads);
+      tokens_evicted_ += store.n_tokens() - plan.n_keep;
+      store.retain(plan);
+      policy_->retained(l, plan);
+    }
+    if (!policy_ || phase != CachePhase::ContextChunk) store.settle();
   }
 }
 
@@ -67,27 +79,35 @@ void KvCache::reserve_more(int64_t n_tokens) {
 KvCache KvCache::clone() const {
   std::vector<std::unique_ptr<LayerKv>> layers;
   for (const auto& layer : layers_) layers.push_back(layer->clone());
-  KvCache copy(shape_, std::move(layers), policy_ ? policy_->clone() : nullptr);
+  KvCache copy(shape_, std::move(layers), policy_ ? policy_->clone() : nullptr,
+               reader_ ? reader_->clone() : nullptr);
   copy.next_position_ = next_position_;
   copy.context_ended_ = context_ended_;
   copy.bytes_peak_ = bytes_peak_;
   copy.tokens_evicted_ = tokens_evicted_;
+  copy.bytes_read_forward_ = bytes_read_forward_;
+  copy.bytes_read_last_ = bytes_read_last_;
+  copy.bytes_read_total_ = bytes_read_total_;
   return copy;
 }
 
 int64_t KvCache::bytes_resident() const {
   int64_t total = 0;
   for (int32_t l = 0; l < shape_.n_layers; ++l) {
-    total += layers_[l]->bytes_resident() + (policy_ ? policy_->bytes_resident(l) : 0);
+    total += layer_bytes(l);
   }
   return total;
+}
+
+int64_t KvCache::layer_bytes(int32_t layer) const {
+  return layers_[layer]->bytes_resident() + (policy_ ? policy_->bytes_resident(layer) : 0) +
+         (reader_ ? reader_->bytes_resident(layer) : 0);
 }
 
 CacheStats KvCache::stats() const {
   CacheStats stats;
   for (int32_t l = 0; l < shape_.n_layers; ++l) {
-    const int64_t bytes =
-        layers_[l]->bytes_resident() + (policy_ ? policy_->bytes_resident(l) : 0);
+    const int64_t bytes = layer_bytes(l);
     stats.tokens_per_layer.push_back(layers_[l]->n_tokens());
     stats.bytes_per_layer.push_back(bytes);
     stats.bytes_resident += bytes;
@@ -96,6 +116,8 @@ CacheStats KvCache::stats() const {
   stats.bytes_peak = std::max(bytes_peak_, stats.bytes_resident);
   stats.tokens_seen = next_position_;
   stats.tokens_evicted = tokens_evicted_;
+  stats.bytes_read_last_forward = bytes_read_last_;
+  stats.bytes_read_total = bytes_read_total_;
   return stats;
 }
 

@@ -1,11 +1,15 @@
 // The KV-store interface: attention reads keys and values only through it, so a cache
 // method (eviction, quantization, retrieval, ...) changes what attention sees.
 //
-// Two parts, after DESIGN.md's "plan, then apply":
-//   LayerKv     one layer's physical storage: appends, attends, applies retain plans and
-//               really frees what it drops;
-//   TokenPolicy (methods/policy.h) the method's decisions: scores tokens and plans.
-// KvCache ties them together for one sequence; the model calls only KvCache.
+// Three parts, after DESIGN.md's "plan, then apply":
+//   LayerKv     one layer's physical storage (fp32, or KIVI's packed form): appends,
+//               attends, applies retain plans and really frees what it drops;
+//   TokenPolicy (methods/policy.h) an eviction or merging method's decisions: plans what
+//               each layer keeps;
+//   ReadPolicy  (methods/read_policy.h) a retrieval method's decisions: picks what each
+//               decode query reads.
+// KvCache ties them together for one sequence; the model calls only KvCache. Methods
+// compose by filling different parts (snapkv plans what a KIVI store keeps and packs).
 // Framework-free: raw pointers in the layouts of kernels/layouts.h.
 #pragma once
 
@@ -16,6 +20,7 @@
 
 #include "kernels/layouts.h"
 #include "methods/policy.h"
+#include "methods/read_policy.h"
 
 namespace kvbench {
 
@@ -46,6 +51,11 @@ struct CacheStats {
   int64_t hits = 0;                       // reuse lookups served from a store (stage 4)
   int64_t misses = 0;                     // reuse lookups that had to prefill
   int64_t bytes_moved = 0;                // bytes copied between tiers
+  // KV bytes attention read in the last forward, all layers (what decode streams from
+  // memory: Quest reads its page bounds and the pages chosen, KIVI its packed blocks),
+  // and summed since creation.
+  int64_t bytes_read_last_forward = 0;
+  int64_t bytes_read_total = 0;
 };
 
 // One layer of one sequence.
@@ -58,15 +68,20 @@ class LayerKv {
   // to k); positions: [n_new].
   virtual void append(const float* k, const float* v, const int32_t* positions,
                       int64_t n_new) = 0;
-  // Causal attention of a chunk's queries over what is stored (the chunk itself included).
-  virtual void attend(const AttentionQuery& query) const = 0;
+  // Causal attention of a chunk's queries over what is stored (the chunk itself included),
+  // or only over the selected pages (nullptr: all). Returns the bytes of storage it read.
+  virtual int64_t attend(const AttentionQuery& query, const PageSelection* pages) const = 0;
   // Keeps only the planned slots and frees storage the drop makes idle. Slots may move:
   // on return plan.slots[h * n_keep + j] is the old slot now at slot j, always >= j (a
   // dropped slot's hole is filled from the tail, so one decode-step eviction moves one
   // token, not all those after it). Positions travel with their tokens.
   virtual void retain(RetainPlan& plan) = 0;
-  // The stored KV in fp32, for policies to score.
+  // The stored KV in fp32, for policies to score (a packed store unpacks into a buffer it
+  // holds until settle()).
   virtual DenseKv view() const = 0;
+  // The end of a forward, after the policy's plan: a store that packs what it holds (KIVI
+  // quantizes full blocks past its fp32 residual) does it here.
+  virtual void settle() {}
   virtual std::unique_ptr<LayerKv> clone() const = 0;
   virtual int64_t n_tokens() const = 0;
   virtual int64_t bytes_resident() const = 0;  // bytes this layer's storage really holds
@@ -77,7 +92,8 @@ class LayerKv {
 class KvCache {
  public:
   KvCache(KvShape shape, std::vector<std::unique_ptr<LayerKv>> layers,
-          std::unique_ptr<TokenPolicy> policy = nullptr);
+          std::unique_ptr<TokenPolicy> policy = nullptr,
+          std::unique_ptr<ReadPolicy> reader = nullptr);
   KvCache(KvCache&&) noexcept;
   KvCache& operator=(KvCache&&) noexcept;
   ~KvCache();
@@ -85,14 +101,18 @@ class KvCache {
   const KvShape& shape() const { return shape_; }
   const LayerKv& layer(int32_t i) const { return *layers_[i]; }
   const TokenPolicy* policy() const { return policy_.get(); }
+  const ReadPolicy* reader() const { return reader_.get(); }
 
   // The forward pass, layer by layer: store the chunk's K/V, then attend over the store
   // (the policy sees the queries afterwards, for attention-based scores).
   void append(int32_t layer, const float* k, const float* v, const int32_t* positions,
               int64_t n_new);
   void attend(int32_t layer, const AttentionQuery& query);
-  // End of a forward over n_tokens: positions move on and the policy may evict
-  // (CachePhase::ContextChunk before end_context, CachePhase::AfterContext after it).
+  // End of a forward over n_tokens: positions move on, the policy may evict
+  // (CachePhase::ContextChunk before end_context, CachePhase::AfterContext after it) and
+  // the stores settle. While the context is still coming in, a store under a policy waits
+  // for end_context to settle: the policy decides on fp32 KV, then the store packs what it
+  // kept (evict, then quantize).
   void advance(int32_t n_tokens);
   // The shared context is all in: the policy compresses it (CachePhase::ContextEnd).
   void end_context();
@@ -115,14 +135,19 @@ class KvCache {
 
  private:
   void compress(CachePhase phase);
+  int64_t layer_bytes(int32_t layer) const;  // store, policy state and read metadata
 
   KvShape shape_;
   std::vector<std::unique_ptr<LayerKv>> layers_;
   std::unique_ptr<TokenPolicy> policy_;
+  std::unique_ptr<ReadPolicy> reader_;
   int32_t next_position_ = 0;
   bool context_ended_ = false;
   int64_t bytes_peak_ = 0;
   int64_t tokens_evicted_ = 0;
+  int64_t bytes_read_forward_ = 0;  // this forward so far
+  int64_t bytes_read_last_ = 0;     // the last finished forward
+  int64_t bytes_read_total_ = 0;
 };
 
 }  // namespace kvbench

@@ -12,6 +12,9 @@ MethodInfo pyramidkv_method();
 MethodInfo tova_method();
 MethodInfo knorm_method();
 MethodInfo keydiff_method();
+MethodInfo kvmerger_method();
+MethodInfo kivi_method();
+MethodInfo quest_method();
 
 const std::vector<MethodInfo>& method_registry() {
   static const std::vector<MethodInfo> methods = {
@@ -23,6 +26,9 @@ const std::vector<MethodInfo>& method_registry() {
       tova_method(),
       knorm_method(),
       keydiff_method(),
+      kvmerger_method(),
+      kivi_method(),
+      quest_method(),
   };
   return methods;
 }

@@ -18,6 +18,10 @@ namespace kvbench {
 struct RetainPlan {
   int64_t n_keep = 0;
   std::vector<int32_t> slots;  // [n_kv_heads, n_keep]
+  // Empty, or new contents for the kept slots (merging methods: a kept token absorbs those
+  // dropped beside it): k[(h * n_keep + j) * head_dim] replaces the key of slot
+  // slots[h * n_keep + j] as planned (before the store moves it), v likewise.
+  std::vector<float> k, v;  // [n_kv_heads, n_keep, head_dim]
 };
 
 // When KvCache asks the policy to plan.
@@ -50,6 +54,10 @@ class TokenPolicy {
 
   // Preferred chunk size for feeding the shared context (block-wise prefill), 0: any.
   virtual int64_t context_block() const { return 0; }
+
+  // True once `layer` is compressed for good (a policy that compresses once): observe and
+  // plan are no longer called for it, so a packed store is not unpacked to show them.
+  virtual bool done(int32_t /*layer*/) const { return false; }
 };
 
 }  // namespace kvbench

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <map>
 
 #include "harness/input_error.h"
 #include "methods/full_cache.h"
@@ -66,6 +67,35 @@ std::string check_value(const ParamInfo& p, const std::string& value) {
   const bool below = p.min_exclusive ? x <= p.min : x < p.min;
   if (below || x > p.max) return "must be in " + range_text(p);
   return "";
+}
+
+// The kinds a spec composes (MethodKind): `info` joins the components before it (`seen`).
+void check_composition(const std::string& text, const std::map<MethodKind, const MethodInfo*>& seen,
+                       const MethodInfo& info, size_t n_components) {
+  if (info.kind == MethodKind::Full) {
+    if (n_components > 1) {
+      fail_spec(text, "'full' is the uncompressed cache and cannot compose with anything");
+    }
+    return;
+  }
+  const auto same = seen.find(info.kind);
+  if (same != seen.end()) {
+    const char* what = info.kind == MethodKind::Eviction    ? "eviction or merging"
+                       : info.kind == MethodKind::Storage   ? "storage"
+                                                            : "retrieval";
+    fail_spec(text, "'" + same->second->name + "' and '" + info.name +
+                        "' cannot compose: a cache takes at most one " + what + " method");
+  }
+  const auto storage = seen.find(MethodKind::Storage);
+  if (storage != seen.end()) {
+    fail_spec(text, "'" + storage->second->name + "' stores what the methods before it keep, " +
+                        "so it comes last ('" + info.name + "' follows it)");
+  }
+  const bool evicts = info.kind == MethodKind::Eviction || seen.count(MethodKind::Eviction);
+  const bool retrieves = info.kind == MethodKind::Retrieval || seen.count(MethodKind::Retrieval);
+  if (evicts && retrieves) {
+    fail_spec(text, "retrieval reads pages of the whole cache and cannot follow eviction");
+  }
 }
 
 }  // namespace
@@ -137,7 +167,7 @@ const MethodInfo* find_method(const std::string& name) {
 ResolvedSpec resolve_method_spec(const std::string& text) {
   const MethodSpec spec = parse_method_spec(text);
   ResolvedSpec resolved;
-  const MethodInfo* eviction = nullptr;
+  std::map<MethodKind, const MethodInfo*> seen;
   for (const MethodComponent& component : spec.components) {
     const MethodInfo* info = find_method(component.name);
     if (!info) {
@@ -187,16 +217,8 @@ ResolvedSpec resolve_method_spec(const std::string& text) {
         fail_spec(text, info->name + ": " + e.what());
       }
     }
-    if (info->kind == MethodKind::Full) {
-      if (spec.components.size() > 1) {
-        fail_spec(text, "'full' is the uncompressed cache and cannot compose with anything");
-      }
-    } else if (eviction) {
-      fail_spec(text, "'" + eviction->name + "' and '" + info->name +
-                          "' cannot compose: a cache takes at most one eviction method");
-    } else {
-      eviction = info;
-    }
+    check_composition(text, seen, *info, spec.components.size());
+    seen[info->kind] = info;
     resolved.components.emplace_back(info, std::move(params));
   }
   for (const auto& [info, params] : resolved.components) {
@@ -209,10 +231,15 @@ ResolvedSpec resolve_method_spec(const std::string& text) {
 
 KvCache make_cache(const ResolvedSpec& spec, const KvShape& shape) {
   std::unique_ptr<TokenPolicy> policy;
+  std::unique_ptr<ReadPolicy> reader;
+  std::vector<std::unique_ptr<LayerKv>> layers;
   for (const auto& [info, params] : spec.components) {
     if (info->kind == MethodKind::Eviction) policy = info->make_policy(params, shape);
+    if (info->kind == MethodKind::Retrieval) reader = info->make_reader(params, shape);
+    if (info->kind == MethodKind::Storage) layers = info->make_layers(params, shape);
   }
-  return KvCache(shape, make_dense_layers(shape), std::move(policy));
+  if (layers.empty()) layers = make_dense_layers(shape);
+  return KvCache(shape, std::move(layers), std::move(policy), std::move(reader));
 }
 
 KvCache make_cache(const std::string& spec, const KvShape& shape) {

@@ -65,9 +65,12 @@ class MethodParams {
   std::vector<std::string> order_;
 };
 
+// What a method fills in a cache (methods/kv_cache.h); a spec composes at most one of each.
 enum class MethodKind {
-  Full,      // the full cache, no policy
-  Eviction,  // a TokenPolicy over the dense store (stage 2)
+  Full,       // the full cache, no policy
+  Eviction,   // a TokenPolicy deciding what each layer keeps (stage 2: evict or merge)
+  Storage,    // the layer stores: how what is kept is held and read (KIVI's packed form)
+  Retrieval,  // a ReadPolicy choosing what each decode query reads (stage 3: Quest)
 };
 
 struct MethodInfo {
@@ -79,8 +82,11 @@ struct MethodInfo {
   std::vector<ParamInfo> params;
   // Extra cross-parameter checks (e.g. budget xor ratio); throws InputError. May be empty.
   std::function<void(const MethodParams&)> check;
-  // Builds the policy for one sequence (Eviction methods).
+  // Builds one sequence's policy (Eviction), stores (Storage) or read policy (Retrieval).
   std::function<std::unique_ptr<TokenPolicy>(const MethodParams&, const KvShape&)> make_policy;
+  std::function<std::vector<std::unique_ptr<LayerKv>>(const MethodParams&, const KvShape&)>
+      make_layers;
+  std::function<std::unique_ptr<ReadPolicy>(const MethodParams&, const KvShape&)> make_reader;
 };
 
 // Every registered method, in listing order (methods/method_list.cpp).
@@ -99,10 +105,13 @@ struct ResolvedSpec {
 
 // Parses and validates; throws InputError naming the spec and the expected form for
 // unknown methods, unknown or missing parameters, values out of range, and compositions
-// that cannot form (two eviction policies, full with anything).
+// that cannot form: full with anything, two methods of one kind, eviction with retrieval
+// (Quest reads pages of the whole cache), a storage method not last (it stores what the
+// methods before it keep: snapkv:budget=1024+kivi:bits=2).
 ResolvedSpec resolve_method_spec(const std::string& spec);
 
-// The cache of one sequence for `spec`: dense stores plus the method's policy.
+// The cache of one sequence for `spec`: each component fills its part (dense fp32 stores
+// unless a storage method is given).
 KvCache make_cache(const ResolvedSpec& spec, const KvShape& shape);
 KvCache make_cache(const std::string& spec, const KvShape& shape);
 

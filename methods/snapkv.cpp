@@ -28,38 +28,23 @@ SnapKvPolicy::SnapKvPolicy(const SnapKvConfig& config, int32_t n_layers, PrefixK
     : config_(config),
       prefix_keep_(std::move(prefix_keep)),
       limits_(config.budget, n_layers),
-      windows_(n_layers) {}
+      windows_(n_layers, QueryWindow(config.window)),
+      closed_(n_layers, false) {}
 
 std::unique_ptr<TokenPolicy> SnapKvPolicy::clone() const {
   return std::make_unique<SnapKvPolicy>(*this);
 }
 
 void SnapKvPolicy::observe(int32_t layer, const AttentionQuery& query, const DenseKv& kv) {
-  QueryWindow& w = windows_[layer];
-  if (w.closed) return;
-  const int64_t row = static_cast<int64_t>(query.n_heads) * kv.head_dim;
-  if (w.q.empty()) {
-    w.q.resize(static_cast<size_t>(config_.window * row));
-    w.positions.resize(static_cast<size_t>(config_.window));
-    w.n_heads = query.n_heads;
-    w.scale = query.scale;
-  }
-  for (int64_t i = std::max<int64_t>(0, query.n_queries - config_.window); i < query.n_queries;
-       ++i) {
-    std::copy(query.q + i * row, query.q + (i + 1) * row, w.q.begin() + w.next * row);
-    w.positions[w.next] = query.q_positions[i];
-    w.next = (w.next + 1) % config_.window;
-    w.n_rows = std::min(w.n_rows + 1, config_.window);
-  }
+  if (!closed_[layer]) windows_[layer].observe(query, kv.head_dim);
 }
 
 bool SnapKvPolicy::plan(int32_t layer, const DenseKv& kv, CachePhase phase, RetainPlan& plan) {
-  QueryWindow& w = windows_[layer];
-  if (phase != CachePhase::ContextEnd || w.closed) return false;
+  if (phase != CachePhase::ContextEnd || closed_[layer]) return false;
   // Whatever is decided, the window's queries are not needed afterwards.
-  QueryWindow held = std::move(w);
-  w = QueryWindow{};
-  w.closed = true;
+  const QueryWindow held = std::move(windows_[layer]);
+  windows_[layer] = QueryWindow();
+  closed_[layer] = true;
 
   const int64_t n = kv.n_tokens;
   const int64_t limit = limits_.resolve(layer, phase, n);
@@ -74,27 +59,11 @@ bool SnapKvPolicy::plan(int32_t layer, const DenseKv& kv, CachePhase phase, Reta
   // from the window (a context never evicted before ContextEnd holds its slots in
   // position order, so the window's own tokens are the last `window` slots).
   const int32_t n_kv = kv.n_kv_heads;
-  std::vector<float> grouped(static_cast<size_t>(n_kv * n_prefix), 0.f);
-  if (held.n_rows > 0) {
-    std::vector<float> head_scores(static_cast<size_t>(held.n_heads * n), 0.f);
-    AttentionQuery window_query{};  // scores only: no output
-    window_query.q = held.q.data();
-    window_query.q_positions = held.positions.data();
-    window_query.n_queries = static_cast<int32_t>(held.n_rows);
-    window_query.n_heads = held.n_heads;
-    window_query.scale = held.scale;
-    attention_scores_cpu(window_query, kv, head_scores.data());
-    const int32_t group = held.n_heads / n_kv;
-    for (int32_t h = 0; h < held.n_heads; ++h) {
-      float* out = grouped.data() + (h / group) * n_prefix;
-      const float* in = head_scores.data() + h * n;
-      for (int64_t t = 0; t < n_prefix; ++t) out[t] += in[t] / group;
-    }
-  }
+  const std::vector<float> grouped = held.kv_head_scores(kv);
   // Pooled prefix scores, then the window ranked above any score so top-k keeps it.
   std::vector<float> ranked(static_cast<size_t>(n_kv * n));
   for (int32_t g = 0; g < n_kv; ++g) {
-    pool1d_cpu(grouped.data() + g * n_prefix, ranked.data() + g * n, 1, n_prefix, config_.kernel,
+    pool1d_cpu(grouped.data() + g * n, ranked.data() + g * n, 1, n_prefix, config_.kernel,
                config_.pool);
     std::fill(ranked.begin() + g * n + n_prefix, ranked.begin() + (g + 1) * n, FLT_MAX);
   }
@@ -103,7 +72,7 @@ bool SnapKvPolicy::plan(int32_t layer, const DenseKv& kv, CachePhase phase, Reta
 }
 
 int64_t SnapKvPolicy::bytes_resident(int32_t layer) const {
-  return vector_bytes(windows_[layer].q) + vector_bytes(windows_[layer].positions);
+  return windows_[layer].bytes_resident();
 }
 
 std::vector<ParamInfo> snapkv_params() {

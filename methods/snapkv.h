@@ -11,6 +11,7 @@
 #include "methods/budget.h"
 #include "methods/plan_helpers.h"
 #include "methods/policy.h"
+#include "methods/query_window.h"
 #include "methods/registry.h"
 
 namespace kvbench {
@@ -40,24 +41,14 @@ class SnapKvPolicy : public TokenPolicy {
   void observe(int32_t layer, const AttentionQuery& query, const DenseKv& kv) override;
   bool plan(int32_t layer, const DenseKv& kv, CachePhase phase, RetainPlan& plan) override;
   int64_t bytes_resident(int32_t layer) const override;
+  bool done(int32_t layer) const override { return closed_[layer]; }
 
  private:
-  // The last `window` queries of one layer's context, a ring over forward chunks (row
-  // order does not matter: scores are summed over rows, each row carries its position).
-  struct QueryWindow {
-    std::vector<float> q;            // [window, n_heads, head_dim]
-    std::vector<int32_t> positions;  // [window]
-    int64_t n_rows = 0;              // rows filled, <= window
-    int64_t next = 0;                // row the next query overwrites
-    int32_t n_heads = 0;
-    float scale = 1.f;
-    bool closed = false;  // the context ended: no more queries kept
-  };
-
   SnapKvConfig config_;
   PrefixKeep prefix_keep_;
   LayerLimits limits_;
   std::vector<QueryWindow> windows_;  // per layer
+  std::vector<bool> closed_;          // per layer: the context ended, no more queries kept
 };
 
 // Parameters SnapKV and PyramidKV share (budget, ratio, window, kernel, pool), their

@@ -14,10 +14,14 @@
 #include "methods/full_cache.h"
 #include "methods/plan_helpers.h"
 #include "methods/registry.h"
+#include "tests/cache_feed.h"
 #include "tests/kept_positions.h"
 
 using namespace kvbench;
+using kvbench::testing::Chunk;
+using kvbench::testing::feed;
 using kvbench::testing::kept;
+using kvbench::testing::random_chunk;
 
 namespace {
 
@@ -33,44 +37,8 @@ KvCache policy_cache(const std::string& spec, const KvShape& shape) {
   return KvCache(shape, std::move(layers), info.make_policy(resolved.components[0].second, shape));
 }
 
-// One forward's tokens: the same k/v/q in every layer.
-struct Chunk {
-  int64_t n = 0;
-  std::vector<float> k, v;  // [n, n_kv_heads, head_dim]
-  std::vector<float> q;     // [n, n_heads, head_dim]
-};
-
-Chunk random_chunk(int64_t n, const KvShape& shape, int32_t n_heads, std::mt19937& rng) {
-  std::normal_distribution<float> dist(0.f, 1.f);
-  Chunk c;
-  c.n = n;
-  c.k.resize(n * shape.n_kv_heads * shape.head_dim);
-  c.v.resize(c.k.size());
-  c.q.resize(n * n_heads * shape.head_dim);
-  for (float& x : c.k) x = dist(rng);
-  for (float& x : c.v) x = dist(rng);
-  for (float& x : c.q) x = dist(rng);
-  return c;
-}
-
 float* key_of(Chunk& c, const KvShape& shape, int64_t i, int32_t h) {
   return c.k.data() + (i * shape.n_kv_heads + h) * shape.head_dim;
-}
-
-// The forward pass as the model runs it: every layer stores the chunk and attends, then
-// the cache advances (and the policy plans).
-void feed(KvCache& cache, int32_t n_heads, const Chunk& c) {
-  const KvShape& shape = cache.shape();
-  std::vector<int32_t> positions(c.n);
-  std::iota(positions.begin(), positions.end(), cache.next_position());
-  std::vector<float> out(c.n * n_heads * shape.head_dim);
-  const float scale = 1.f / std::sqrt(static_cast<float>(shape.head_dim));
-  for (int32_t l = 0; l < shape.n_layers; ++l) {
-    cache.append(l, c.k.data(), c.v.data(), positions.data(), c.n);
-    cache.attend(l, AttentionQuery{c.q.data(), positions.data(), out.data(),
-                                   static_cast<int32_t>(c.n), n_heads, scale});
-  }
-  cache.advance(static_cast<int32_t>(c.n));
 }
 
 std::vector<int32_t> range(int32_t begin, int32_t end) {

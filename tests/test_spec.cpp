@@ -70,7 +70,9 @@ TEST_CASE("every registered method documents itself and resolves with its defaul
     CHECK(!m.summary.empty());
     CHECK(!m.stage.empty());
     CHECK(!m.paper.empty());
-    CHECK((m.kind == MethodKind::Full) == !m.make_policy);
+    CHECK((m.kind == MethodKind::Eviction) == static_cast<bool>(m.make_policy));
+    CHECK((m.kind == MethodKind::Storage) == static_cast<bool>(m.make_layers));
+    CHECK((m.kind == MethodKind::Retrieval) == static_cast<bool>(m.make_reader));
     for (const ParamInfo& p : m.params) CHECK(!p.help.empty());
     // The canonical text resolves to itself: what the results db stores can be re-run.
     std::vector<std::string> specs = {m.name};
@@ -111,4 +113,22 @@ TEST_CASE("budget parameters: ranges, budget xor ratio, resolution", "[unit]") {
   CHECK(r.canonical.find("window=") != std::string::npos);  // defaults written out
   CHECK(r.canonical.find("budget=") == std::string::npos);  // the ratio stands in for it
   CHECK(resolve_method_spec(r.canonical).canonical == r.canonical);
+}
+
+TEST_CASE("compositions: eviction or retrieval, then storage last", "[unit]") {
+  CHECK(resolve_method_spec("snapkv:budget=1024+kivi:bits=2").canonical ==
+        "snapkv:budget=1024,window=32,kernel=5,pool=avg+kivi:bits=2,residual=128");
+  CHECK(resolve_method_spec("quest:budget=512+kivi:bits=4").canonical ==
+        "quest:budget=512,page=16,dense_layers=2+kivi:bits=4,residual=128");
+  CHECK(resolve_method_spec("kvmerger:ratio=0.5+kivi").components.size() == 2);
+  CHECK(error_of("kivi+snapkv").find("'kivi' stores what the methods before it keep, so it "
+                                     "comes last") != std::string::npos);
+  CHECK(error_of("kivi:bits=2+kivi:bits=4").find("at most one storage method") !=
+        std::string::npos);
+  CHECK(error_of("snapkv+quest").find("retrieval reads pages of the whole cache") !=
+        std::string::npos);
+  CHECK(error_of("quest+tova").find("cannot follow eviction") != std::string::npos);
+  CHECK(error_of("full+kivi").find("cannot compose with anything") != std::string::npos);
+  CHECK(error_of("kivi:bits=3").find("bits must be one of 2, 4") != std::string::npos);
+  CHECK(error_of("kivi:residual=100").find("multiple of 32") != std::string::npos);
 }

@@ -1,0 +1,353 @@
+#include "methods/kivi.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cstring>
+
+#include "harness/input_error.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/kivi_attention.h"
+#include "kernels/cpu/quantize.h"
+#include "methods/full_cache.h"
+#include "methods/registry.h"
+
+namespace kvbench {
+
+namespace {
+
+// Blocks a store grows by past what it needs (an eighth, at least one), so decode (one new
+// block every 32 tokens) does not reallocate every block.
+int64_t block_slack(int64_t n_blocks) { return std::max<int64_t>(1, n_blocks / 8); }
+
+template <typename T>
+void resize_exact(std::vector<T>& v, size_t n) {
+  v.resize(n);
+  if (v.capacity() > n) v.shrink_to_fit();
+}
+
+}  // namespace
+
+KiviLayerKv::KiviLayerKv(int32_t n_kv_heads, int32_t head_dim, const KiviConfig& config)
+    : n_kv_heads_(n_kv_heads), head_dim_(head_dim), config_(config) {
+  assert(head_dim % config.group == 0 && (config.bits == 2 || config.bits == 4));
+}
+
+KiviKv KiviLayerKv::layout() const {
+  KiviKv kv{};
+  kv.k_codes = k_codes_.data();
+  kv.k_scale = k_scale_.data();
+  kv.k_min = k_min_.data();
+  kv.v_codes = v_codes_.data();
+  kv.v_scale = v_scale_.data();
+  kv.v_min = v_min_.data();
+  kv.positions = block_positions_.data();
+  kv.n_blocks = n_blocks_;
+  kv.group = config_.group;
+  kv.bits = config_.bits;
+  kv.tail = DenseKv{tail_k_.data(), tail_v_.data(), tail_positions_.data(), n_kv_heads_,
+                    head_dim_, tail_capacity_, tail_tokens_};
+  return kv;
+}
+
+// Block storage for n_blocks (capacity n_blocks + slack when it must grow; exactly what is
+// used when most of it would sit idle).
+void KiviLayerKv::resize_blocks(int64_t n_blocks) {
+  if (n_blocks > block_capacity_ || n_blocks + 2 * block_slack(n_blocks) < block_capacity_) {
+    block_capacity_ = n_blocks > block_capacity_ ? n_blocks + block_slack(n_blocks) : n_blocks;
+  }
+  const size_t units = static_cast<size_t>(block_capacity_) * n_kv_heads_;
+  const size_t g = config_.group, d = head_dim_;
+  const size_t code_bytes = g * d * config_.bits / 8;
+  const size_t used = static_cast<size_t>(n_blocks) * n_kv_heads_;
+  const auto fit = [&](auto& v, size_t per_unit) {
+    if (v.capacity() != units * per_unit) {
+      std::remove_reference_t<decltype(v)> copy;
+      copy.reserve(units * per_unit);
+      copy.assign(v.begin(), v.begin() + std::min(v.size(), used * per_unit));
+      v.swap(copy);
+    }
+    v.resize(used * per_unit);
+  };
+  fit(k_codes_, code_bytes);
+  fit(v_codes_, code_bytes);
+  fit(k_scale_, d);
+  fit(k_min_, d);
+  fit(v_scale_, d);  // group tokens x head_dim / group channel groups = head_dim per block
+  fit(v_min_, d);
+  fit(block_positions_, g);
+  n_blocks_ = n_blocks;
+}
+
+void KiviLayerKv::pack_block(int64_t b, int32_t head, const float* k, const float* v,
+                             const int32_t* positions) {
+  const int64_t g = config_.group, d = head_dim_;
+  const int64_t unit = b * n_kv_heads_ + head;
+  const int64_t code_bytes = g * d * config_.bits / 8;
+  // Keys: one group per channel over the block's tokens. Values: each token's channels in
+  // groups of `group`.
+  quantize_groups_cpu(k, 1, d,
+                      QuantGroups{k_codes_.data() + unit * code_bytes, k_scale_.data() + unit * d,
+                                  k_min_.data() + unit * d, d, config_.group, config_.bits});
+  quantize_groups_cpu(v, g, 1,
+                      QuantGroups{v_codes_.data() + unit * code_bytes, v_scale_.data() + unit * d,
+                                  v_min_.data() + unit * d, d, config_.group, config_.bits});
+  std::memcpy(block_positions_.data() + unit * g, positions, g * sizeof(int32_t));
+}
+
+void KiviLayerKv::resize_tail(int64_t capacity) {
+  assert(capacity >= tail_tokens_);
+  std::vector<float> k(static_cast<size_t>(n_kv_heads_) * capacity * head_dim_);
+  std::vector<float> v(k.size());
+  std::vector<int32_t> positions(static_cast<size_t>(n_kv_heads_) * capacity);
+  for (int32_t h = 0; h < n_kv_heads_ && tail_tokens_ > 0; ++h) {
+    const size_t rows = static_cast<size_t>(tail_tokens_) * head_dim_;
+    std::memcpy(&k[h * capacity * head_dim_], &tail_k_[h * tail_capacity_ * head_dim_],
+                rows * sizeof(float));
+    std::memcpy(&v[h * capacity * head_dim_], &tail_v_[h * tail_capacity_ * head_dim_],
+                rows * sizeof(float));
+    std::memcpy(&positions[h * capacity], &tail_positions_[h * tail_capacity_],
+                tail_tokens_ * sizeof(int32_t));
+  }
+  tail_k_.swap(k);
+  tail_v_.swap(v);
+  tail_positions_.swap(positions);
+  tail_capacity_ = capacity;
+}
+
+void KiviLayerKv::reserve(int64_t n_tokens) {
+  const int64_t tail = n_tokens - n_blocks_ * config_.group;
+  if (tail > tail_capacity_) resize_tail(tail);
+}
+
+void KiviLayerKv::append(const float* k, const float* v, const int32_t* positions,
+                         int64_t n_new) {
+  drop_view();
+  if (tail_tokens_ + n_new > tail_capacity_) {
+    resize_tail(std::max(tail_tokens_ + n_new, tail_capacity_ + tail_capacity_ / 2 + 64));
+  }
+  for (int64_t t = 0; t < n_new; ++t) {
+    for (int32_t h = 0; h < n_kv_heads_; ++h) {
+      const size_t src = (static_cast<size_t>(t) * n_kv_heads_ + h) * head_dim_;
+      const size_t slot = static_cast<size_t>(h) * tail_capacity_ + tail_tokens_ + t;
+      std::memcpy(&tail_k_[slot * head_dim_], k + src, head_dim_ * sizeof(float));
+      std::memcpy(&tail_v_[slot * head_dim_], v + src, head_dim_ * sizeof(float));
+      tail_positions_[slot] = positions[t];
+    }
+  }
+  tail_tokens_ += n_new;
+}
+
+// Packs every full block of the tail that has `residual` newer tokens after it.
+void KiviLayerKv::settle() {
+  drop_view();
+  const int64_t g = config_.group;
+  const int64_t n_pack = tail_tokens_ < config_.residual + g
+                             ? 0
+                             : (tail_tokens_ - config_.residual) / g;
+  if (n_pack > 0) {
+    const int64_t first = n_blocks_;
+    resize_blocks(n_blocks_ + n_pack);
+    for (int64_t b = 0; b < n_pack; ++b) {
+      for (int32_t h = 0; h < n_kv_heads_; ++h) {
+        const size_t row = static_cast<size_t>(h) * tail_capacity_ + b * g;
+        pack_block(first + b, h, &tail_k_[row * head_dim_], &tail_v_[row * head_dim_],
+                   &tail_positions_[row]);
+      }
+    }
+    const int64_t moved = n_pack * g, left = tail_tokens_ - moved;
+    for (int32_t h = 0; h < n_kv_heads_; ++h) {
+      const size_t head = static_cast<size_t>(h) * tail_capacity_;
+      std::memmove(&tail_k_[head * head_dim_], &tail_k_[(head + moved) * head_dim_],
+                   left * head_dim_ * sizeof(float));
+      std::memmove(&tail_v_[head * head_dim_], &tail_v_[(head + moved) * head_dim_],
+                   left * head_dim_ * sizeof(float));
+      std::memmove(&tail_positions_[head], &tail_positions_[head + moved],
+                   left * sizeof(int32_t));
+    }
+    tail_tokens_ = left;
+  }
+  // Between forwards the tail holds fewer than residual + group tokens, and a decode step
+  // adds one: give back the room a longer forward needed.
+  const int64_t steady = config_.residual + g;
+  if (tail_capacity_ > steady && tail_tokens_ <= steady) resize_tail(steady);
+}
+
+int64_t KiviLayerKv::attend(const AttentionQuery& query, const PageSelection* pages) const {
+  const int64_t g = config_.group;
+  const int64_t block_bytes =
+      kivi_block_bytes(head_dim_, config_.group, config_.bits) + g * sizeof(int32_t);
+  const int64_t tail_token_bytes = 2LL * head_dim_ * sizeof(float) + sizeof(int32_t);
+  const KiviKv kv = layout();
+  if (n_blocks_ == 0) {  // all fp32 (a prefill before the first pack): the dense kernels
+    if (pages) {
+      attention_pages_cpu(query, kv.tail, *pages);
+      return tail_token_bytes * selected_slots(*pages, n_kv_heads_, tail_tokens_);
+    }
+    attention_dense_cpu(query, kv.tail);
+    return tail_token_bytes * n_kv_heads_ * tail_tokens_;
+  }
+  attention_kivi_cpu(query, kv, pages);
+  if (!pages) {
+    return n_kv_heads_ * (n_blocks_ * block_bytes + tail_tokens_ * tail_token_bytes);
+  }
+  // Packed slots are charged their share of the block (codes and group parameters).
+  const int64_t packed = n_blocks_ * g, total = n_tokens();
+  int64_t bytes = 0;
+  for (int64_t i = 0; i < static_cast<int64_t>(n_kv_heads_) * pages->n_selected; ++i) {
+    const int64_t first = static_cast<int64_t>(pages->pages[i]) * pages->page_tokens;
+    const int64_t last = std::min(total, first + pages->page_tokens);
+    const int64_t in_blocks = std::max<int64_t>(0, std::min(last, packed) - first);
+    bytes += in_blocks * block_bytes / g + (last - first - in_blocks) * tail_token_bytes;
+  }
+  return bytes;
+}
+
+DenseKv KiviLayerKv::view() const {
+  if (n_blocks_ == 0) return layout().tail;
+  const int64_t g = config_.group, d = head_dim_, total = n_tokens();
+  const int64_t code_bytes = g * d * config_.bits / 8;
+  if (view_positions_.empty()) {
+    view_k_.resize(static_cast<size_t>(n_kv_heads_) * total * d);
+    view_v_.resize(view_k_.size());
+    view_positions_.resize(static_cast<size_t>(n_kv_heads_) * total);
+    for (int32_t h = 0; h < n_kv_heads_; ++h) {
+      for (int64_t b = 0; b < n_blocks_; ++b) {
+        const int64_t unit = b * n_kv_heads_ + h;
+        const size_t row = static_cast<size_t>(h) * total + b * g;
+        // QuantGroups points at mutable memory; unpacking only reads it.
+        dequantize_groups_cpu(QuantGroups{const_cast<uint8_t*>(k_codes_.data()) + unit * code_bytes,
+                                          const_cast<float*>(k_scale_.data()) + unit * d,
+                                          const_cast<float*>(k_min_.data()) + unit * d, d,
+                                          config_.group, config_.bits},
+                              &view_k_[row * d], 1, d);
+        dequantize_groups_cpu(QuantGroups{const_cast<uint8_t*>(v_codes_.data()) + unit * code_bytes,
+                                          const_cast<float*>(v_scale_.data()) + unit * d,
+                                          const_cast<float*>(v_min_.data()) + unit * d, d,
+                                          config_.group, config_.bits},
+                              &view_v_[row * d], g, 1);
+        std::memcpy(&view_positions_[row], &block_positions_[unit * g], g * sizeof(int32_t));
+      }
+      const size_t row = static_cast<size_t>(h) * total + n_blocks_ * g;
+      const size_t tail_row = static_cast<size_t>(h) * tail_capacity_;
+      std::memcpy(&view_k_[row * d], &tail_k_[tail_row * d], tail_tokens_ * d * sizeof(float));
+      std::memcpy(&view_v_[row * d], &tail_v_[tail_row * d], tail_tokens_ * d * sizeof(float));
+      std::memcpy(&view_positions_[row], &tail_positions_[tail_row],
+                  tail_tokens_ * sizeof(int32_t));
+    }
+  }
+  return DenseKv{view_k_.data(), view_v_.data(), view_positions_.data(), n_kv_heads_,
+                 head_dim_,      total,          total};
+}
+
+void KiviLayerKv::drop_view() const {
+  resize_exact(view_k_, 0);
+  resize_exact(view_v_, 0);
+  resize_exact(view_positions_, 0);
+}
+
+// Applies the plan to the unpacked rows (the tail itself while nothing is packed), then
+// packs again only the blocks whose tokens or contents changed; the kept rows past the
+// last whole block that was packed before become the new tail.
+void KiviLayerKv::retain(RetainPlan& plan) {
+  const int64_t g = config_.group, d = head_dim_;
+  if (n_blocks_ == 0) {
+    retain_rows_in_place(tail_k_.data(), tail_v_.data(), tail_positions_.data(), n_kv_heads_,
+                         head_dim_, tail_capacity_, tail_tokens_, plan);
+    tail_tokens_ = plan.n_keep;
+    if (tail_capacity_ > std::max(2 * tail_tokens_, config_.residual + g)) {
+      resize_tail(std::max(tail_tokens_, config_.residual + g));
+    }
+    return;
+  }
+  const DenseKv all = view();
+  retain_rows_in_place(view_k_.data(), view_v_.data(), view_positions_.data(), n_kv_heads_,
+                       head_dim_, all.capacity, all.n_tokens, plan);
+  const int64_t n_keep = plan.n_keep;
+  const int64_t n_blocks = std::min(n_blocks_, n_keep / g);
+  const bool merged = !plan.k.empty();
+  for (int32_t h = 0; h < n_kv_heads_; ++h) {
+    const int32_t* placed = plan.slots.data() + h * n_keep;
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      bool changed = merged;
+      for (int64_t j = b * g; j < (b + 1) * g && !changed; ++j) changed = placed[j] != j;
+      if (!changed) continue;
+      const size_t row = static_cast<size_t>(h) * all.capacity + b * g;
+      pack_block(b, h, &view_k_[row * d], &view_v_[row * d], &view_positions_[row]);
+    }
+  }
+  resize_blocks(n_blocks);
+  tail_tokens_ = 0;
+  const int64_t tail = n_keep - n_blocks * g;
+  resize_tail(std::max(tail, config_.residual + g));
+  for (int32_t h = 0; h < n_kv_heads_; ++h) {
+    const size_t row = static_cast<size_t>(h) * all.capacity + n_blocks * g;
+    const size_t tail_row = static_cast<size_t>(h) * tail_capacity_;
+    std::memcpy(&tail_k_[tail_row * d], &view_k_[row * d], tail * d * sizeof(float));
+    std::memcpy(&tail_v_[tail_row * d], &view_v_[row * d], tail * d * sizeof(float));
+    std::memcpy(&tail_positions_[tail_row], &view_positions_[row], tail * sizeof(int32_t));
+  }
+  tail_tokens_ = tail;
+  drop_view();
+}
+
+std::unique_ptr<LayerKv> KiviLayerKv::clone() const {
+  auto copy = std::make_unique<KiviLayerKv>(*this);
+  copy->drop_view();
+  return copy;
+}
+
+int64_t KiviLayerKv::bytes_resident() const {
+  const auto bytes = [](const auto& v) {
+    return static_cast<int64_t>(v.capacity() * sizeof(v[0]));
+  };
+  return bytes(k_codes_) + bytes(v_codes_) + bytes(k_scale_) + bytes(k_min_) +
+         bytes(v_scale_) + bytes(v_min_) + bytes(block_positions_) + bytes(tail_k_) +
+         bytes(tail_v_) + bytes(tail_positions_) + bytes(view_k_) + bytes(view_v_) +
+         bytes(view_positions_);
+}
+
+std::vector<std::unique_ptr<LayerKv>> make_kivi_layers(const KvShape& shape,
+                                                       const KiviConfig& config) {
+  std::vector<std::unique_ptr<LayerKv>> layers;
+  for (int32_t i = 0; i < shape.n_layers; ++i) {
+    layers.push_back(std::make_unique<KiviLayerKv>(shape.n_kv_heads, shape.head_dim, config));
+  }
+  return layers;
+}
+
+// Registered as `kivi` (methods/method_list.cpp).
+MethodInfo kivi_method() {
+  MethodInfo info;
+  info.name = "kivi";
+  info.kind = MethodKind::Storage;
+  info.stage = "2 storage (packs blocks as they leave the fp32 residual) + 3 (fused reads)";
+  info.summary =
+      "keys per channel and values per token packed to 2 or 4 bits in groups of 32, the "
+      "newest `residual` tokens in fp32";
+  info.paper =
+      "KIVI: A Tuning-Free Asymmetric 2bit Quantization for KV Cache (Liu et al., ICML 2024), "
+      "arXiv 2402.02750";
+  info.params = {
+      choice_param("bits", "2", {"2", "4"}, "bits per key and value"),
+      int_param("residual", 128, 0, kNoMax,
+                "newest tokens kept in fp32 (a multiple of 32; KIVI's residual length)"),
+  };
+  info.check = [](const MethodParams& params) {
+    if (params.get_int("residual") % 32 != 0) {
+      throw InputError("residual=" + params.get("residual") + " must be a multiple of 32");
+    }
+  };
+  info.make_layers = [](const MethodParams& params, const KvShape& shape) {
+    if (shape.head_dim % 32 != 0) {
+      throw InputError("kivi packs channels in groups of 32, but head_dim is " +
+                       std::to_string(shape.head_dim));
+    }
+    KiviConfig config;
+    config.bits = static_cast<int32_t>(params.get_int("bits"));
+    config.residual = params.get_int("residual");
+    return make_kivi_layers(shape, config);
+  };
+  return info;
+}
+
+}  // namespace kvbench

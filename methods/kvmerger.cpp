@@ -1,0 +1,237 @@
+// KVMerger (Wang et al., "Model Tells You Where to Merge: Adaptive KV Cache Merging for
+// LLMs on Long-Context Tasks", 2024): keys of neighbouring tokens are often nearly the
+// same, so instead of dropping tokens, runs of consecutive similar keys are merged into one.
+// At the end of the shared context, per KV head:
+// - merge sets: runs of consecutive tokens (in position order) whose neighbouring keys have
+//   cosine similarity above `threshold`;
+// - pivot: the token of a set the last `window` context queries attend to most;
+// - merge: each member's weight is a Gaussian kernel of its key's distance to the pivot's,
+//   exp(-|k_i - k_p|^2 / (2 sigma^2)) with sigma^2 the set's mean squared distance to the
+//   pivot; keys and values become the weighted means, at the pivot's slot and position.
+// Choices where the paper leaves room:
+// - The budget caps the tokens kept (window included): when the threshold leaves more sets
+//   than the budget, the least similar neighbours stay apart and the most similar ones merge
+//   even below the threshold. Every KV head keeps the same count (the store's layout), the
+//   largest any head needs, so a head may split a few runs above the threshold.
+// - The newest `window` tokens (the queries' own) are kept as they are, as SnapKV keeps its
+//   window.
+// - Merges once, at the end of the context; later tokens are kept whole.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <vector>
+
+#include "harness/input_error.h"
+#include "kernels/cpu/merge.h"
+#include "methods/budget.h"
+#include "methods/plan_helpers.h"
+#include "methods/query_window.h"
+#include "methods/registry.h"
+
+namespace kvbench {
+
+namespace {
+
+struct KvMergerConfig {
+  Budget budget;
+  double threshold = 0.75;
+  int64_t window = 32;
+};
+
+class KvMergerPolicy : public TokenPolicy {
+ public:
+  KvMergerPolicy(const KvMergerConfig& config, int32_t n_layers)
+      : config_(config),
+        limits_(config.budget, n_layers),
+        windows_(n_layers, QueryWindow(config.window)),
+        closed_(n_layers, false) {}
+
+  std::unique_ptr<TokenPolicy> clone() const override {
+    return std::make_unique<KvMergerPolicy>(*this);
+  }
+
+  void observe(int32_t layer, const AttentionQuery& query, const DenseKv& kv) override {
+    if (!closed_[layer]) windows_[layer].observe(query, kv.head_dim);
+  }
+
+  bool done(int32_t layer) const override { return closed_[layer]; }
+
+  int64_t bytes_resident(int32_t layer) const override {
+    return windows_[layer].bytes_resident();
+  }
+
+  bool plan(int32_t layer, const DenseKv& kv, CachePhase phase, RetainPlan& plan) override {
+    if (phase != CachePhase::ContextEnd || closed_[layer]) return false;
+    const QueryWindow held = std::move(windows_[layer]);
+    windows_[layer] = QueryWindow();
+    closed_[layer] = true;
+
+    const int64_t n = kv.n_tokens;
+    const int64_t limit = limits_.resolve(layer, phase, n);
+    if (limit < 0 || n <= limit) return false;
+    const int64_t window = std::min(config_.window, limit);
+    const int64_t n_prefix = n - window;      // tokens that may merge, oldest first
+    const int64_t max_sets = limit - window;  // merge sets the budget leaves them
+    const int32_t n_kv = kv.n_kv_heads;
+    const int32_t d = kv.head_dim;
+
+    std::vector<int32_t> order(static_cast<size_t>(n_kv * n));
+    for (int32_t h = 0; h < n_kv; ++h) {
+      int32_t* row = order.data() + h * n;
+      const int32_t* pos = kv.positions + h * kv.capacity;
+      std::iota(row, row + n, 0);
+      std::sort(row, row + n, [&](int32_t a, int32_t b) { return pos[a] < pos[b]; });
+    }
+    std::vector<float> similarity(static_cast<size_t>(n_kv * n));
+    adjacent_key_cosine_cpu(kv, order.data(), similarity.data());
+
+    // Sets per head: as the threshold cuts them, capped by the budget; then one count for
+    // every head.
+    int64_t n_sets = 0;
+    for (int32_t h = 0; h < n_kv; ++h) {
+      const float* sim = similarity.data() + h * n;
+      const int64_t cuts = std::count_if(sim, sim + std::max<int64_t>(0, n_prefix - 1),
+                                         [&](float s) { return s <= config_.threshold; });
+      n_sets = std::max(n_sets, std::min(max_sets, cuts + 1));
+    }
+    if (n_prefix == 0) n_sets = 0;
+
+    const std::vector<float> scores = held.kv_head_scores(kv);
+    plan.n_keep = n_sets + window;
+    plan.slots.assign(static_cast<size_t>(n_kv * plan.n_keep), 0);
+    plan.k.assign(static_cast<size_t>(n_kv * plan.n_keep * d), 0.f);
+    plan.v.assign(plan.k.size(), 0.f);
+    std::vector<int64_t> cut_at;
+    std::vector<std::pair<int32_t, int64_t>> kept;  // (slot, set start in `order`)
+    for (int32_t h = 0; h < n_kv; ++h) {
+      const int32_t* row = order.data() + h * n;
+      const float* sim = similarity.data() + h * n;
+      // The n_sets - 1 least similar neighbour pairs of the prefix separate the sets.
+      cut_at.resize(std::max<int64_t>(0, n_prefix - 1));
+      std::iota(cut_at.begin(), cut_at.end(), 0);
+      const int64_t n_cuts = std::max<int64_t>(0, n_sets - 1);
+      std::nth_element(cut_at.begin(), cut_at.begin() + n_cuts, cut_at.end(),
+                       [&](int64_t a, int64_t b) {
+                         return sim[a] < sim[b] || (sim[a] == sim[b] && a < b);
+                       });
+      cut_at.resize(n_cuts);
+      std::sort(cut_at.begin(), cut_at.end());
+      kept.clear();
+      int64_t start = 0;
+      for (int64_t c = 0; c <= n_cuts && n_sets > 0; ++c) {
+        const int64_t end = c < n_cuts ? cut_at[c] + 1 : n_prefix;  // set = row[start, end)
+        kept.emplace_back(merge_set(kv, h, row + start, end - start, scores.data() + h * n),
+                          start);
+        start = end;
+      }
+      for (int64_t i = n_prefix; i < n; ++i) kept.emplace_back(row[i], -1);
+      std::sort(kept.begin(), kept.end());
+      for (int64_t j = 0; j < plan.n_keep; ++j) {
+        const auto [slot, set] = kept[j];
+        plan.slots[h * plan.n_keep + j] = slot;
+        float* k_out = plan.k.data() + (h * plan.n_keep + j) * d;
+        float* v_out = plan.v.data() + (h * plan.n_keep + j) * d;
+        const auto it = merged_.find(slot);
+        const float* k_src = kv.k + (h * kv.capacity + slot) * d;
+        const float* v_src = kv.v + (h * kv.capacity + slot) * d;
+        if (set >= 0 && it != merged_.end()) {
+          std::copy_n(it->second.data(), d, k_out);
+          std::copy_n(it->second.data() + d, d, v_out);
+        } else {
+          std::copy_n(k_src, d, k_out);
+          std::copy_n(v_src, d, v_out);
+        }
+      }
+      merged_.clear();
+    }
+    return true;
+  }
+
+ private:
+  // Merges one set (slots in position order) toward its pivot; returns the pivot's slot and
+  // leaves the merged key and value in merged_ (sets of one token are left as they are).
+  int32_t merge_set(const DenseKv& kv, int32_t h, const int32_t* slots, int64_t size,
+                    const float* scores) {
+    int64_t p = 0;
+    for (int64_t i = 1; i < size; ++i) {
+      if (scores[slots[i]] > scores[slots[p]]) p = i;
+    }
+    const int32_t pivot = slots[p];
+    if (size == 1) return pivot;
+    const int32_t d = kv.head_dim;
+    const auto key = [&](int64_t i) { return kv.k + (h * kv.capacity + slots[i]) * d; };
+    std::vector<double> dist(static_cast<size_t>(size));
+    double mean = 0;
+    for (int64_t i = 0; i < size; ++i) {
+      double s = 0;
+      for (int32_t c = 0; c < d; ++c) {
+        const double x = key(i)[c] - key(p)[c];
+        s += x * x;
+      }
+      dist[i] = s;
+      mean += s / (size - 1);  // the pivot's own distance is 0
+    }
+    std::vector<double> acc(static_cast<size_t>(2 * d), 0.0);
+    double total = 0;
+    for (int64_t i = 0; i < size; ++i) {
+      const double w = mean > 0 ? std::exp(-dist[i] / (2 * mean)) : 1.0;
+      const float* v = kv.v + (h * kv.capacity + slots[i]) * d;
+      for (int32_t c = 0; c < d; ++c) {
+        acc[c] += w * key(i)[c];
+        acc[d + c] += w * v[c];
+      }
+      total += w;
+    }
+    std::vector<float>& out = merged_[pivot];
+    out.resize(static_cast<size_t>(2 * d));
+    for (int32_t c = 0; c < 2 * d; ++c) out[c] = static_cast<float>(acc[c] / total);
+    return pivot;
+  }
+
+  KvMergerConfig config_;
+  LayerLimits limits_;
+  std::vector<QueryWindow> windows_;  // per layer
+  std::vector<bool> closed_;          // per layer: merged, no more queries kept
+  std::map<int32_t, std::vector<float>> merged_;  // scratch of one head: pivot -> k then v
+};
+
+}  // namespace
+
+// Registered as `kvmerger` (methods/method_list.cpp).
+MethodInfo kvmerger_method() {
+  MethodInfo info;
+  info.name = "kvmerger";
+  info.kind = MethodKind::Eviction;
+  info.stage = "2: once, at the end of the shared context (merges instead of dropping)";
+  info.summary =
+      "merges runs of consecutive similar keys into their most attended token with Gaussian "
+      "weights; keeps the newest `window` tokens";
+  info.paper =
+      "Model Tells You Where to Merge: Adaptive KV Cache Merging for LLMs on Long-Context "
+      "Tasks (Wang et al., 2024), arXiv 2407.08454";
+  info.params = budget_params(kDefaultBudget);
+  info.params.push_back(float_param("threshold", "0.75", -1, 1,
+                                    "cosine similarity above which neighbouring keys merge"));
+  info.params.push_back(int_param("window", 32, 1, kNoMax,
+                                  "newest context tokens kept unmerged; their queries pick pivots"));
+  info.check = [](const MethodParams& params) {
+    check_budget(params);
+    const Budget budget = budget_from(params);
+    if (!budget.is_ratio() && budget.tokens < params.get_int("window")) {
+      throw InputError("budget=" + std::to_string(budget.tokens) + " must be at least window=" +
+                       params.get("window") + " (the budget includes the window)");
+    }
+  };
+  info.make_policy = [](const MethodParams& params, const KvShape& shape) {
+    KvMergerConfig config;
+    config.budget = budget_from(params);
+    config.threshold = params.get_float("threshold");
+    config.window = params.get_int("window");
+    return std::unique_ptr<TokenPolicy>(new KvMergerPolicy(config, shape.n_layers));
+  };
+  return info;
+}
+
+}  // namespace kvbench

@@ -1,0 +1,36 @@
+// The last queries of a layer's shared context and the attention they give each stored
+// slot: how SnapKV scores the prefix and KVMerger picks each merge set's pivot.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/layouts.h"
+
+namespace kvbench {
+
+// A ring over forward chunks of the last `size` query rows (row order does not matter:
+// scores are summed over rows, each row carries its position).
+class QueryWindow {
+ public:
+  explicit QueryWindow(int64_t size = 0) : size_(size) {}
+
+  void observe(const AttentionQuery& query, int32_t head_dim);
+  int64_t n_rows() const { return n_rows_; }
+  // Softmax attention each slot receives from the held rows (causal by position), the GQA
+  // group's query heads averaged per KV head: [kv.n_kv_heads, kv.n_tokens]; zeros when no
+  // row is held.
+  std::vector<float> kv_head_scores(const DenseKv& kv) const;
+  int64_t bytes_resident() const;
+
+ private:
+  int64_t size_;
+  std::vector<float> q_;            // [size, n_heads, head_dim]
+  std::vector<int32_t> positions_;  // [size]
+  int64_t n_rows_ = 0;              // rows filled, <= size
+  int64_t next_ = 0;                // row the next query overwrites
+  int32_t n_heads_ = 0;
+  float scale_ = 1.f;
+};
+
+}  // namespace kvbench

@@ -1,0 +1,52 @@
+// Feeding a cache by hand, as the model's forward pass does, for tests of cache methods
+// without a model: random chunks of keys, values and queries, stored and attended in every
+// layer.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "methods/kv_cache.h"
+
+namespace kvbench::testing {
+
+// One forward's tokens: the same k/v/q in every layer.
+struct Chunk {
+  int64_t n = 0;
+  std::vector<float> k, v;  // [n, n_kv_heads, head_dim]
+  std::vector<float> q;     // [n, n_heads, head_dim]
+};
+
+inline Chunk random_chunk(int64_t n, const KvShape& shape, int32_t n_heads, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.f, 1.f);
+  Chunk c;
+  c.n = n;
+  c.k.resize(n * shape.n_kv_heads * shape.head_dim);
+  c.v.resize(c.k.size());
+  c.q.resize(n * n_heads * shape.head_dim);
+  for (float& x : c.k) x = dist(rng);
+  for (float& x : c.v) x = dist(rng);
+  for (float& x : c.q) x = dist(rng);
+  return c;
+}
+
+// The forward pass as the model runs it: every layer stores the chunk and attends, then
+// the cache advances (and the policy plans).
+inline void feed(KvCache& cache, int32_t n_heads, const Chunk& c) {
+  const KvShape& shape = cache.shape();
+  std::vector<int32_t> positions(c.n);
+  std::iota(positions.begin(), positions.end(), cache.next_position());
+  std::vector<float> out(c.n * n_heads * shape.head_dim);
+  const float scale = 1.f / std::sqrt(static_cast<float>(shape.head_dim));
+  for (int32_t l = 0; l < shape.n_layers; ++l) {
+    cache.append(l, c.k.data(), c.v.data(), positions.data(), c.n);
+    cache.attend(l, AttentionQuery{c.q.data(), positions.data(), out.data(),
+                                   static_cast<int32_t>(c.n), n_heads, scale});
+  }
+  cache.advance(static_cast<int32_t>(c.n));
+}
+
+}  // namespace kvbench::testing
