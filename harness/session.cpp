@@ -217,12 +217,20 @@ void answer_turn(const LlamaModel& model, KvCache& cache, const std::vector<floa
   decode_options.temperature = 0.f;
   int64_t branch_peak = 0;
   DecodeResult d;
+  // Bytes read by the decode steps, on whichever cache decodes.
+  const auto decode_reading = [&](KvCache& on) {
+    const int64_t read_before = on.stats().bytes_read_total;
+    d = decode(model, on, logits, decode_options);
+    if (d.tokens_fed > 0) {
+      record.kv_read_per_step = (on.stats().bytes_read_total - read_before) / d.tokens_fed;
+    }
+  };
   const int64_t before = cache.next_position();
   if (!keep_answer || options.append == AnswerSource::Gold) {
     {
       KvCache branch = cache.clone();
       branch.reserve_more(options.max_new_tokens);
-      d = decode(model, branch, logits, decode_options);
+      decode_reading(branch);
       branch_peak = branch.stats().bytes_peak;
     }
     record.own.top1 = teacher_force(model, cache, logits, turn.answer, tail, keep_answer);
@@ -233,7 +241,7 @@ void answer_turn(const LlamaModel& model, KvCache& cache, const std::vector<floa
       record.own.top1 = teacher_force(model, branch, logits, turn.answer, tail, false);
       branch_peak = branch.stats().bytes_peak;
     }
-    d = decode(model, cache, logits, decode_options);
+    decode_reading(cache);
     // The token decode chose last was never fed (max_new_tokens): it goes in with the tail.
     std::vector<int32_t> rest(d.tokens.begin() + d.tokens_fed, d.tokens.end());
     rest.insert(rest.end(), tail.begin(), tail.end());

@@ -68,6 +68,8 @@ struct TurnRecord {
   int64_t kv_bytes_peak = 0;  // largest resident during the turn: the larger of the turn's
                               // cache and the clone the other answer ran on (never their sum)
   double tokens_kept = 0;     // mean tokens stored per layer after the turn
+  int64_t kv_read_per_step = 0;  // KV bytes attention read per decode step of the answer
+                                 // (Quest reads pages, KIVI packed blocks: less than held)
   // Fidelity, measured only with a reference (SessionResult::fidelity), else 0:
   double first_token_kl = 0;  // KL(full || method) of the first answer token's distribution
   double top1_agreement = 0;  // fraction of reference-answer positions with the same argmax

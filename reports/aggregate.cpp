@@ -27,14 +27,24 @@ struct Sums {
   int64_t decode_n = 0;
   double kv_sum = 0;
   int64_t kv_peak = 0;
+  double read_sum = 0;
+  int64_t read_n = 0;
 };
 
-// The method's name: the spec up to its first ':' or '+' ("snapkv:budget=256" -> "snapkv").
-std::string family_of(const std::string& spec) {
-  return spec.substr(0, spec.find_first_of(":+"));
-}
-
 }  // namespace
+
+std::string method_family(const std::string& spec) {
+  std::string family;
+  size_t start = 0;
+  while (start <= spec.size()) {
+    size_t end = spec.find('+', start);
+    if (end == std::string::npos) end = spec.size();
+    const std::string component = spec.substr(start, end - start);
+    family += (family.empty() ? "" : "+") + component.substr(0, component.find(':'));
+    start = end + 1;
+  }
+  return family;
+}
 
 std::vector<Aggregate> aggregate_units(const std::vector<UnitRecord>& units) {
   // Keyed in the output order: task, mode, method, budget.
@@ -72,6 +82,10 @@ std::vector<Aggregate> aggregate_units(const std::vector<UnitRecord>& units) {
         ++s.decode_n;
       }
       s.kv_sum += static_cast<double>(t.kv_bytes);
+      if (t.kv_read_per_step > 0) {
+        s.read_sum += static_cast<double>(t.kv_read_per_step);
+        ++s.read_n;
+      }
       s.kv_peak = std::max(s.kv_peak, t.kv_bytes_peak);
     }
   }
@@ -100,6 +114,7 @@ std::vector<Aggregate> aggregate_units(const std::vector<UnitRecord>& units) {
     }
     if (s.decode_n > 0) a.decode_tokens_per_s = s.decode_sum / static_cast<double>(s.decode_n);
     a.kv_bytes_peak = s.kv_peak;
+    if (s.read_n > 0) a.kv_read_per_step = s.read_sum / static_cast<double>(s.read_n);
     out.push_back(std::move(a));
   }
 
@@ -107,7 +122,7 @@ std::vector<Aggregate> aggregate_units(const std::vector<UnitRecord>& units) {
   // budget when there are several).
   std::map<std::pair<std::string, std::string>, const Aggregate*> full;
   for (const Aggregate& a : out) {
-    if (family_of(a.method) != "full") continue;
+    if (method_family(a.method) != "full") continue;
     auto& slot = full[{a.task, a.mode}];
     if (slot == nullptr || (!slot->budget.empty() && a.budget.empty())) slot = &a;
   }

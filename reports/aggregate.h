@@ -26,8 +26,13 @@ struct Aggregate {
   double decode_tokens_per_s = 0;     // mean over turns that decoded more than one token
   double kv_bytes = 0;                // mean resident after a turn
   int64_t kv_bytes_peak = 0;          // largest
+  double kv_read_per_step = 0;        // mean over turns that decoded: bytes read per step
   std::optional<double> kv_vs_full;   // kv_bytes / the full cache's on the same task and mode
 };
+
+// A method's family: its components' names ("snapkv:budget=256" -> "snapkv",
+// "snapkv:budget=256+kivi:bits=2" -> "snapkv+kivi"); what the report groups and colours by.
+std::string method_family(const std::string& spec);
 
 // Sorted by task, mode, method, budget.
 std::vector<Aggregate> aggregate_units(const std::vector<UnitRecord>& units);

@@ -104,10 +104,6 @@ std::string truncate(const std::string& s, size_t n) {
   return s.substr(0, i) + "\xE2\x80\xA6";
 }
 
-std::string family_of(const std::string& spec) {
-  return spec.substr(0, spec.find_first_of(":+"));
-}
-
 // The spec without its budget=/ratio= parameters: what stays the same along a budget sweep.
 std::string strip_budget(const std::string& spec) {
   std::string out;
@@ -218,6 +214,7 @@ struct Row {
   std::optional<double> average;  // mean of the task accuracies present
   std::optional<double> kv_vs_full, kl, top1, decode;
   double kv_mib = 0, peak_mib = 0, ttft_ms = 0;
+  std::optional<double> read_kib;  // KV KiB read per decode step
   std::vector<double> by_turn;  // NaN: no score at that turn index
   int64_t units = 0, turns = 0;
   std::string label;  // short display name for charts
@@ -246,9 +243,9 @@ Board build_board(const std::vector<Aggregate>& aggs) {
   for (const auto& [key, list] : g) {
     Row r;
     std::tie(r.method, r.budget, r.mode) = key;
-    r.family = family_of(r.method);
+    r.family = method_family(r.method);
     r.series = strip_budget(r.method);
-    std::vector<double> accs, ratios, kls, top1s, decodes, kvs, ttfts;
+    std::vector<double> accs, ratios, kls, top1s, decodes, kvs, ttfts, reads;
     std::vector<std::vector<double>> turn_vals;
     double peak = 0;
     for (const Aggregate* a : list) {
@@ -259,6 +256,7 @@ Board build_board(const std::vector<Aggregate>& aggs) {
       if (a->top1_agreement) top1s.push_back(*a->top1_agreement);
       if (a->decode_tokens_per_s > 0) decodes.push_back(a->decode_tokens_per_s);
       kvs.push_back(a->kv_bytes);
+      if (a->kv_read_per_step > 0) reads.push_back(a->kv_read_per_step / 1024.0);
       ttfts.push_back(a->ttft_ms);
       peak = std::max(peak, static_cast<double>(a->kv_bytes_peak));
       if (turn_vals.size() < a->accuracy_by_turn.size()) turn_vals.resize(a->accuracy_by_turn.size());
@@ -274,6 +272,7 @@ Board build_board(const std::vector<Aggregate>& aggs) {
     r.top1 = mean_of(top1s);
     r.decode = mean_of(decodes);
     r.kv_mib = mean_of(kvs).value_or(0) / kMiB;
+    r.read_kib = mean_of(reads);
     r.ttft_ms = mean_of(ttfts).value_or(0);
     r.peak_mib = peak / kMiB;
     for (const auto& v : turn_vals) {
@@ -415,16 +414,18 @@ std::string render_leaderboard_markdown(const std::vector<RunRecord>& runs,
   o << "\n## Cost and fidelity\n\n";
   o << "Means over the tasks of each row. KV vs full: resident KV bytes after a turn over the "
        "full cache's on the same task and mode. Peak: the largest over all turns. Decode "
-       "tok/s: turns that decoded more than one token. KL: first-token KL divergence from "
-       "the full cache (nats); top-1: agreement of the greedy tokens with the full cache.\n\n";
-  o << md_row({"method", "budget", "mode", "KV vs full", "KV MiB", "peak MiB", "TTFT ms",
-               "decode tok/s", "KL", "top-1 %"})
-    << md_rule(3, 7);
+       "tok/s: turns that decoded more than one token. Read/step: KV bytes attention read "
+       "per decode step, all layers (Quest reads pages, KIVI packed blocks). KL: first-token "
+       "KL divergence from the full cache (nats); top-1: agreement of the greedy tokens with "
+       "the full cache.\n\n";
+  o << md_row({"method", "budget", "mode", "KV vs full", "KV MiB", "peak MiB", "read/step KiB",
+               "TTFT ms", "decode tok/s", "KL", "top-1 %"})
+    << md_rule(3, 8);
   for (const Row& r : b.rows) {
     o << md_row({md_escape(r.method), md_escape(budget_cell(r.budget)), md_escape(r.mode),
                  r.kv_vs_full ? fmt(*r.kv_vs_full, 2) + "x" : std::string(kMissing),
-                 fmt(r.kv_mib, 2), fmt(r.peak_mib, 2), fmt(r.ttft_ms, 1), fmt(r.decode, 1),
-                 fmt(r.kl, 4), fmt(r.top1, 1, 100)});
+                 fmt(r.kv_mib, 2), fmt(r.peak_mib, 2), fmt(r.read_kib, 0), fmt(r.ttft_ms, 1),
+                 fmt(r.decode, 1), fmt(r.kl, 4), fmt(r.top1, 1, 100)});
   }
 
   o << "\n## Accuracy by turn (%)\n\n";
@@ -788,16 +789,16 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
     }
     // Series order: by family, then spec, then mode (stable across dbs).
     std::sort(order.begin(), order.end(), [](const auto& a, const auto& b2) {
-      return std::make_tuple(family_of(a.first), a.first, a.second) <
-             std::make_tuple(family_of(b2.first), b2.first, b2.second);
+      return std::make_tuple(method_family(a.first), a.first, a.second) <
+             std::make_tuple(method_family(b2.first), b2.first, b2.second);
     });
     std::map<std::string, std::set<std::string>> variants;  // family -> series specs
-    for (const auto& k : order) variants[family_of(k.first)].insert(k.first);
+    for (const auto& k : order) variants[method_family(k.first)].insert(k.first);
     std::vector<Series> series;
     std::map<std::string, size_t> nth_of_family;  // the family's 2nd, 3rd series: dashed
     for (const auto& k : order) {
       Series se;
-      const std::string fam = family_of(k.first);
+      const std::string fam = method_family(k.first);
       se.colour = fc.colour_of(fam);
       const size_t nth = nth_of_family[fam]++ + (fc.index_of(fam) / kPaletteSize);
       se.dash = nth == 0 ? "" : nth % 2 == 1 ? " stroke-dasharray=\"6 3\"" : " stroke-dasharray=\"2 2\"";
@@ -836,17 +837,19 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
   o << "<h2>Cost and fidelity</h2>\n<p class=\"note\">Means over the tasks of each row. KV vs "
        "full: resident KV bytes after a turn over the full cache's on the same task and mode. "
        "Peak: the largest over all turns. Decode tok/s: turns that decoded more than one "
-       "token. KL: first-token KL divergence from the full cache (nats); top-1: agreement of "
-       "the greedy tokens with the full cache.</p>\n";
+       "token. Read/step: KV bytes attention read per decode step, all layers (Quest reads "
+       "pages, KIVI packed blocks). KL: first-token KL divergence from the full cache (nats); "
+       "top-1: agreement of the greedy tokens with the full cache.</p>\n";
   o << "<table>\n<tr>" << th("method") << th("budget") << th("mode") << th("KV vs full", true)
-    << th("KV MiB", true) << th("peak MiB", true) << th("TTFT ms", true)
+    << th("KV MiB", true) << th("peak MiB", true) << th("read/step KiB", true)
+    << th("TTFT ms", true)
     << th("decode tok/s", true) << th("KL", true) << th("top-1 %", true) << "</tr>\n";
   for (const Row& r : b.rows) {
     o << tr_open(r) << td(h_spec(r.method), "spec") << td(h(budget_cell(r.budget)), "num")
       << td(h(r.mode), "nw")
       << td(r.kv_vs_full ? fmt(*r.kv_vs_full, 2) + "x" : std::string(kMissing), "num")
       << td(fmt(r.kv_mib, 2), "num") << td(fmt(r.peak_mib, 2), "num")
-      << td(fmt(r.ttft_ms, 1), "num") << td(fmt(r.decode, 1), "num") << td(fmt(r.kl, 4), "num")
+      << td(fmt(r.read_kib, 0), "num") << td(fmt(r.ttft_ms, 1), "num") << td(fmt(r.decode, 1), "num") << td(fmt(r.kl, 4), "num")
       << td(fmt(r.top1, 1, 100), "num") << "</tr>\n";
   }
   o << "</table>\n";

@@ -228,8 +228,8 @@ std::string now_utc() {
 // ---------------------------------------------------------------------------------------
 // Schema and migrations
 
-// migrations[v - 1] takes a db from user_version v - 1 to v. Adding schema version 2 is
-// one more entry here (and kResultsSchemaVersion = 2).
+// migrations[v - 1] takes a db from user_version v - 1 to v. A new schema version is one
+// more entry here (and kResultsSchemaVersion one higher).
 const char* const kMigrations[] = {
     // v1
     R"sql(
@@ -297,6 +297,10 @@ CREATE TABLE results (
 );
 CREATE INDEX results_run ON results(run_id);
 CREATE INDEX results_method ON results(task, method, budget, mode);
+)sql",
+    // v2: bytes attention read per decode step (Quest, KIVI)
+    R"sql(
+ALTER TABLE results ADD COLUMN kv_read_per_step INTEGER NOT NULL DEFAULT 0;
 )sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kResultsSchemaVersion,
@@ -529,9 +533,9 @@ void insert_unit(sqlite3* db, const std::string& path, const Stmt::OnError& on_e
          "seed, query, prediction, reference, stop_reason, prompt_tokens, output_tokens, "
          "appended_tokens, ttft_ms, tpot_ms, prefill_tokens_per_s, decode_tokens_per_s, "
          "kv_bytes, kv_bytes_peak, tokens_kept, tokens_seen, tokens_evicted, hits, misses, "
-         "bytes_moved, first_token_kl, top1_agreement, score) "
+         "bytes_moved, first_token_kl, top1_agreement, score, kv_read_per_step) "
          "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, "
-         "?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31)",
+         "?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32)",
          on_error);
   for (const TurnRow& t : unit.turns) {
     r.reset();
@@ -565,7 +569,8 @@ void insert_unit(sqlite3* db, const std::string& path, const Stmt::OnError& on_e
         .bind(28, t.bytes_moved)
         .bind(29, t.first_token_kl)
         .bind(30, t.top1_agreement)
-        .bind(31, t.score);
+        .bind(31, t.score)
+        .bind(32, t.kv_read_per_step);
     r.run();
   }
 }
@@ -605,8 +610,8 @@ std::vector<StoredUnit> read_units(sqlite3* db, const Stmt::OnError& on_error) {
          "SELECT unit_id, turn, query, prediction, reference, stop_reason, prompt_tokens, "
          "output_tokens, appended_tokens, ttft_ms, tpot_ms, prefill_tokens_per_s, "
          "decode_tokens_per_s, kv_bytes, kv_bytes_peak, tokens_kept, tokens_seen, "
-         "tokens_evicted, hits, misses, bytes_moved, first_token_kl, top1_agreement, score "
-         "FROM results ORDER BY unit_id, turn",
+         "tokens_evicted, hits, misses, bytes_moved, first_token_kl, top1_agreement, score, "
+         "kv_read_per_step FROM results ORDER BY unit_id, turn",
          on_error);
   while (s.step()) {
     const auto it = index_of.find(s.int64(0));
@@ -635,6 +640,7 @@ std::vector<StoredUnit> read_units(sqlite3* db, const Stmt::OnError& on_error) {
     t.first_token_kl = s.opt_real(21);
     t.top1_agreement = s.opt_real(22);
     t.score = s.opt_real(23);
+    t.kv_read_per_step = s.int64(24);
     units[it->second].unit.turns.push_back(std::move(t));
   }
   return units;

@@ -18,7 +18,7 @@ struct sqlite3;
 
 namespace kvbench {
 
-constexpr int kResultsSchemaVersion = 1;
+constexpr int kResultsSchemaVersion = 2;
 
 struct RunRecord {
   int64_t id = 0;  // assigned by begin_run
@@ -49,6 +49,7 @@ struct TurnRow {
   double decode_tokens_per_s = 0;
   int64_t kv_bytes = 0;
   int64_t kv_bytes_peak = 0;
+  int64_t kv_read_per_step = 0;
   double tokens_kept = 0;
   int64_t tokens_seen = 0;
   int64_t tokens_evicted = 0;

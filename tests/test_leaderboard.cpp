@@ -33,6 +33,7 @@ TurnRow turn(int32_t index, std::optional<double> score, double ttft, double dec
   t.decode_tokens_per_s = decode;
   t.kv_bytes = kv;
   t.kv_bytes_peak = peak;
+  t.kv_read_per_step = kv / 2;
   t.first_token_kl = kl;
   t.top1_agreement = top1;
   return t;
@@ -184,6 +185,7 @@ TEST_CASE("aggregate_units: exact means, by-turn, kv_vs_full, nullopt and order"
   CHECK(s.decode_tokens_per_s == Approx(150.0));   // (100+50+300)/3, zeros left out
   CHECK(s.kv_bytes == Approx(2.8 * mib));          // (2+2+2+4+4)/5 MiB
   CHECK(s.kv_bytes_peak == 5 * mib);
+  CHECK(s.kv_read_per_step == Approx(1.4 * mib));  // half of each turn's KV
   REQUIRE(s.kv_vs_full);
   CHECK(*s.kv_vs_full == Approx(2.8 / 12.0));
 

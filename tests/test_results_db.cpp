@@ -372,13 +372,13 @@ TEST_CASE("results db: a unit whose write fails half-way leaves no rows", "[resu
         0);
 }
 
-TEST_CASE("results db: WAL mode, schema version 1, the three tables", "[results]") {
+TEST_CASE("results db: WAL mode, schema version 2, the three tables", "[results]") {
   const std::string path = temp_path("schema.db");
   auto db = ResultsDb::open(path);
   Raw raw(path);
   CHECK(raw.text("PRAGMA journal_mode") == "wal");
-  CHECK(raw.integer("PRAGMA user_version") == 1);
-  CHECK(kResultsSchemaVersion == 1);
+  CHECK(raw.integer("PRAGMA user_version") == 2);
+  CHECK(kResultsSchemaVersion == 2);
   for (const char* table : {"runs", "units", "results"}) {
     INFO(table);
     CHECK(raw.integer(std::string("SELECT count(*) FROM sqlite_master WHERE type = 'table' "
@@ -398,7 +398,7 @@ TEST_CASE("results db: an empty file or empty SQLite db gets the schema", "[resu
   const std::string empty_file = temp_path("empty.db");
   write_file(empty_file, {});
   ResultsDb::open(empty_file);
-  CHECK(Raw(empty_file).integer("PRAGMA user_version") == 1);
+  CHECK(Raw(empty_file).integer("PRAGMA user_version") == 2);
 
   const std::string empty_db = temp_path("empty_sqlite.db");
   Raw(empty_db).exec("PRAGMA page_size = 4096; VACUUM");
@@ -435,7 +435,7 @@ TEST_CASE("results db: reopen an existing db and append", "[results]") {
   CHECK(units[0].run_id == runs[0].id);
   CHECK(units[1].key == "u2");
   CHECK(units[1].run_id == runs[1].id);
-  CHECK(Raw(path).integer("PRAGMA user_version") == 1);
+  CHECK(Raw(path).integer("PRAGMA user_version") == 2);
 }
 
 TEST_CASE("results db: unwritable paths are one-line input errors", "[results]") {
@@ -619,6 +619,31 @@ TEST_CASE("results db: merge refuses an existing output or a bad input", "[resul
   // The same input twice has every key twice.
   require_merge_error({a, a}, out2, {"a1"});
   CHECK_FALSE(exists(out2));
+}
+
+TEST_CASE("results db: a version 1 db migrates to version 2 and keeps its rows", "[results]") {
+  const std::string path = temp_path("migrate_v1.db");
+  {
+    auto db = ResultsDb::open(path);
+    const int64_t run = db->begin_run(make_run());
+    db->write_unit(run, make_unit("u1"));
+    db->finish_run(run);
+  }
+  // Back to what version 1 wrote: no kv_read_per_step column.
+  Raw(path).exec("ALTER TABLE results DROP COLUMN kv_read_per_step; PRAGMA user_version = 1");
+  CHECK(Raw(path).integer("SELECT count(*) FROM pragma_table_info('results') "
+                          "WHERE name = 'kv_read_per_step'") == 0);
+  auto db = ResultsDb::open(path);
+  CHECK(Raw(path).integer("PRAGMA user_version") == 2);
+  const auto units = db->units();
+  REQUIRE(units.size() == 1);
+  REQUIRE(!units[0].turns.empty());
+  CHECK(units[0].turns[0].kv_read_per_step == 0);
+  const int64_t run = db->begin_run(make_run());
+  UnitRecord u = make_unit("u2");
+  u.turns[0].kv_read_per_step = 12345;
+  db->write_unit(run, u);
+  CHECK(db->units()[1].turns[0].kv_read_per_step == 12345);
 }
 
 }  // namespace

@@ -155,6 +155,7 @@ void SummaryTable::add(const UnitResult& unit) {
     t.kv_peak = std::max(t.kv_peak, turn.kv_bytes_peak);
     if (turn.decode_tokens_per_s > 0) {
       t.decode_tps += turn.decode_tokens_per_s;
+      t.kv_read += static_cast<double>(turn.kv_read_per_step);
       ++t.timed;
     }
     if (!unit.scores.empty()) {
@@ -172,9 +173,9 @@ void SummaryTable::add(const UnitResult& unit) {
 }
 
 void SummaryTable::print() const {
-  std::printf("\n%-20s %-13s %-44s %5s %6s %8s %6s %9s %7s %8s %8s %6s  %s\n", "task", "mode",
-              "method", "turns", "acc %", "KL", "top-1", "TTFT ms", "tok/s", "KV MiB", "peak MiB",
-              "vs full", "acc % by turn");
+  std::printf("\n%-20s %-13s %-44s %5s %6s %8s %6s %9s %7s %8s %8s %6s %9s  %s\n", "task",
+              "mode", "method", "turns", "acc %", "KL", "top-1", "TTFT ms", "tok/s", "KV MiB",
+              "peak MiB", "vs full", "read KiB", "acc % by turn");
   for (const Key& key : order_) {
     const Totals& t = rows_.at(key);
     const double n = static_cast<double>(std::max<int64_t>(t.turns, 1));
@@ -201,11 +202,13 @@ void SummaryTable::print() const {
       }
       by_turn += (i ? " " : "") + std::string(cell);
     }
-    std::printf("%-20s %-13s %-44s %5lld %6s %8s %6s %9.1f %7.1f %8.2f %8.2f %6s  %s\n",
+    std::printf("%-20s %-13s %-44s %5lld %6s %8s %6s %9.1f %7.1f %8.2f %8.2f %6s %9.0f  %s\n",
                 std::get<0>(key).c_str(), std::get<1>(key).c_str(), std::get<2>(key).c_str(),
                 static_cast<long long>(t.turns), acc, kl, top1, t.ttft_ms / n,
                 t.timed ? t.decode_tps / static_cast<double>(t.timed) : 0.0, mib(t.kv_bytes / n),
-                mib(static_cast<double>(t.kv_peak)), ratio, by_turn.empty() ? "-" : by_turn.c_str());
+                mib(static_cast<double>(t.kv_peak)), ratio,
+                t.timed ? t.kv_read / static_cast<double>(t.timed) / 1024.0 : 0.0,
+                by_turn.empty() ? "-" : by_turn.c_str());
   }
   std::fflush(stdout);
 }

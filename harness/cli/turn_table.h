@@ -26,6 +26,7 @@ class SummaryTable {
   struct Totals {
     int64_t turns = 0, scored = 0, timed = 0;
     double score = 0, kl = 0, top1 = 0, ttft_ms = 0, decode_tps = 0, kv_bytes = 0;
+    double kv_read = 0;  // sum of per-step reads over the turns that decoded (`timed`)
     int64_t kv_peak = 0;
     bool fidelity = false;
     std::vector<double> score_by_turn;  // sums per turn index
