@@ -179,6 +179,7 @@ TurnRow turn_row(const TurnRecord& t, bool fidelity, std::optional<double> score
   row.decode_tokens_per_s = t.decode_tokens_per_s;
   row.kv_bytes = t.kv_bytes;
   row.kv_bytes_peak = t.kv_bytes_peak;
+  row.kv_read_per_step = t.kv_read_per_step;
   row.tokens_kept = t.tokens_kept;
   row.tokens_seen = t.cache.tokens_seen;
   row.tokens_evicted = t.cache.tokens_evicted;

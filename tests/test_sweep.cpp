@@ -116,6 +116,16 @@ TEST_CASE("sweep config: methods x budgets, full once, canonical JSON", "[unit]"
   CHECK(methods[2].budget == "ratio=0.5");
   CHECK(canonical_config_json(c) == canonical_config_json(parse_sweep_config(kSmall, "other.json")));
   CHECK(canonical_config_json(c).find("\"snapkv:") != std::string::npos);
+  // A composition takes the budget in its first component; one without a budget once.
+  SweepConfig composed = c;
+  composed.methods = {"snapkv+kivi:bits=2", "kivi:bits=4"};
+  const auto with_kivi = sweep_methods(composed);
+  REQUIRE(with_kivi.size() == 3);
+  CHECK(with_kivi[0].spec ==
+        "snapkv:budget=32,window=32,kernel=5,pool=avg+kivi:bits=2,residual=128");
+  CHECK(with_kivi[0].budget == "budget=32");
+  CHECK(with_kivi[2].spec == "kivi:bits=4,residual=128");
+  CHECK(with_kivi[2].budget.empty());
   const SweepConfig d = default_sweep_config();
   CHECK(d.tasks.size() == 5);
   CHECK(sweep_methods(d).size() >= 3);
