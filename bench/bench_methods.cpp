@@ -31,7 +31,12 @@ constexpr int64_t kPrefillTokens = 4096;
 constexpr int64_t kMaxDecodeSteps = 200;  // BM_DecodeStep iterations
 const char* const kMethods[] = {"snapkv:budget=1024", "pyramidkv:budget=1024", "h2o:budget=1024",
                                 "tova:budget=1024",   "streamingllm:budget=1024",
-                                "knorm:budget=1024",  "keydiff:budget=1024"};
+                                "knorm:budget=1024",  "keydiff:budget=1024", "kvmerger:budget=1024"};
+// Methods that keep every token (or pack it) and change how a decode step reads: only
+// BM_DecodeStep measures them, beside the evicting ones.
+const char* const kReadMethods[] = {"kivi:bits=2", "kivi:bits=4", "quest:budget=1024",
+                                    "snapkv:budget=1024+kivi:bits=2",
+                                    "quest:budget=512+kivi:bits=4"};
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -237,6 +242,7 @@ void BM_DecodeStep(benchmark::State& state, const std::string& spec) {
   }
   state.counters["tokens_per_layer"] = static_cast<double>(cache.layer(0).n_tokens());
   state.counters["KV_MiB"] = kv_mib;
+  state.counters["read_MiB"] = cache.stats().bytes_read_last_forward / 1048576.0;
 }
 
 // Registered methods only: a method still being written is not benchmarked.
@@ -261,7 +267,9 @@ void register_all() {
   }
   benchmark::RegisterBenchmark("BM_DecodeStep/full", BM_DecodeStep, std::string("full"))
       ->Unit(benchmark::kMillisecond)->Iterations(kMaxDecodeSteps)->UseRealTime();
-  for (const char* spec : kMethods) {
+  std::vector<const char*> decode_methods(std::begin(kMethods), std::end(kMethods));
+  decode_methods.insert(decode_methods.end(), std::begin(kReadMethods), std::end(kReadMethods));
+  for (const char* spec : decode_methods) {
     if (!registered(spec)) continue;
     benchmark::RegisterBenchmark(("BM_DecodeStep/" + std::string(spec)).c_str(), BM_DecodeStep,
                                  std::string(spec))

@@ -38,8 +38,7 @@ void DenseLayerKv::reserve(int64_t n_tokens) {
   if (n_tokens > capacity_) reallocate(n_tokens);
 }
 
-void DenseLayerKv::append(const float* k, const float* v, const int32_t* positions,
-                          int64_t n_new) {
+void DenseLayerKv::append(const float* k, const float* v, const int32_t* positions, int64_t n_new) {
   if (n_tokens_ + n_new > capacity_) {
     // A growing cache grows geometrically so token-by-token decode does not copy it every
     // step; one that evicts holds about its budget, so it grows by the slack only.
@@ -59,8 +58,7 @@ void DenseLayerKv::append(const float* k, const float* v, const int32_t* positio
 }
 
 void retain_rows_in_place(float* k, float* v, int32_t* positions, int32_t n_kv_heads,
-                          int32_t head_dim, int64_t capacity, int64_t n_tokens,
-                          RetainPlan& plan) {
+                          int32_t head_dim, int64_t capacity, int64_t n_tokens, RetainPlan& plan) {
   assert(plan.n_keep <= n_tokens);
   assert(static_cast<int64_t>(plan.slots.size()) == plan.n_keep * n_kv_heads);
   assert(plan.k.empty() || plan.k.size() == plan.slots.size() * head_dim);
@@ -99,8 +97,8 @@ void retain_rows_in_place(float* k, float* v, int32_t* positions, int32_t n_kv_h
 }
 
 void DenseLayerKv::retain(RetainPlan& plan) {
-  retain_rows_in_place(k_.data(), v_.data(), positions_.data(), n_kv_heads_, head_dim_,
-                       capacity_, n_tokens_, plan);
+  retain_rows_in_place(k_.data(), v_.data(), positions_.data(), n_kv_heads_, head_dim_, capacity_,
+                       n_tokens_, plan);
   n_tokens_ = plan.n_keep;
   evicted_ = true;
   // A compression gives its memory back at once; a decode-step eviction (one token out
@@ -110,8 +108,8 @@ void DenseLayerKv::retain(RetainPlan& plan) {
 }
 
 DenseKv DenseLayerKv::view() const {
-  return DenseKv{k_.data(), v_.data(), positions_.data(), n_kv_heads_, head_dim_, capacity_,
-                 n_tokens_};
+  return DenseKv{k_.data(), v_.data(), positions_.data(), n_kv_heads_,
+                 head_dim_, capacity_, n_tokens_};
 }
 
 std::unique_ptr<LayerKv> DenseLayerKv::clone() const {

@@ -37,7 +37,7 @@ class DenseLayerKv : public LayerKv {
   int32_t head_dim_;
   int64_t capacity_ = 0;
   int64_t n_tokens_ = 0;
-  bool evicted_ = false;  // a plan has dropped slots: growth is by kEvictionSlack
+  bool evicted_ = false;            // a plan has dropped slots: growth is by kEvictionSlack
   std::vector<float> k_;            // [n_kv_heads, capacity, head_dim]
   std::vector<float> v_;            // [n_kv_heads, capacity, head_dim]
   std::vector<int32_t> positions_;  // [n_kv_heads, capacity]
@@ -48,8 +48,7 @@ class DenseLayerKv : public LayerKv {
 // then the kept slots are placed (holes filled from the tail) and plan.slots becomes that
 // placement. The dense and KIVI stores share it.
 void retain_rows_in_place(float* k, float* v, int32_t* positions, int32_t n_kv_heads,
-                          int32_t head_dim, int64_t capacity, int64_t n_tokens,
-                          RetainPlan& plan);
+                          int32_t head_dim, int64_t capacity, int64_t n_tokens, RetainPlan& plan);
 
 // Slots a page selection covers, summed over KV heads, in a store of n_tokens.
 int64_t selected_slots(const PageSelection& pages, int32_t n_kv_heads, int64_t n_tokens);

@@ -44,8 +44,8 @@ KiviKv KiviLayerKv::layout() const {
   kv.n_blocks = n_blocks_;
   kv.group = config_.group;
   kv.bits = config_.bits;
-  kv.tail = DenseKv{tail_k_.data(), tail_v_.data(), tail_positions_.data(), n_kv_heads_,
-                    head_dim_, tail_capacity_, tail_tokens_};
+  kv.tail = DenseKv{tail_k_.data(), tail_v_.data(), tail_positions_.data(), n_kv_heads_, head_dim_,
+                    tail_capacity_, tail_tokens_};
   return kv;
 }
 
@@ -119,8 +119,7 @@ void KiviLayerKv::reserve(int64_t n_tokens) {
   if (tail > tail_capacity_) resize_tail(tail);
 }
 
-void KiviLayerKv::append(const float* k, const float* v, const int32_t* positions,
-                         int64_t n_new) {
+void KiviLayerKv::append(const float* k, const float* v, const int32_t* positions, int64_t n_new) {
   drop_view();
   if (tail_tokens_ + n_new > tail_capacity_) {
     resize_tail(std::max(tail_tokens_ + n_new, tail_capacity_ + tail_capacity_ / 2 + 64));
@@ -141,9 +140,8 @@ void KiviLayerKv::append(const float* k, const float* v, const int32_t* position
 void KiviLayerKv::settle() {
   drop_view();
   const int64_t g = config_.group;
-  const int64_t n_pack = tail_tokens_ < config_.residual + g
-                             ? 0
-                             : (tail_tokens_ - config_.residual) / g;
+  const int64_t n_pack =
+      tail_tokens_ < config_.residual + g ? 0 : (tail_tokens_ - config_.residual) / g;
   if (n_pack > 0) {
     const int64_t first = n_blocks_;
     resize_blocks(n_blocks_ + n_pack);
@@ -161,8 +159,7 @@ void KiviLayerKv::settle() {
                    left * head_dim_ * sizeof(float));
       std::memmove(&tail_v_[head * head_dim_], &tail_v_[(head + moved) * head_dim_],
                    left * head_dim_ * sizeof(float));
-      std::memmove(&tail_positions_[head], &tail_positions_[head + moved],
-                   left * sizeof(int32_t));
+      std::memmove(&tail_positions_[head], &tail_positions_[head + moved], left * sizeof(int32_t));
     }
     tail_tokens_ = left;
   }
@@ -235,8 +232,8 @@ DenseKv KiviLayerKv::view() const {
                   tail_tokens_ * sizeof(int32_t));
     }
   }
-  return DenseKv{view_k_.data(), view_v_.data(), view_positions_.data(), n_kv_heads_,
-                 head_dim_,      total,          total};
+  return DenseKv{view_k_.data(), view_v_.data(), view_positions_.data(), n_kv_heads_, head_dim_,
+                 total,          total};
 }
 
 void KiviLayerKv::drop_view() const {
@@ -300,10 +297,9 @@ int64_t KiviLayerKv::bytes_resident() const {
   const auto bytes = [](const auto& v) {
     return static_cast<int64_t>(v.capacity() * sizeof(v[0]));
   };
-  return bytes(k_codes_) + bytes(v_codes_) + bytes(k_scale_) + bytes(k_min_) +
-         bytes(v_scale_) + bytes(v_min_) + bytes(block_positions_) + bytes(tail_k_) +
-         bytes(tail_v_) + bytes(tail_positions_) + bytes(view_k_) + bytes(view_v_) +
-         bytes(view_positions_);
+  return bytes(k_codes_) + bytes(v_codes_) + bytes(k_scale_) + bytes(k_min_) + bytes(v_scale_) +
+         bytes(v_min_) + bytes(block_positions_) + bytes(tail_k_) + bytes(tail_v_) +
+         bytes(tail_positions_) + bytes(view_k_) + bytes(view_v_) + bytes(view_positions_);
 }
 
 std::vector<std::unique_ptr<LayerKv>> make_kivi_layers(const KvShape& shape,

@@ -41,16 +41,17 @@ struct TierBytes {
 // What a cache holds and did, measured from its storage: the one way a method reports
 // itself. Counters (evicted, hits, misses, bytes_moved) run from the cache's creation.
 struct CacheStats {
-  std::vector<int64_t> tokens_per_layer;  // tokens kept per layer (per KV head; heads hold equal counts)
-  std::vector<int64_t> bytes_per_layer;   // bytes held per layer: KV, positions, policy scores
-  std::vector<TierBytes> tiers;           // bytes resident per tier; they sum to bytes_resident
-  int64_t bytes_resident = 0;             // sum of bytes_per_layer
-  int64_t bytes_peak = 0;                 // largest bytes_resident since creation / reset_peak
-  int64_t tokens_seen = 0;                // tokens fed to the model (the next position)
-  int64_t tokens_evicted = 0;             // slots dropped, summed over layers
-  int64_t hits = 0;                       // reuse lookups served from a store (stage 4)
-  int64_t misses = 0;                     // reuse lookups that had to prefill
-  int64_t bytes_moved = 0;                // bytes copied between tiers
+  std::vector<int64_t>
+      tokens_per_layer;  // tokens kept per layer (per KV head; heads hold equal counts)
+  std::vector<int64_t> bytes_per_layer;  // bytes held per layer: KV, positions, policy scores
+  std::vector<TierBytes> tiers;          // bytes resident per tier; they sum to bytes_resident
+  int64_t bytes_resident = 0;            // sum of bytes_per_layer
+  int64_t bytes_peak = 0;                // largest bytes_resident since creation / reset_peak
+  int64_t tokens_seen = 0;               // tokens fed to the model (the next position)
+  int64_t tokens_evicted = 0;            // slots dropped, summed over layers
+  int64_t hits = 0;                      // reuse lookups served from a store (stage 4)
+  int64_t misses = 0;                    // reuse lookups that had to prefill
+  int64_t bytes_moved = 0;               // bytes copied between tiers
   // KV bytes attention read in the last forward, all layers (what decode streams from
   // memory: Quest reads its page bounds and the pages chosen, KIVI its packed blocks),
   // and summed since creation.
@@ -66,8 +67,7 @@ class LayerKv {
   virtual void reserve(int64_t n_tokens) = 0;
   // Stores new tokens. k, v: [n_new, n_kv_heads, head_dim] (projection output, RoPE applied
   // to k); positions: [n_new].
-  virtual void append(const float* k, const float* v, const int32_t* positions,
-                      int64_t n_new) = 0;
+  virtual void append(const float* k, const float* v, const int32_t* positions, int64_t n_new) = 0;
   // Causal attention of a chunk's queries over what is stored (the chunk itself included),
   // or only over the selected pages (nullptr: all). Returns the bytes of storage it read.
   virtual int64_t attend(const AttentionQuery& query, const PageSelection* pages) const = 0;

@@ -58,9 +58,7 @@ class KvMergerPolicy : public TokenPolicy {
 
   bool done(int32_t layer) const override { return closed_[layer]; }
 
-  int64_t bytes_resident(int32_t layer) const override {
-    return windows_[layer].bytes_resident();
-  }
+  int64_t bytes_resident(int32_t layer) const override { return windows_[layer].bytes_resident(); }
 
   bool plan(int32_t layer, const DenseKv& kv, CachePhase phase, RetainPlan& plan) override {
     if (phase != CachePhase::ContextEnd || closed_[layer]) return false;
@@ -104,7 +102,7 @@ class KvMergerPolicy : public TokenPolicy {
     plan.k.assign(static_cast<size_t>(n_kv * plan.n_keep * d), 0.f);
     plan.v.assign(plan.k.size(), 0.f);
     std::vector<int64_t> cut_at;
-    std::vector<std::pair<int32_t, int64_t>> kept;  // (slot, set start in `order`)
+    std::vector<int32_t> kept;  // slots: each set's pivot, then the window
     for (int32_t h = 0; h < n_kv; ++h) {
       const int32_t* row = order.data() + h * n;
       const float* sim = similarity.data() + h * n;
@@ -112,37 +110,31 @@ class KvMergerPolicy : public TokenPolicy {
       cut_at.resize(std::max<int64_t>(0, n_prefix - 1));
       std::iota(cut_at.begin(), cut_at.end(), 0);
       const int64_t n_cuts = std::max<int64_t>(0, n_sets - 1);
-      std::nth_element(cut_at.begin(), cut_at.begin() + n_cuts, cut_at.end(),
-                       [&](int64_t a, int64_t b) {
-                         return sim[a] < sim[b] || (sim[a] == sim[b] && a < b);
-                       });
+      std::nth_element(
+          cut_at.begin(), cut_at.begin() + n_cuts, cut_at.end(),
+          [&](int64_t a, int64_t b) { return sim[a] < sim[b] || (sim[a] == sim[b] && a < b); });
       cut_at.resize(n_cuts);
       std::sort(cut_at.begin(), cut_at.end());
       kept.clear();
       int64_t start = 0;
       for (int64_t c = 0; c <= n_cuts && n_sets > 0; ++c) {
         const int64_t end = c < n_cuts ? cut_at[c] + 1 : n_prefix;  // set = row[start, end)
-        kept.emplace_back(merge_set(kv, h, row + start, end - start, scores.data() + h * n),
-                          start);
+        kept.push_back(merge_set(kv, h, row + start, end - start, scores.data() + h * n));
         start = end;
       }
-      for (int64_t i = n_prefix; i < n; ++i) kept.emplace_back(row[i], -1);
+      kept.insert(kept.end(), row + n_prefix, row + n);
       std::sort(kept.begin(), kept.end());
+      // New contents: a merged set's, else the token's own.
       for (int64_t j = 0; j < plan.n_keep; ++j) {
-        const auto [slot, set] = kept[j];
+        const int32_t slot = kept[j];
         plan.slots[h * plan.n_keep + j] = slot;
-        float* k_out = plan.k.data() + (h * plan.n_keep + j) * d;
-        float* v_out = plan.v.data() + (h * plan.n_keep + j) * d;
         const auto it = merged_.find(slot);
-        const float* k_src = kv.k + (h * kv.capacity + slot) * d;
-        const float* v_src = kv.v + (h * kv.capacity + slot) * d;
-        if (set >= 0 && it != merged_.end()) {
-          std::copy_n(it->second.data(), d, k_out);
-          std::copy_n(it->second.data() + d, d, v_out);
-        } else {
-          std::copy_n(k_src, d, k_out);
-          std::copy_n(v_src, d, v_out);
-        }
+        const float* k_src =
+            it != merged_.end() ? it->second.data() : kv.k + (h * kv.capacity + slot) * d;
+        const float* v_src =
+            it != merged_.end() ? it->second.data() + d : kv.v + (h * kv.capacity + slot) * d;
+        std::copy_n(k_src, d, plan.k.data() + (h * plan.n_keep + j) * d);
+        std::copy_n(v_src, d, plan.v.data() + (h * plan.n_keep + j) * d);
       }
       merged_.clear();
     }
@@ -192,8 +184,8 @@ class KvMergerPolicy : public TokenPolicy {
 
   KvMergerConfig config_;
   LayerLimits limits_;
-  std::vector<QueryWindow> windows_;  // per layer
-  std::vector<bool> closed_;          // per layer: merged, no more queries kept
+  std::vector<QueryWindow> windows_;              // per layer
+  std::vector<bool> closed_;                      // per layer: merged, no more queries kept
   std::map<int32_t, std::vector<float>> merged_;  // scratch of one head: pivot -> k then v
 };
 
@@ -214,8 +206,8 @@ MethodInfo kvmerger_method() {
   info.params = budget_params(kDefaultBudget);
   info.params.push_back(float_param("threshold", "0.75", -1, 1,
                                     "cosine similarity above which neighbouring keys merge"));
-  info.params.push_back(int_param("window", 32, 1, kNoMax,
-                                  "newest context tokens kept unmerged; their queries pick pivots"));
+  info.params.push_back(int_param(
+      "window", 32, 1, kNoMax, "newest context tokens kept unmerged; their queries pick pivots"));
   info.check = [](const MethodParams& params) {
     check_budget(params);
     const Budget budget = budget_from(params);

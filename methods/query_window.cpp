@@ -45,8 +45,6 @@ std::vector<float> QueryWindow::kv_head_scores(const DenseKv& kv) const {
   return grouped;
 }
 
-int64_t QueryWindow::bytes_resident() const {
-  return vector_bytes(q_) + vector_bytes(positions_);
-}
+int64_t QueryWindow::bytes_resident() const { return vector_bytes(q_) + vector_bytes(positions_); }
 
 }  // namespace kvbench

@@ -14,13 +14,14 @@
 // - A budget covering every page reads everything: the result is the full cache's.
 // - Bounds are kept from the keys as they are stored, before any packing: over a KIVI store
 //   (quest+kivi) they bound the fp32 keys, which ranks pages as the paper does.
+#include "kernels/cpu/quest.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
 #include <vector>
 
-#include "kernels/cpu/quest.h"
 #include "kernels/cpu/scores.h"
 #include "methods/budget.h"
 #include "methods/plan_helpers.h"

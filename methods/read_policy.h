@@ -22,8 +22,8 @@ class ReadPolicy {
   // The pages `query` reads in `layer`, which stores n_tokens, or nullptr to read all of
   // them. Adds the bytes the choice itself read (page metadata) to *bytes_read. The
   // selection stays valid until the next call.
-  virtual const PageSelection* select(int32_t layer, const AttentionQuery& query,
-                                      int64_t n_tokens, int64_t* bytes_read) = 0;
+  virtual const PageSelection* select(int32_t layer, const AttentionQuery& query, int64_t n_tokens,
+                                      int64_t* bytes_read) = 0;
 
   // Bytes of metadata held for `layer`, counted in the layer's bytes.
   virtual int64_t bytes_resident(int32_t layer) const = 0;

@@ -80,9 +80,9 @@ void check_composition(const std::string& text, const std::map<MethodKind, const
   }
   const auto same = seen.find(info.kind);
   if (same != seen.end()) {
-    const char* what = info.kind == MethodKind::Eviction    ? "eviction or merging"
-                       : info.kind == MethodKind::Storage   ? "storage"
-                                                            : "retrieval";
+    const char* what = info.kind == MethodKind::Eviction  ? "eviction or merging"
+                       : info.kind == MethodKind::Storage ? "storage"
+                                                          : "retrieval";
     fail_spec(text, "'" + same->second->name + "' and '" + info.name +
                         "' cannot compose: a cache takes at most one " + what + " method");
   }

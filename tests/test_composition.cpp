@@ -5,10 +5,10 @@
 #include <random>
 #include <vector>
 
-#include "tests/cache_feed.h"
 #include "kernels/cpu/kivi_attention.h"
 #include "methods/kivi.h"
 #include "methods/registry.h"
+#include "tests/cache_feed.h"
 
 using namespace kvbench;
 

@@ -6,11 +6,11 @@
 #include <random>
 #include <vector>
 
-#include "tests/cache_feed.h"
 #include "kernels/cpu/kivi_attention.h"
 #include "methods/full_cache.h"
 #include "methods/kivi.h"
 #include "methods/registry.h"
+#include "tests/cache_feed.h"
 
 using namespace kvbench;
 
@@ -135,8 +135,7 @@ TEST_CASE("kivi 2-bit at 8K holds at most 0.2x the full cache plus its residual"
   }
 }
 
-TEST_CASE("kivi attends through the packed blocks, as the reference over what it holds",
-          "[unit]") {
+TEST_CASE("kivi attends through the packed blocks, as the reference over what it holds", "[unit]") {
   KiviLayerKv store(kKvHeads, kHeadDim, KiviConfig{});
   const Tokens t = random_tokens(700, 0, 6);
   store.append(t.k.data(), t.v.data(), t.positions.data(), 700);
@@ -149,17 +148,16 @@ TEST_CASE("kivi attends through the packed blocks, as the reference over what it
   const std::vector<int32_t> q_positions = {100, 500, 699};  // early rows see only a prefix
   const AttentionQuery query{q.data(), q_positions.data(), out.data(), 3, kHeads, 0.125f};
   const int64_t bytes = store.attend(query, nullptr);
-  attention_kivi_reference(AttentionQuery{q.data(), q_positions.data(), expected.data(), 3,
-                                          kHeads, 0.125f},
-                           store.layout());
+  attention_kivi_reference(
+      AttentionQuery{q.data(), q_positions.data(), expected.data(), 3, kHeads, 0.125f},
+      store.layout());
   for (size_t i = 0; i < out.size(); ++i) REQUIRE(out[i] == Approx(expected[i]).margin(1e-4));
   const int64_t tail = 700 - store.n_blocks() * 32;
   CHECK(bytes == kKvHeads * (store.n_blocks() * (kivi_block_bytes(kHeadDim, 32, 2) + 128) +
                              tail * (2 * kHeadDim * 4 + 4)));
 }
 
-TEST_CASE("kivi through the model: 4 bits stays closer to the full cache than 2 bits",
-          "[unit]") {
+TEST_CASE("kivi through the model: 4 bits stays closer to the full cache than 2 bits", "[unit]") {
   // head_dim 32: KIVI packs channels in groups of 32.
   const KvShape shape{3, 2, 32};
   std::mt19937 rng(11);
@@ -181,8 +179,8 @@ TEST_CASE("kivi through the model: 4 bits stays closer to the full cache than 2 
       REQUIRE(a.n_tokens == b.n_tokens);
       for (int32_t h = 0; h < shape.n_kv_heads; ++h) {
         for (int64_t i = 0; i < a.n_tokens * shape.head_dim; ++i) {
-          worst = std::max<double>(worst, std::abs(a.k[h * a.capacity * 32 + i] -
-                                                   b.k[h * b.capacity * 32 + i]));
+          worst = std::max<double>(
+              worst, std::abs(a.k[h * a.capacity * 32 + i] - b.k[h * b.capacity * 32 + i]));
         }
       }
     }

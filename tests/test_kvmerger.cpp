@@ -7,9 +7,9 @@
 #include <random>
 #include <vector>
 
+#include "methods/registry.h"
 #include "tests/cache_feed.h"
 #include "tests/kept_positions.h"
-#include "methods/registry.h"
 
 using namespace kvbench;
 
@@ -94,7 +94,7 @@ TEST_CASE("kvmerger never adds tokens, keeps each set's pivot and holds the budg
       for (int32_t h = 0; h < 2; ++h) {
         const std::vector<int32_t> kept = testing::kept(cache, l, h);
         CHECK(std::adjacent_find(kept.begin(), kept.end()) == kept.end());  // no duplicates
-        for (int32_t p = 112; p < 120; ++p) {                                 // the window
+        for (int32_t p = 112; p < 120; ++p) {                               // the window
           CHECK(std::binary_search(kept.begin(), kept.end(), p));
         }
       }

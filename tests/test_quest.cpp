@@ -4,10 +4,10 @@
 #include <random>
 #include <vector>
 
-#include "tests/cache_feed.h"
 #include "kernels/cpu/attention.h"
 #include "methods/full_cache.h"
 #include "methods/registry.h"
+#include "tests/cache_feed.h"
 
 using namespace kvbench;
 
@@ -34,9 +34,9 @@ std::vector<std::vector<float>> run_same(std::vector<KvCache*> caches, const KvS
       outputs[i].assign(shape.n_layers * kHeads * shape.head_dim, 0.f);
       for (int32_t l = 0; l < shape.n_layers; ++l) {
         cache.append(l, step.k.data(), step.v.data(), &position, 1);
-        cache.attend(l, AttentionQuery{step.q.data(), &position,
-                                       outputs[i].data() + l * kHeads * shape.head_dim, 1,
-                                       kHeads, 0.25f});
+        cache.attend(
+            l, AttentionQuery{step.q.data(), &position,
+                              outputs[i].data() + l * kHeads * shape.head_dim, 1, kHeads, 0.25f});
       }
       cache.advance(1);
     }
