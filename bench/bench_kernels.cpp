@@ -13,6 +13,7 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/block_matvec.h"
+#include "kernels/cpu/kivi_attention.h"
 #include "kernels/cpu/scores.h"
 
 namespace {
@@ -236,6 +237,92 @@ BENCHMARK_CAPTURE(BM_BlockMatmul, f32_576x1536, BlockFormat::F32, 576, 1536)
     ->Args({1, 0})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
+
+// ---- KIVI (issue 7) -----------------------------------------------------------------------
+
+// One layer of KIVI storage in SmolLM2's shape: n_blocks blocks of 32 slots at `bits`, then a
+// fp32 tail, random codes and scales (the kernel's speed does not depend on their values).
+struct KiviLayer {
+  std::vector<uint8_t> k_codes, v_codes;
+  std::vector<float> k_scale, k_min, v_scale, v_min, tail_k, tail_v;
+  std::vector<int32_t> positions, tail_positions;
+  kvbench::KiviKv kv{};
+  KiviLayer(int64_t n_blocks, int64_t n_tail, int bits, uint32_t seed) {
+    const int64_t block_heads = n_blocks * kKvHeads;
+    const int64_t code_bytes = 32LL * kHeadDim * bits / 8;
+    std::mt19937 rng(seed);
+    k_codes.resize(block_heads * code_bytes);
+    v_codes.resize(block_heads * code_bytes);
+    for (auto& b : k_codes) b = static_cast<uint8_t>(rng());
+    for (auto& b : v_codes) b = static_cast<uint8_t>(rng());
+    const float step = 2.0f / static_cast<float>((1 << bits) - 1);
+    k_scale.assign(block_heads * kHeadDim, step);
+    k_min.assign(block_heads * kHeadDim, -1.0f);
+    v_scale.assign(block_heads * kHeadDim, step);  // [blocks, heads, 32, head_dim / 32]
+    v_min.assign(block_heads * kHeadDim, -1.0f);
+    positions.resize(block_heads * 32);
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      for (int h = 0; h < kKvHeads; ++h) {
+        for (int t = 0; t < 32; ++t) {
+          positions[(b * kKvHeads + h) * 32 + t] = static_cast<int32_t>(b * 32 + t);
+        }
+      }
+    }
+    tail_k = random_floats(kKvHeads * n_tail * kHeadDim, seed + 1);
+    tail_v = random_floats(kKvHeads * n_tail * kHeadDim, seed + 2);
+    tail_positions.resize(kKvHeads * n_tail);
+    for (int64_t i = 0; i < kKvHeads * n_tail; ++i) {
+      tail_positions[i] = static_cast<int32_t>(n_blocks * 32 + i % n_tail);
+    }
+    const DenseKv tail{tail_k.data(), tail_v.data(), tail_positions.data(), kKvHeads, kHeadDim,
+                       n_tail,        n_tail};
+    kv = kvbench::KiviKv{k_codes.data(),
+                         k_scale.data(),
+                         k_min.data(),
+                         v_codes.data(),
+                         v_scale.data(),
+                         v_min.data(),
+                         positions.data(),
+                         n_blocks,
+                         32,
+                         bits,
+                         tail};
+  }
+};
+
+// One decode query over 8192 slots of KIVI KV (128 in the fp32 tail), range(0) bits, range(1)
+// cold as above: GB/s of what it must read (codes, scales and minimums, positions, the tail).
+void BM_KiviDecode(benchmark::State& state) {
+  const int bits = static_cast<int>(state.range(0));
+  const int64_t n_tokens = 8192, n_tail = 128, n_blocks = (n_tokens - n_tail) / 32;
+  const int64_t bytes =
+      kKvHeads * (n_blocks * (kvbench::kivi_block_bytes(kHeadDim, 32, bits) + 32 * 4) +
+                  n_tail * (2 * kHeadDim * 4 + 4));
+  std::vector<KiviLayer> layers;
+  const int64_t n_copies = copies_for(bytes, state.range(1) != 0);
+  layers.reserve(n_copies);
+  for (int64_t l = 0; l < n_copies; ++l) {
+    layers.emplace_back(n_blocks, n_tail, bits, static_cast<uint32_t>(3 * l));
+  }
+  const auto q = random_floats(kHeads * kHeadDim, 99);
+  std::vector<float> out(q.size());
+  const int32_t q_pos = static_cast<int32_t>(n_tokens);
+  const AttentionQuery query{q.data(), &q_pos, out.data(), 1, kHeads, 0.125f};
+  size_t l = 0;
+  for (auto _ : state) {
+    kvbench::attention_kivi_cpu(query, layers[l].kv);
+    l = (l + 1) % layers.size();
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["GB/s"] =
+      benchmark::Counter(static_cast<double>(bytes) * state.iterations(),
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_KiviDecode)
+    ->ArgsProduct({{2, 4}, {1}})
+    ->Args({2, 0})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 }  // namespace
 
