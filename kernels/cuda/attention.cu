@@ -14,12 +14,30 @@ constexpr int kMaxGroup = 8;        // query heads of one KV group handled by on
 constexpr int kMinSplitKeys = 256;  // split-K never makes a split shorter than this
 constexpr float kLog2e = 1.4426950408889634f;
 
-void check(cudaError_t err, const char* what) {
+void check(cudaError_t err, const char* who, const char* what) {
   if (err != cudaSuccess) {
-    throw std::runtime_error(std::string("attention_dense_cuda: ") + what + ": " +
-                             cudaGetErrorString(err));
+    throw std::runtime_error(std::string(who) + ": " + what + ": " + cudaGetErrorString(err));
   }
 }
+
+// The stored slots a block walks, as indices j in [0, count): every slot in order (dense) ...
+struct AllSlots {
+  __device__ __forceinline__ int64_t slot(int, int64_t j) const { return j; }
+};
+
+// ... or KV head kvh's selected pages one after another (Quest's gathered attention), j / page
+// tokens picking the page; -1 past a partial last page or for a negative page.
+struct SelectedSlots {
+  const int32_t* pages;  // [n_kv_heads, n_selected]
+  int32_t n_selected;
+  int32_t page_tokens;
+  int64_t n_tokens;
+  __device__ __forceinline__ int64_t slot(int kvh, int64_t j) const {
+    const int32_t page = pages[static_cast<int64_t>(kvh) * n_selected + j / page_tokens];
+    const int64_t t = static_cast<int64_t>(page) * page_tokens + j % page_tokens;
+    return page >= 0 && t < n_tokens ? t : -1;
+  }
+};
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -27,14 +45,15 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// One block: query i, up to kMaxGroup heads of KV head kvh, stored tokens [t0, t1).
+// One block: query i, up to kMaxGroup heads of KV head kvh, slot indices [t0, t1) of `slots`.
 // Each warp keeps an online softmax (max m, denominator l, unnormalised acc) per head over
 // the keys it visits (coalesced: lane holds elements lane, lane + 32, ...); the block then
 // merges its warps. One split writes normalised output; several write (acc, m, l) partials.
-template <int D>
+template <int D, class Slots>
 __global__ void __launch_bounds__(kWarps * 32)
-    attention_split_kernel(AttentionQuery query, DenseKv kv, int group, int head_chunks,
-                           int64_t split_len, int n_splits, float* partial) {
+    attention_split_kernel(AttentionQuery query, DenseKv kv, Slots slots, int64_t n_slots,
+                           int group, int head_chunks, int64_t split_len, int n_splits,
+                           float* partial) {
   constexpr int E = D / 32;
   const int i = blockIdx.x;
   const int kvh = blockIdx.y / head_chunks;
@@ -42,7 +61,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int ng = min(kMaxGroup, group - g0);
   const int split = blockIdx.z;
   const int64_t t0 = split * split_len;
-  const int64_t t1 = min(kv.n_tokens, t0 + split_len);
+  const int64_t t1 = min(n_slots, t0 + split_len);
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
   const int32_t qpos = query.q_positions[i];
@@ -68,8 +87,9 @@ __global__ void __launch_bounds__(kWarps * 32)
   const float* k_head = kv.k + static_cast<int64_t>(kvh) * kv.capacity * D;
   const float* v_head = kv.v + static_cast<int64_t>(kvh) * kv.capacity * D;
   const int32_t* pos_head = kv.positions + static_cast<int64_t>(kvh) * kv.capacity;
-  for (int64_t t = t0 + warp; t < t1; t += kWarps) {
-    if (pos_head[t] > qpos) continue;  // uniform across the warp
+  for (int64_t j = t0 + warp; j < t1; j += kWarps) {
+    const int64_t t = slots.slot(kvh, j);
+    if (t < 0 || pos_head[t] > qpos) continue;  // uniform across the warp
     float kr[E], vr[E];
 #pragma unroll
     for (int e = 0; e < E; ++e) {
@@ -157,65 +177,90 @@ __global__ void attention_merge_kernel(AttentionQuery query, int n_splits, const
   query.out[row * D + d] = sum > 0.0f ? o / sum : 0.0f;
 }
 
-template <int D>
-void launch(const AttentionQuery& query, const DenseKv& kv, cudaStream_t stream) {
+template <int D, class Slots>
+void launch(const AttentionQuery& query, const DenseKv& kv, Slots slots, int64_t n_slots,
+            const char* who, cudaStream_t stream) {
   const int group = query.n_heads / kv.n_kv_heads;
   const int head_chunks = (group + kMaxGroup - 1) / kMaxGroup;
   int device = 0, sms = 1;
-  check(cudaGetDevice(&device), "cudaGetDevice");
-  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "SM count");
+  check(cudaGetDevice(&device), who, "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), who, "SM count");
   // Split-K only when (query, head chunk) blocks alone would leave SMs idle.
   const int64_t base = static_cast<int64_t>(query.n_queries) * kv.n_kv_heads * head_chunks;
   const int64_t want = 2LL * sms;
   int64_t splits = 1;
   if (base < want) {
-    const int64_t most = std::max<int64_t>(1, kv.n_tokens / kMinSplitKeys);
+    const int64_t most = std::max<int64_t>(1, n_slots / kMinSplitKeys);
     splits = std::min<int64_t>({(want + base - 1) / base, most, 65535});
   }
-  const int64_t split_len = std::max<int64_t>(1, (kv.n_tokens + splits - 1) / splits);
-  splits = std::max<int64_t>(1, (kv.n_tokens + split_len - 1) / split_len);
+  const int64_t split_len = std::max<int64_t>(1, (n_slots + splits - 1) / splits);
+  splits = std::max<int64_t>(1, (n_slots + split_len - 1) / split_len);
 
   const dim3 grid(query.n_queries, kv.n_kv_heads * head_chunks, static_cast<unsigned>(splits));
   if (splits == 1) {
-    attention_split_kernel<D>
-        <<<grid, kWarps * 32, 0, stream>>>(query, kv, group, head_chunks, split_len, 1, nullptr);
-    check(cudaGetLastError(), "split kernel launch");
+    attention_split_kernel<D><<<grid, kWarps * 32, 0, stream>>>(query, kv, slots, n_slots, group,
+                                                                head_chunks, split_len, 1, nullptr);
+    check(cudaGetLastError(), who, "split kernel launch");
     return;
   }
   float* partial = nullptr;
   const size_t bytes =
       static_cast<size_t>(query.n_queries) * query.n_heads * splits * (D + 2) * sizeof(float);
-  check(cudaMallocAsync(reinterpret_cast<void**>(&partial), bytes, stream), "cudaMallocAsync");
+  check(cudaMallocAsync(reinterpret_cast<void**>(&partial), bytes, stream), who, "cudaMallocAsync");
   attention_split_kernel<D><<<grid, kWarps * 32, 0, stream>>>(
-      query, kv, group, head_chunks, split_len, static_cast<int>(splits), partial);
-  check(cudaGetLastError(), "split kernel launch");
+      query, kv, slots, n_slots, group, head_chunks, split_len, static_cast<int>(splits), partial);
+  check(cudaGetLastError(), who, "split kernel launch");
   attention_merge_kernel<D>
       <<<static_cast<unsigned>(query.n_queries * query.n_heads), D, 0, stream>>>(
           query, static_cast<int>(splits), partial);
-  check(cudaGetLastError(), "merge kernel launch");
-  check(cudaFreeAsync(partial, stream), "cudaFreeAsync");
+  check(cudaGetLastError(), who, "merge kernel launch");
+  check(cudaFreeAsync(partial, stream), who, "cudaFreeAsync");
+}
+
+void check_heads(const AttentionQuery& query, const DenseKv& kv, const char* who) {
+  if (kv.n_kv_heads <= 0 || query.n_heads % kv.n_kv_heads != 0) {
+    throw std::invalid_argument(std::string(who) + ": n_heads (" + std::to_string(query.n_heads) +
+                                ") must be a multiple of n_kv_heads (" +
+                                std::to_string(kv.n_kv_heads) + ")");
+  }
+}
+
+// One head_dim table for both entry points.
+template <class Slots>
+void dispatch(const AttentionQuery& query, const DenseKv& kv, Slots slots, int64_t n_slots,
+              const char* who, cudaStream_t stream) {
+  switch (kv.head_dim) {
+    case 64:
+      launch<64>(query, kv, slots, n_slots, who, stream);
+      break;
+    case 128:
+      launch<128>(query, kv, slots, n_slots, who, stream);
+      break;
+    default:
+      throw std::invalid_argument(std::string(who) + ": head_dim must be 64 or 128, got " +
+                                  std::to_string(kv.head_dim));
+  }
 }
 
 }  // namespace
 
 void attention_dense_cuda(const AttentionQuery& query, const DenseKv& kv, cudaStream_t stream) {
   if (query.n_queries <= 0) return;
-  if (kv.n_kv_heads <= 0 || query.n_heads % kv.n_kv_heads != 0) {
-    throw std::invalid_argument("attention_dense_cuda: n_heads (" + std::to_string(query.n_heads) +
-                                ") must be a multiple of n_kv_heads (" +
-                                std::to_string(kv.n_kv_heads) + ")");
+  check_heads(query, kv, "attention_dense_cuda");
+  dispatch(query, kv, AllSlots{}, kv.n_tokens, "attention_dense_cuda", stream);
+}
+
+void attention_pages_cuda(const AttentionQuery& query, const DenseKv& kv,
+                          const PageSelection& pages, cudaStream_t stream) {
+  if (query.n_queries <= 0) return;
+  check_heads(query, kv, "attention_pages_cuda");
+  if (pages.page_tokens <= 0 || pages.n_selected < 0) {
+    throw std::invalid_argument(
+        "attention_pages_cuda: page_tokens must be > 0 and n_selected >= 0");
   }
-  switch (kv.head_dim) {
-    case 64:
-      launch<64>(query, kv, stream);
-      break;
-    case 128:
-      launch<128>(query, kv, stream);
-      break;
-    default:
-      throw std::invalid_argument("attention_dense_cuda: head_dim must be 64 or 128, got " +
-                                  std::to_string(kv.head_dim));
-  }
+  const SelectedSlots slots{pages.pages, pages.n_selected, pages.page_tokens, kv.n_tokens};
+  dispatch(query, kv, slots, static_cast<int64_t>(pages.n_selected) * pages.page_tokens,
+           "attention_pages_cuda", stream);
 }
 
 }  // namespace kvbench

@@ -1,5 +1,6 @@
-// CUDA twin of attention_dense_cpu (kernels/cpu/attention.h): same layouts, device pointers.
-// Include only from CUDA-aware code: this header pulls in <cuda_runtime.h>.
+// CUDA twins of attention_dense_cpu and attention_pages_cpu (kernels/cpu/attention.h): same
+// layouts, device pointers. Include only from CUDA-aware code: this header pulls in
+// <cuda_runtime.h>.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,5 +14,13 @@ namespace kvbench {
 // Split-K (flash-decoding) when there are too few (query, head) pairs to fill the GPU.
 // Throws std::invalid_argument for an unsupported head_dim, std::runtime_error on a CUDA error.
 void attention_dense_cuda(const AttentionQuery& query, const DenseKv& kv, cudaStream_t stream);
+
+// As attention_dense_cuda, reading only KV head h's selected pages (Quest's gathered attention,
+// as attention_pages_cpu): pages.pages is a device pointer, each head's row strictly ascending
+// (a page listed twice would be attended twice); a negative page and slots past n_tokens are
+// skipped. Split-K runs over the selected slots. Throws as attention_dense_cuda, and
+// std::invalid_argument for page_tokens <= 0.
+void attention_pages_cuda(const AttentionQuery& query, const DenseKv& kv,
+                          const PageSelection& pages, cudaStream_t stream);
 
 }  // namespace kvbench
