@@ -14,7 +14,7 @@ void check(const QuantGroups& q) {
   }
 }
 
-// The code of x in [0, levels]: round half away from zero of (x - min) / scale, clamped
+// The code of x in [0, levels]: (x - min) / scale rounded half to even (nearbyint), clamped
 // (rounding can push the maximum a hair past the top level).
 inline uint32_t code_of(float x, float min, float inv_scale, uint32_t levels) {
   const float c = std::nearbyint((x - min) * inv_scale);
