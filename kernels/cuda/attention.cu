@@ -5,20 +5,19 @@
 #include <string>
 
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/common.cuh"
 
 namespace kvbench {
 namespace {
+
+using cuda::check;
+using cuda::merge_splits_kernel;
+using cuda::warp_sum;
 
 constexpr int kWarps = 4;           // warps per block, each walking its own keys
 constexpr int kMaxGroup = 8;        // query heads of one KV group handled by one block
 constexpr int kMinSplitKeys = 256;  // split-K never makes a split shorter than this
 constexpr float kLog2e = 1.4426950408889634f;
-
-void check(cudaError_t err, const char* who, const char* what) {
-  if (err != cudaSuccess) {
-    throw std::runtime_error(std::string(who) + ": " + what + ": " + cudaGetErrorString(err));
-  }
-}
 
 // The stored slots a block walks, as indices j in [0, count): every slot in order (dense) ...
 struct AllSlots {
@@ -38,12 +37,6 @@ struct SelectedSlots {
     return page >= 0 && t < n_tokens ? t : -1;
   }
 };
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-  return v;
-}
 
 // One block: query i, up to kMaxGroup heads of KV head kvh, slot indices [t0, t1) of `slots`.
 // Each warp keeps an online softmax (max m, denominator l, unnormalised acc) per head over
@@ -158,25 +151,6 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-// One block per (query, head), one thread per element: rescales every split to the common max.
-template <int D>
-__global__ void attention_merge_kernel(AttentionQuery query, int n_splits, const float* partial) {
-  const int64_t row = blockIdx.x;  // query * n_heads + head
-  const int d = threadIdx.x;
-  const float* p = partial + row * n_splits * (D + 2);
-  float mx = -INFINITY;
-  for (int s = 0; s < n_splits; ++s) mx = fmaxf(mx, p[s * (D + 2) + D]);
-  float o = 0.0f, sum = 0.0f;
-  if (mx != -INFINITY) {
-    for (int s = 0; s < n_splits; ++s) {
-      const float c = exp2f(p[s * (D + 2) + D] - mx);
-      o += c * p[s * (D + 2) + d];
-      sum += c * p[s * (D + 2) + D + 1];
-    }
-  }
-  query.out[row * D + d] = sum > 0.0f ? o / sum : 0.0f;
-}
-
 template <int D, class Slots>
 void launch(const AttentionQuery& query, const DenseKv& kv, Slots slots, int64_t n_slots,
             const char* who, cudaStream_t stream) {
@@ -210,9 +184,8 @@ void launch(const AttentionQuery& query, const DenseKv& kv, Slots slots, int64_t
   attention_split_kernel<D><<<grid, kWarps * 32, 0, stream>>>(
       query, kv, slots, n_slots, group, head_chunks, split_len, static_cast<int>(splits), partial);
   check(cudaGetLastError(), who, "split kernel launch");
-  attention_merge_kernel<D>
-      <<<static_cast<unsigned>(query.n_queries * query.n_heads), D, 0, stream>>>(
-          query, static_cast<int>(splits), partial);
+  merge_splits_kernel<D><<<static_cast<unsigned>(query.n_queries * query.n_heads), D, 0, stream>>>(
+      query, static_cast<int>(splits), partial);
   check(cudaGetLastError(), who, "merge kernel launch");
   check(cudaFreeAsync(partial, stream), who, "cudaFreeAsync");
 }

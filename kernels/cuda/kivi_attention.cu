@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kivi_attention.h"
 
 // How a block reads the cache: its warps take 32-slot windows in turn (a window is one KIVI block,
@@ -17,30 +18,17 @@
 namespace kvbench {
 namespace {
 
+using cuda::merge_splits_kernel;
+using cuda::warp_max;
+using cuda::warp_sum;
+
 constexpr int kWarps = 4;            // warps per block, each walking its own windows
 constexpr int kMaxGroup = 8;         // query heads of one KV group handled by one block
 constexpr int kWindow = 32;          // slots per window: KIVI's group, and the warp size
 constexpr int kMinSplitWindows = 8;  // split-K never makes a split shorter than this
 constexpr float kLog2e = 1.4426950408889634f;
 
-void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) {
-    throw std::runtime_error(std::string("attention_kivi_cuda: ") + what + ": " +
-                             cudaGetErrorString(err));
-  }
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-  return v;
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
-  return v;
-}
+void check(cudaError_t err, const char* what) { cuda::check(err, "attention_kivi_cuda", what); }
 
 // The windows a KV head reads, as units u in [0, n_units). Without a selection unit u is window
 // u. With one, unit (i, k) = i * per_page + k is the k-th window page i touches; a window is read
@@ -271,26 +259,6 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-// One block per (query, head), one thread per channel: rescales every split to the common max
-// (attention.cu's merge).
-template <int D>
-__global__ void kivi_merge_kernel(AttentionQuery query, int n_splits, const float* partial) {
-  const int64_t row = blockIdx.x;  // query * n_heads + head
-  const int d = threadIdx.x;
-  const float* p = partial + row * n_splits * (D + 2);
-  float mx = -INFINITY;
-  for (int s = 0; s < n_splits; ++s) mx = fmaxf(mx, p[s * (D + 2) + D]);
-  float o = 0.0f, sum = 0.0f;
-  if (mx != -INFINITY) {
-    for (int s = 0; s < n_splits; ++s) {
-      const float c = exp2f(p[s * (D + 2) + D] - mx);
-      o += c * p[s * (D + 2) + d];
-      sum += c * p[s * (D + 2) + D + 1];
-    }
-  }
-  query.out[row * D + d] = sum > 0.0f ? o / sum : 0.0f;
-}
-
 template <int D, int BITS>
 void launch(const AttentionQuery& query, const KiviKv& kv, const PageSelection* pages,
             cudaStream_t stream) {
@@ -335,7 +303,7 @@ void launch(const AttentionQuery& query, const KiviKv& kv, const PageSelection* 
   kivi_split_kernel<D, BITS><<<grid, kWarps * 32, 0, stream>>>(
       query, kv, units, n_units, group, head_chunks, split_len, static_cast<int>(splits), partial);
   check(cudaGetLastError(), "split kernel launch");
-  kivi_merge_kernel<D><<<static_cast<unsigned>(query.n_queries * query.n_heads), D, 0, stream>>>(
+  merge_splits_kernel<D><<<static_cast<unsigned>(query.n_queries * query.n_heads), D, 0, stream>>>(
       query, static_cast<int>(splits), partial);
   check(cudaGetLastError(), "merge kernel launch");
   check(cudaFreeAsync(partial, stream), "cudaFreeAsync");

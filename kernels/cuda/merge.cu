@@ -1,24 +1,18 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/merge.h"
 
 namespace kvbench {
 namespace {
 
+using cuda::warp_sum;
+
 constexpr int kWarps = 4;  // adjacent pairs per block, a warp each
 
 void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) {
-    throw std::runtime_error(std::string("adjacent_key_cosine_cuda: ") + what + ": " +
-                             cudaGetErrorString(err));
-  }
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-  return v;
+  cuda::check(err, "adjacent_key_cosine_cuda", what);
 }
 
 // Block (pairs kWarps x .. + kWarps, KV head y); a warp per pair, lanes over channels. Each

@@ -1,6 +1,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/quantize.h"
 
 namespace kvbench {
@@ -8,12 +9,7 @@ namespace {
 
 constexpr int kThreads = 128;  // one thread per group
 
-void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) {
-    throw std::runtime_error(std::string("quantize_groups_cuda: ") + what + ": " +
-                             cudaGetErrorString(err));
-  }
-}
+void check(cudaError_t err, const char* what) { cuda::check(err, "quantize_groups_cuda", what); }
 
 void check_groups(const QuantGroups& q, const char* who) {
   if ((q.bits != 2 && q.bits != 4) || q.group_size <= 0 || (q.group_size * q.bits) % 8 != 0) {

@@ -3,25 +3,18 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/quest.h"
 
 namespace kvbench {
 namespace {
 
+using cuda::warp_sum;
+
 constexpr int kBoundsThreads = 128;  // threads over head_dim per (page, KV head)
 constexpr int kWarps = 4;            // pages scored per block, a warp each
 
-void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) {
-    throw std::runtime_error(std::string("quest cuda: ") + what + ": " + cudaGetErrorString(err));
-  }
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-  return v;
-}
+void check(cudaError_t err, const char* what) { cuda::check(err, "quest cuda", what); }
 
 // Block (page first_page + x, KV head y); a thread per channel. The keys of the page's new slots
 // are folded in slot order with std::min / std::max's comparisons, as the CPU does.
