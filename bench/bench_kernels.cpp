@@ -6,14 +6,20 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <limits>
+#include <map>
+#include <memory>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/block_matvec.h"
 #include "kernels/cpu/kivi_attention.h"
+#include "kernels/cpu/quest.h"
 #include "kernels/cpu/scores.h"
 
 namespace {
@@ -323,6 +329,105 @@ BENCHMARK(BM_KiviDecode)
     ->Args({2, 0})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
+
+// ---- Quest (issue 7) ----------------------------------------------------------------------
+
+// Quest decode: per decode step, bound each page's logits from its key min/max,
+// keep the top pages (the last, being written, always), attend over those pages only.
+// Directly comparable with BM_AttentionDecode/<n_tokens>/1 (same shape, query, scale and
+// query position, cold); GB/s counts what Quest must read: every page's bounds + the
+// selected pages' K and V.
+constexpr int kQuestPageTokens = 16;
+
+// Copies of one layer's KV and its page bounds (built with page_bounds_append_cpu). Quest
+// reads a fraction of each copy, so there are enough copies that the bytes it reads, not the
+// copies' size, add up to kColdBytes: with fewer, the pages it keeps picking stay in the L3.
+struct QuestLayers {
+  int64_t n_tokens, n_pages;
+  std::vector<int32_t> positions;
+  std::vector<std::vector<float>> k, v, k_min, k_max;
+  QuestLayers(int64_t tokens, int64_t bytes_read)
+      : n_tokens(tokens), n_pages((tokens + kQuestPageTokens - 1) / kQuestPageTokens) {
+    positions.resize(kKvHeads * n_tokens);
+    for (int64_t i = 0; i < kKvHeads * n_tokens; ++i) {
+      positions[i] = static_cast<int32_t>(i % n_tokens);
+    }
+    std::vector<float> token_major(kKvHeads * n_tokens * kHeadDim);  // append's layout
+    for (int64_t l = 0; l < copies_for(bytes_read); ++l) {
+      k.push_back(random_floats(kKvHeads * n_tokens * kHeadDim, 2 * l));
+      v.push_back(random_floats(kKvHeads * n_tokens * kHeadDim, 2 * l + 1));
+      for (int h = 0; h < kKvHeads; ++h) {
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          std::copy_n(k[l].data() + (h * n_tokens + t) * kHeadDim, kHeadDim,
+                      token_major.data() + (t * kKvHeads + h) * kHeadDim);
+        }
+      }
+      k_min.emplace_back(kKvHeads * n_pages * kHeadDim);
+      k_max.emplace_back(kKvHeads * n_pages * kHeadDim);
+      kvbench::PageBounds b = bounds(l);
+      b.n_pages = 0;
+      kvbench::page_bounds_append_cpu(b, token_major.data(), 0, n_tokens);
+    }
+  }
+  DenseKv layer(size_t l) const {
+    return DenseKv{k[l].data(), v[l].data(), positions.data(), kKvHeads,
+                   kHeadDim,    n_tokens,    n_tokens};
+  }
+  kvbench::PageBounds bounds(size_t l) {
+    return kvbench::PageBounds{k_min[l].data(),  k_max[l].data(), kKvHeads, kHeadDim,
+                               kQuestPageTokens, n_pages,         n_pages};
+  }
+};
+
+// range(0) stored tokens, a budget of range(1) tokens (pages of 16) per KV head, cold.
+void BM_QuestDecode(benchmark::State& state) {
+  const int64_t n_tokens = state.range(0);
+  const int budget_pages = static_cast<int>(state.range(1) / kQuestPageTokens);
+  const int64_t n_pages = (n_tokens + kQuestPageTokens - 1) / kQuestPageTokens;
+  const double bounds_bytes = 2.0 * kKvHeads * n_pages * kHeadDim * 4;
+  const double kv_bytes = 2.0 * kKvHeads * budget_pages * kQuestPageTokens * kHeadDim * 4;
+  // Built once per shape: the benchmark function runs several times, and the copies are big.
+  static std::map<std::pair<int64_t, int>, std::unique_ptr<QuestLayers>> built;
+  auto& layers = built[{n_tokens, budget_pages}];
+  if (!layers) {
+    layers = std::make_unique<QuestLayers>(n_tokens, static_cast<int64_t>(bounds_bytes + kv_bytes));
+  }
+  const auto q = random_floats(kHeads * kHeadDim, 99);
+  std::vector<float> out(q.size()), scores(kKvHeads * n_pages);
+  std::vector<int32_t> selected(kKvHeads * budget_pages);
+  const int32_t q_pos = static_cast<int32_t>(n_tokens);
+  const AttentionQuery query{q.data(), &q_pos, out.data(), 1, kHeads, 0.125f};
+  using Clock = std::chrono::steady_clock;
+  double score_us = 0, top_k_us = 0, attend_us = 0;  // where an iteration's time goes
+  size_t l = 0;
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    kvbench::page_scores_cpu(query, 0, layers->bounds(l), scores.data());
+    for (int h = 0; h < kKvHeads; ++h) {
+      scores[h * n_pages + n_pages - 1] = std::numeric_limits<float>::infinity();
+    }
+    const auto t1 = Clock::now();
+    kvbench::top_k_indices_cpu(scores.data(), kKvHeads, n_pages, budget_pages, selected.data());
+    const auto t2 = Clock::now();
+    kvbench::attention_pages_cpu(
+        query, layers->layer(l),
+        kvbench::PageSelection{selected.data(), budget_pages, kQuestPageTokens});
+    const auto t3 = Clock::now();
+    score_us += std::chrono::duration<double, std::micro>(t1 - t0).count();
+    top_k_us += std::chrono::duration<double, std::micro>(t2 - t1).count();
+    attend_us += std::chrono::duration<double, std::micro>(t3 - t2).count();
+    l = (l + 1) % layers->k.size();
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["GB/s"] =
+      benchmark::Counter((bounds_bytes + kv_bytes) * state.iterations(),
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.counters["MB_read"] = (bounds_bytes + kv_bytes) / 1e6;
+  state.counters["score_us"] = benchmark::Counter(score_us, benchmark::Counter::kAvgIterations);
+  state.counters["top_k_us"] = benchmark::Counter(top_k_us, benchmark::Counter::kAvgIterations);
+  state.counters["attend_us"] = benchmark::Counter(attend_us, benchmark::Counter::kAvgIterations);
+}
+BENCHMARK(BM_QuestDecode)->Args({8192, 1024})->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 }  // namespace
 

@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/avx2.h"
 #include "kernels/cpu/tile_gemm.h"
 
 namespace kvbench {
@@ -16,8 +17,9 @@ namespace {
 
 using namespace tile;
 
-constexpr int kTileRows = 192;      // target query rows (query x head) per work item
-constexpr int kMinSplitKeys = 512;  // split-K never makes a split shorter than this
+constexpr int kTileRows = 192;          // target query rows (query x head) per work item
+constexpr int kMinSplitKeys = 512;      // split-K never makes a split shorter than this
+constexpr int kMinPageSplitKeys = 256;  // nor, over selected pages, shorter than this
 
 void scale_row(float* o, int n, float alpha) {
   for (int d = 0; d < n; ++d) o[d] *= alpha;
@@ -31,60 +33,152 @@ struct Scratch {
   std::vector<float> o;       // [rows, head_dim] unnormalised output
   std::vector<float> m, l;    // [rows] running max (log2 domain) and softmax denominator
   std::vector<int32_t> qpos;  // [rows] query position of each row
+  std::vector<float> kg, vg;  // [kKeyTile, head_dim] keys and values of one gathered tile
+  std::vector<int32_t> pos;   // [kKeyTile] its positions
 };
 
 struct Plan {
   int group;   // query heads per KV head
   int q_tile;  // queries per work item
   int n_q_tiles;
-  int n_splits;  // key ranges per (kv head, query tile); > 1 only for few queries
-  int64_t split_len;
-  int rows;  // q_tile * group
+  int n_splits;       // key ranges per (kv head, query tile); > 1 only for few queries
+  int64_t split_len;  // stored tokens per split (dense), selected pages per split (paged)
+  int rows;           // q_tile * group
 };
 
-// One work item: query tile [q0, q1) of KV head kvh over stored tokens [t0, t1).
+// Gathers the rows of query tile [q0, q1) for KV head kvh and clears their o, m, l.
+QueryRange begin_rows(const AttentionQuery& query, const DenseKv& kv, const Plan& plan, int kvh,
+                      int q0, int q1, Scratch& w) {
+  const int dim = kv.head_dim;
+  const int rows = (q1 - q0) * plan.group;
+  const QueryRange queries = gather_query_rows(query, kvh, plan.group, dim, q0, q1,
+                                               query.scale * kLog2e, w.q.data(), w.qpos.data());
+  std::fill(w.o.begin(), w.o.begin() + static_cast<int64_t>(rows) * dim, 0.0f);
+  std::fill(w.m.begin(), w.m.begin() + rows, kNegInf);
+  std::fill(w.l.begin(), w.l.begin() + rows, 0.0f);
+  return queries;
+}
+
+// Folds one key tile, nk <= kKeyTile consecutive rows of keys k, values v and positions pos,
+// into the online softmax of the rows gathered by begin_rows.
+void attend_keys(int dim, int rows, QueryRange queries, const float* k, const float* v,
+                 const int32_t* pos, int nk, Scratch& w) {
+  const TileMask mask = tile_mask(pos, nk, queries);
+  if (mask == TileMask::Skip) return;
+  const int ld = (nk + kNr - 1) / kNr * kNr;
+  if (rows <= kDirectRows) {
+    scores_direct(rows, dim, w.q.data(), k, nk, w.s.data(), ld);
+  } else {
+    pack_transposed(k, nk, dim, w.kt.data(), ld);
+    gemm(rows, dim, ld, w.q.data(), dim, w.kt.data(), ld, w.s.data(), ld, false);
+  }
+  for (int r = 0; r < rows; ++r) {
+    float* srow = w.s.data() + static_cast<int64_t>(r) * ld;
+    if (mask == TileMask::Partial) mask_after(srow, pos, nk, w.qpos[r]);
+    const float m_new = std::max(w.m[r], row_max(srow, nk));
+    if (m_new == kNegInf) {  // nothing visible yet for this row
+      std::fill(srow, srow + nk, 0.0f);
+      continue;
+    }
+    const float alpha = std::exp2(w.m[r] - m_new);  // 0 when m was -inf
+    const float sum = exp2_shift_sum(srow, nk, m_new);
+    if (alpha != 1.0f) scale_row(w.o.data() + static_cast<int64_t>(r) * dim, dim, alpha);
+    w.l[r] = w.l[r] * alpha + sum;
+    w.m[r] = m_new;
+  }
+  gemm(rows, nk, dim, w.s.data(), ld, v, dim, w.o.data(), dim, true);
+}
+
+// One dense work item: query tile [q0, q1) of KV head kvh over stored tokens [t0, t1).
 // Leaves unnormalised o, m, l for rows (query, head-in-group) in the scratch buffers.
 void attend_tile(const AttentionQuery& query, const DenseKv& kv, const Plan& plan, int kvh, int q0,
                  int q1, int64_t t0, int64_t t1, Scratch& w) {
   const int dim = kv.head_dim;
-  const int group = plan.group;
-  const int rows = (q1 - q0) * group;
-  const QueryRange queries = gather_query_rows(query, kvh, group, dim, q0, q1, query.scale * kLog2e,
-                                               w.q.data(), w.qpos.data());
-  std::fill(w.o.begin(), w.o.begin() + static_cast<int64_t>(rows) * dim, 0.0f);
-  std::fill(w.m.begin(), w.m.begin() + rows, kNegInf);
-  std::fill(w.l.begin(), w.l.begin() + rows, 0.0f);
-
+  const int rows = (q1 - q0) * plan.group;
+  const QueryRange queries = begin_rows(query, kv, plan, kvh, q0, q1, w);
   const float* k_head = kv.k + static_cast<int64_t>(kvh) * kv.capacity * dim;
   const float* v_head = kv.v + static_cast<int64_t>(kvh) * kv.capacity * dim;
+  const int32_t* pos_head = kv.positions + static_cast<int64_t>(kvh) * kv.capacity;
   for (int64_t k0 = t0; k0 < t1; k0 += kKeyTile) {
     const int nk = static_cast<int>(std::min<int64_t>(kKeyTile, t1 - k0));
-    const int32_t* pos = kv.positions + static_cast<int64_t>(kvh) * kv.capacity + k0;
-    const TileMask mask = tile_mask(pos, nk, queries);
-    if (mask == TileMask::Skip) continue;
-    const int ld = (nk + kNr - 1) / kNr * kNr;
-    if (rows <= kDirectRows) {
-      scores_direct(rows, dim, w.q.data(), k_head + k0 * dim, nk, w.s.data(), ld);
-    } else {
-      pack_transposed(k_head + k0 * dim, nk, dim, w.kt.data(), ld);
-      gemm(rows, dim, ld, w.q.data(), dim, w.kt.data(), ld, w.s.data(), ld, false);
-    }
-    for (int r = 0; r < rows; ++r) {
-      float* srow = w.s.data() + static_cast<int64_t>(r) * ld;
-      if (mask == TileMask::Partial) mask_after(srow, pos, nk, w.qpos[r]);
-      const float m_new = std::max(w.m[r], row_max(srow, nk));
-      if (m_new == kNegInf) {  // nothing visible yet for this row
-        std::fill(srow, srow + nk, 0.0f);
-        continue;
-      }
-      const float alpha = std::exp2(w.m[r] - m_new);  // 0 when m was -inf
-      const float sum = exp2_shift_sum(srow, nk, m_new);
-      if (alpha != 1.0f) scale_row(w.o.data() + static_cast<int64_t>(r) * dim, dim, alpha);
-      w.l[r] = w.l[r] * alpha + sum;
-      w.m[r] = m_new;
-    }
-    gemm(rows, nk, dim, w.s.data(), ld, v_head + k0 * dim, dim, w.o.data(), dim, true);
+    attend_keys(dim, rows, queries, k_head + k0 * dim, v_head + k0 * dim, pos_head + k0, nk, w);
   }
+}
+
+// A run of consecutive stored slots [start, start + len) of one KV head.
+struct Segment {
+  int64_t start;
+  int len;
+};
+
+// dst[0, n) = src[0, n), eight vectors loaded before any is stored. A plain copy (memmove) to
+// a destination 4 to 28 bytes past its source modulo 4 KiB runs over ten times slower, every
+// load stalled behind a store it seems to overlap (4K aliasing); where the gather buffers sit
+// against the pages is up to the allocators.
+void copy_floats(const float* src, int64_t n, float* dst) {
+  int64_t i = 0;
+#if KVBENCH_AVX2
+  for (; i + 64 <= n; i += 64) {
+    __m256 r[8];
+    for (int j = 0; j < 8; ++j) r[j] = _mm256_loadu_ps(src + i + 8 * j);
+    for (int j = 0; j < 8; ++j) _mm256_storeu_ps(dst + i + 8 * j, r[j]);
+  }
+#endif
+  std::copy(src + i, src + n, dst + i);
+}
+
+// Folds a key tile made of n_seg runs of KV head kvh: one run is read in place; several are
+// first copied together (keys, values, positions), which also streams scattered pages from
+// memory faster than the tile kernels' strided reads do.
+void attend_runs(const DenseKv& kv, int kvh, int rows, QueryRange queries, const Segment* seg,
+                 int n_seg, int nk, Scratch& w) {
+  const int dim = kv.head_dim;
+  const int64_t head = static_cast<int64_t>(kvh) * kv.capacity;
+  if (n_seg == 1) {
+    const int64_t t = head + seg[0].start;
+    attend_keys(dim, rows, queries, kv.k + t * dim, kv.v + t * dim, kv.positions + t, nk, w);
+    return;
+  }
+  for (int s = 0, j = 0; s < n_seg; j += seg[s].len, ++s) {
+    const int64_t t = head + seg[s].start;
+    std::copy_n(kv.positions + t, seg[s].len, w.pos.data() + j);
+    copy_floats(kv.k + t * dim, seg[s].len * dim, w.kg.data() + static_cast<int64_t>(j) * dim);
+    copy_floats(kv.v + t * dim, seg[s].len * dim, w.vg.data() + static_cast<int64_t>(j) * dim);
+  }
+  attend_keys(dim, rows, queries, w.kg.data(), w.vg.data(), w.pos.data(), nk, w);
+}
+
+// One paged work item: query tile [q0, q1) of KV head kvh over its selected pages i0..i1-1
+// (indices into its row of pages.pages), in key tiles of up to kKeyTile slots; consecutive
+// pages make one run.
+void attend_pages(const AttentionQuery& query, const DenseKv& kv, const PageSelection& pages,
+                  const Plan& plan, int kvh, int q0, int q1, int i0, int i1, Scratch& w) {
+  const int rows = (q1 - q0) * plan.group;
+  const QueryRange queries = begin_rows(query, kv, plan, kvh, q0, q1, w);
+  const int32_t* selected = pages.pages + static_cast<int64_t>(kvh) * pages.n_selected;
+  Segment seg[kKeyTile];
+  int n_seg = 0, nk = 0;
+  for (int i = i0; i < i1; ++i) {
+    int64_t a = static_cast<int64_t>(selected[i]) * pages.page_tokens;
+    const int64_t b = std::min(a + pages.page_tokens, kv.n_tokens);
+    assert(selected[i] >= 0 && a < kv.n_tokens);
+    assert(i == 0 || selected[i] > selected[i - 1]);
+    while (a < b) {
+      const int take = static_cast<int>(std::min<int64_t>(b - a, kKeyTile - nk));
+      if (n_seg > 0 && seg[n_seg - 1].start + seg[n_seg - 1].len == a) {
+        seg[n_seg - 1].len += take;
+      } else {
+        seg[n_seg++] = Segment{a, take};
+      }
+      nk += take;
+      a += take;
+      if (nk == kKeyTile) {
+        attend_runs(kv, kvh, rows, queries, seg, n_seg, nk, w);
+        n_seg = nk = 0;
+      }
+    }
+  }
+  if (nk > 0) attend_runs(kv, kvh, rows, queries, seg, n_seg, nk, w);
 }
 
 Plan make_plan(const AttentionQuery& query, const DenseKv& kv, int threads) {
@@ -114,8 +208,12 @@ void ensure(Scratch& w, int rows, int dim) {
     w.q.resize(rd);
     w.o.resize(rd);
   }
-  if (w.kt.size() < static_cast<size_t>(dim) * kKeyTile)
+  if (w.kt.size() < static_cast<size_t>(dim) * kKeyTile) {
     w.kt.resize(static_cast<size_t>(dim) * kKeyTile);
+    w.kg.resize(static_cast<size_t>(dim) * kKeyTile);
+    w.vg.resize(static_cast<size_t>(dim) * kKeyTile);
+    w.pos.resize(kKeyTile);
+  }
   if (w.s.size() < static_cast<size_t>(rows) * kKeyTile)
     w.s.resize(static_cast<size_t>(rows) * kKeyTile);
   if (w.m.size() < static_cast<size_t>(rows)) {
@@ -125,14 +223,41 @@ void ensure(Scratch& w, int rows, int dim) {
   }
 }
 
-}  // namespace
+// Pages plan as the dense kernel, splitting each head's selected pages instead of its stored
+// tokens. A split is shorter than the dense minimum: decode reads few keys, and 2 threads
+// over 3 KV heads balance only when each head gives them several items.
+Plan make_page_plan(const AttentionQuery& query, const DenseKv& kv, const PageSelection& pages,
+                    int threads) {
+  Plan p;
+  p.group = query.n_heads / kv.n_kv_heads;
+  p.q_tile = std::max(1, std::min<int>(query.n_queries, kTileRows / p.group));
+  p.n_q_tiles = (query.n_queries + p.q_tile - 1) / p.q_tile;
+  p.rows = p.q_tile * p.group;
+  const int64_t selected_keys = static_cast<int64_t>(pages.n_selected) * pages.page_tokens;
+  const int64_t items = static_cast<int64_t>(kv.n_kv_heads) * p.n_q_tiles;
+  const int64_t want = 8LL * threads;
+  int64_t splits = 1;
+  if (items < want) {
+    splits = std::min<int64_t>((want + items - 1) / items, selected_keys / kMinPageSplitKeys);
+    splits = std::max<int64_t>(splits, 1);
+  }
+  // Whole key tiles per split where pages pack them exactly.
+  const int64_t tile_pages = kKeyTile % pages.page_tokens == 0 ? kKeyTile / pages.page_tokens : 1;
+  p.split_len = (pages.n_selected + splits - 1) / splits;
+  p.split_len =
+      std::max<int64_t>(tile_pages, (p.split_len + tile_pages - 1) / tile_pages * tile_pages);
+  p.n_splits =
+      static_cast<int>(std::max<int64_t>(1, (pages.n_selected + p.split_len - 1) / p.split_len));
+  return p;
+}
 
-void attention_dense_cpu(const AttentionQuery& query, const DenseKv& kv) {
-  assert(query.n_heads % kv.n_kv_heads == 0);
-  if (query.n_queries <= 0) return;
+// Runs every work item (KV head, query tile, split) of the plan over the threads and writes
+// query.out. attend(kvh, q0, q1, split, w) leaves the item's unnormalised o, m, l in w; the
+// splits of a row are then merged.
+template <class Attend>
+void run_items(const AttentionQuery& query, const DenseKv& kv, const Plan& plan, int threads,
+               const Attend& attend) {
   const int dim = kv.head_dim;
-  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  const Plan plan = make_plan(query, kv, threads);
   const int64_t n_items = static_cast<int64_t>(kv.n_kv_heads) * plan.n_q_tiles * plan.n_splits;
   // Partials of split-K items: [item][rows][dim + 2] holding o, then m and l.
   const int64_t part_stride = static_cast<int64_t>(plan.rows) * (dim + 2);
@@ -150,9 +275,7 @@ void attention_dense_cpu(const AttentionQuery& query, const DenseKv& kv) {
     const int tile = plan.n_q_tiles - 1 - static_cast<int>(rest / kv.n_kv_heads);
     const int q0 = tile * plan.q_tile;
     const int q1 = std::min(query.n_queries, q0 + plan.q_tile);
-    const int64_t t0 = split * plan.split_len;
-    const int64_t t1 = std::min(kv.n_tokens, t0 + plan.split_len);
-    attend_tile(query, kv, plan, kvh, q0, q1, t0, t1, w);
+    attend(kvh, q0, q1, split, w);
     const int rows = (q1 - q0) * plan.group;
     if (plan.n_splits == 1) {
       for (int r = 0; r < rows; ++r) {
@@ -207,6 +330,34 @@ void attention_dense_cpu(const AttentionQuery& query, const DenseKv& kv) {
   }
 }
 
+}  // namespace
+
+void attention_dense_cpu(const AttentionQuery& query, const DenseKv& kv) {
+  assert(query.n_heads % kv.n_kv_heads == 0);
+  if (query.n_queries <= 0) return;
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const Plan plan = make_plan(query, kv, threads);
+  run_items(query, kv, plan, threads, [&](int kvh, int q0, int q1, int split, Scratch& w) {
+    const int64_t t0 = split * plan.split_len;
+    const int64_t t1 = std::min(kv.n_tokens, t0 + plan.split_len);
+    attend_tile(query, kv, plan, kvh, q0, q1, t0, t1, w);
+  });
+}
+
+void attention_pages_cpu(const AttentionQuery& query, const DenseKv& kv,
+                         const PageSelection& pages) {
+  assert(query.n_heads % kv.n_kv_heads == 0);
+  assert(pages.page_tokens > 0 && pages.n_selected >= 0);
+  if (query.n_queries <= 0) return;
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const Plan plan = make_page_plan(query, kv, pages, threads);
+  run_items(query, kv, plan, threads, [&](int kvh, int q0, int q1, int split, Scratch& w) {
+    const int i0 = static_cast<int>(split * plan.split_len);
+    const int i1 = static_cast<int>(std::min<int64_t>(pages.n_selected, i0 + plan.split_len));
+    attend_pages(query, kv, pages, plan, kvh, q0, q1, i0, i1, w);
+  });
+}
+
 void attention_dense_reference(const AttentionQuery& query, const DenseKv& kv) {
   const int dim = kv.head_dim;
   const int group = query.n_heads / kv.n_kv_heads;
@@ -227,6 +378,49 @@ void attention_dense_reference(const AttentionQuery& query, const DenseKv& kv) {
           const float* v = kv.v + (kvh * kv.capacity + t) * dim;
           for (int d = 0; d < dim; ++d) acc[d] += p * v[d];
         }
+      }
+      float* out = query.out + (static_cast<int64_t>(i) * query.n_heads + h) * dim;
+      for (int d = 0; d < dim; ++d) out[d] = sum > 0.0 ? static_cast<float>(acc[d] / sum) : 0.0f;
+    }
+  }
+}
+
+void attention_pages_reference(const AttentionQuery& query, const DenseKv& kv,
+                               const PageSelection& pages) {
+  const int dim = kv.head_dim;
+  const int group = query.n_heads / kv.n_kv_heads;
+  std::vector<double> logits;
+  std::vector<double> acc(dim);
+  for (int i = 0; i < query.n_queries; ++i) {
+    for (int h = 0; h < query.n_heads; ++h) {
+      const int kvh = h / group;
+      const int32_t* head_pos = kv.positions + static_cast<int64_t>(kvh) * kv.capacity;
+      const float* q = query.q + (static_cast<int64_t>(i) * query.n_heads + h) * dim;
+      // The slots this row reads: its head's selected pages, visible by position.
+      std::vector<int64_t> slots;
+      for (int s = 0; s < pages.n_selected; ++s) {
+        const int64_t page = pages.pages[static_cast<int64_t>(kvh) * pages.n_selected + s];
+        const int64_t end = std::min(kv.n_tokens, (page + 1) * pages.page_tokens);
+        for (int64_t t = page * pages.page_tokens; t < end; ++t) {
+          if (head_pos[t] <= query.q_positions[i]) slots.push_back(t);
+        }
+      }
+      logits.assign(slots.size(), 0.0);
+      double m = -std::numeric_limits<double>::infinity();
+      for (size_t j = 0; j < slots.size(); ++j) {
+        const float* k = kv.k + (kvh * kv.capacity + slots[j]) * dim;
+        double dot = 0.0;
+        for (int d = 0; d < dim; ++d) dot += static_cast<double>(q[d]) * k[d];
+        logits[j] = dot * query.scale;
+        m = std::max(m, logits[j]);
+      }
+      std::fill(acc.begin(), acc.end(), 0.0);
+      double sum = 0.0;
+      for (size_t j = 0; j < slots.size(); ++j) {
+        const double p = std::exp(logits[j] - m);
+        sum += p;
+        const float* v = kv.v + (kvh * kv.capacity + slots[j]) * dim;
+        for (int d = 0; d < dim; ++d) acc[d] += p * v[d];
       }
       float* out = query.out + (static_cast<int64_t>(i) * query.n_heads + h) * dim;
       for (int d = 0; d < dim; ++d) out[d] = sum > 0.0 ? static_cast<float>(acc[d] / sum) : 0.0f;
