@@ -80,7 +80,9 @@ TEST_CASE("attention through the dense cache equals the reference kernel", "[uni
   std::vector<int32_t> q_positions = {10, 11, 40, 60, 200};
   std::vector<float> out(q.size()), expected(q.size());
   const float scale = 1.f / std::sqrt(static_cast<float>(head_dim));
-  store.attend(AttentionQuery{q.data(), q_positions.data(), out.data(), n_queries, n_heads, scale});
+  const int64_t bytes = store.attend(
+      AttentionQuery{q.data(), q_positions.data(), out.data(), n_queries, n_heads, scale}, nullptr);
+  CHECK(bytes == n_kv_heads * n_tokens * (2 * head_dim * 4 + 4));  // every slot's K, V, position
   attention_dense_reference(
       AttentionQuery{q.data(), q_positions.data(), expected.data(), n_queries, n_heads, scale},
       store.view());
