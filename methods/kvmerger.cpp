@@ -43,28 +43,23 @@ struct KvMergerConfig {
 class KvMergerPolicy : public TokenPolicy {
  public:
   KvMergerPolicy(const KvMergerConfig& config, int32_t n_layers)
-      : config_(config),
-        limits_(config.budget, n_layers),
-        windows_(n_layers, QueryWindow(config.window)),
-        closed_(n_layers, false) {}
+      : config_(config), limits_(config.budget, n_layers), windows_(n_layers, config.window) {}
 
   std::unique_ptr<TokenPolicy> clone() const override {
     return std::make_unique<KvMergerPolicy>(*this);
   }
 
   void observe(int32_t layer, const AttentionQuery& query, const DenseKv& kv) override {
-    if (!closed_[layer]) windows_[layer].observe(query, kv.head_dim);
+    windows_.observe(layer, query, kv.head_dim);
   }
 
-  bool done(int32_t layer) const override { return closed_[layer]; }
+  bool done(int32_t layer) const override { return windows_.closed(layer); }
 
-  int64_t bytes_resident(int32_t layer) const override { return windows_[layer].bytes_resident(); }
+  int64_t bytes_resident(int32_t layer) const override { return windows_.bytes_resident(layer); }
 
   bool plan(int32_t layer, const DenseKv& kv, CachePhase phase, RetainPlan& plan) override {
-    if (phase != CachePhase::ContextEnd || closed_[layer]) return false;
-    const QueryWindow held = std::move(windows_[layer]);
-    windows_[layer] = QueryWindow();
-    closed_[layer] = true;
+    if (phase != CachePhase::ContextEnd || windows_.closed(layer)) return false;
+    const QueryWindow held = windows_.close(layer);
 
     const int64_t n = kv.n_tokens;
     const int64_t limit = limits_.resolve(layer, phase, n);
@@ -184,8 +179,7 @@ class KvMergerPolicy : public TokenPolicy {
 
   KvMergerConfig config_;
   LayerLimits limits_;
-  std::vector<QueryWindow> windows_;              // per layer
-  std::vector<bool> closed_;                      // per layer: merged, no more queries kept
+  ContextWindows windows_;
   std::map<int32_t, std::vector<float>> merged_;  // scratch of one head: pivot -> k then v
 };
 

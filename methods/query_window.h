@@ -33,4 +33,30 @@ class QueryWindow {
   float scale_ = 1.f;
 };
 
+// One QueryWindow per layer while the shared context comes in; a layer's window is handed
+// over once, when the policy compresses that layer at the end of the context, and no more
+// queries are kept for it (SnapKV and KVMerger compress once).
+class ContextWindows {
+ public:
+  ContextWindows(int32_t n_layers, int64_t size)
+      : windows_(n_layers, QueryWindow(size)), closed_(n_layers, false) {}
+
+  void observe(int32_t layer, const AttentionQuery& query, int32_t head_dim) {
+    if (!closed_[layer]) windows_[layer].observe(query, head_dim);
+  }
+  bool closed(int32_t layer) const { return closed_[layer]; }
+  // The layer's window; the layer is closed from now on.
+  QueryWindow close(int32_t layer) {
+    QueryWindow held = std::move(windows_[layer]);
+    windows_[layer] = QueryWindow();
+    closed_[layer] = true;
+    return held;
+  }
+  int64_t bytes_resident(int32_t layer) const { return windows_[layer].bytes_resident(); }
+
+ private:
+  std::vector<QueryWindow> windows_;
+  std::vector<bool> closed_;
+};
+
 }  // namespace kvbench

@@ -28,23 +28,20 @@ SnapKvPolicy::SnapKvPolicy(const SnapKvConfig& config, int32_t n_layers, PrefixK
     : config_(config),
       prefix_keep_(std::move(prefix_keep)),
       limits_(config.budget, n_layers),
-      windows_(n_layers, QueryWindow(config.window)),
-      closed_(n_layers, false) {}
+      windows_(n_layers, config.window) {}
 
 std::unique_ptr<TokenPolicy> SnapKvPolicy::clone() const {
   return std::make_unique<SnapKvPolicy>(*this);
 }
 
 void SnapKvPolicy::observe(int32_t layer, const AttentionQuery& query, const DenseKv& kv) {
-  if (!closed_[layer]) windows_[layer].observe(query, kv.head_dim);
+  windows_.observe(layer, query, kv.head_dim);
 }
 
 bool SnapKvPolicy::plan(int32_t layer, const DenseKv& kv, CachePhase phase, RetainPlan& plan) {
-  if (phase != CachePhase::ContextEnd || closed_[layer]) return false;
+  if (phase != CachePhase::ContextEnd || windows_.closed(layer)) return false;
   // Whatever is decided, the window's queries are not needed afterwards.
-  const QueryWindow held = std::move(windows_[layer]);
-  windows_[layer] = QueryWindow();
-  closed_[layer] = true;
+  const QueryWindow held = windows_.close(layer);
 
   const int64_t n = kv.n_tokens;
   const int64_t limit = limits_.resolve(layer, phase, n);
@@ -71,9 +68,7 @@ bool SnapKvPolicy::plan(int32_t layer, const DenseKv& kv, CachePhase phase, Reta
   return true;
 }
 
-int64_t SnapKvPolicy::bytes_resident(int32_t layer) const {
-  return windows_[layer].bytes_resident();
-}
+int64_t SnapKvPolicy::bytes_resident(int32_t layer) const { return windows_.bytes_resident(layer); }
 
 std::vector<ParamInfo> snapkv_params() {
   std::vector<ParamInfo> params = budget_params(kDefaultBudget);

@@ -41,14 +41,13 @@ class SnapKvPolicy : public TokenPolicy {
   void observe(int32_t layer, const AttentionQuery& query, const DenseKv& kv) override;
   bool plan(int32_t layer, const DenseKv& kv, CachePhase phase, RetainPlan& plan) override;
   int64_t bytes_resident(int32_t layer) const override;
-  bool done(int32_t layer) const override { return closed_[layer]; }
+  bool done(int32_t layer) const override { return windows_.closed(layer); }
 
  private:
   SnapKvConfig config_;
   PrefixKeep prefix_keep_;
   LayerLimits limits_;
-  std::vector<QueryWindow> windows_;  // per layer
-  std::vector<bool> closed_;          // per layer: the context ended, no more queries kept
+  ContextWindows windows_;
 };
 
 // Parameters SnapKV and PyramidKV share (budget, ratio, window, kernel, pool), their

@@ -743,20 +743,7 @@ void attention_kivi_cpu(const AttentionQuery& query, const KiviKv& kv, const Pag
     if (out == nullptr) continue;
     const float* first =
         partial.data() + rest * plan.n_splits * part_stride + static_cast<int64_t>(r) * (dim + 2);
-    float m = kNegInf;
-    for (int s = 0; s < plan.n_splits; ++s) m = std::max(m, first[s * part_stride + dim]);
-    std::fill(out, out + dim, 0.0f);
-    if (m == kNegInf) continue;
-    float l = 0.0f;
-    for (int s = 0; s < plan.n_splits; ++s) {
-      const float* p = first + s * part_stride;
-      const float c = std::exp2(p[dim] - m);
-      if (c == 0.0f) continue;
-      l += c * p[dim + 1];
-      for (int d = 0; d < dim; ++d) out[d] += c * p[d];
-    }
-    const float inv = 1.0f / l;
-    for (int d = 0; d < dim; ++d) out[d] *= inv;
+    merge_split_partials(first, plan.n_splits, part_stride, dim, out);
   }
 }
 

@@ -288,4 +288,25 @@ inline double reference_logits(const AttentionQuery& query, const DenseKv& kv, i
   return m;
 }
 
+// Split-K (flash-decoding) partials of one output row: n_splits entries part_stride apart,
+// each dim unnormalised outputs, then the running max (log2 domain) and the softmax
+// denominator. Writes the normalised row (zeros when no split saw a key).
+inline void merge_split_partials(const float* first, int n_splits, int64_t part_stride, int dim,
+                                 float* out) {
+  float m = kNegInf;
+  for (int s = 0; s < n_splits; ++s) m = std::max(m, first[s * part_stride + dim]);
+  std::fill(out, out + dim, 0.0f);
+  if (m == kNegInf) return;
+  float l = 0.0f;
+  for (int s = 0; s < n_splits; ++s) {
+    const float* p = first + s * part_stride;
+    const float c = std::exp2(p[dim] - m);
+    if (c == 0.0f) continue;
+    l += c * p[dim + 1];
+    for (int d = 0; d < dim; ++d) out[d] += c * p[d];
+  }
+  const float inv = 1.0f / l;
+  for (int d = 0; d < dim; ++d) out[d] *= inv;
+}
+
 }  // namespace kvbench::tile
