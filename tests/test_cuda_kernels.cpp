@@ -25,6 +25,7 @@
 #include "kernels/cuda/merge.h"
 #include "kernels/cuda/quantize.h"
 #include "kernels/cuda/quest.h"
+#include "kivi_problem.h"
 #include "random_floats.h"
 
 namespace {
@@ -37,10 +38,11 @@ using kvbench::PageSelection;
 using kvbench::QuantGroups;
 using kvbench::testing::AttentionProblem;
 using kvbench::testing::Case;
+using kvbench::testing::KiviCase;
+using kvbench::testing::KiviProblem;
 using kvbench::testing::max_abs_diff;
+using kvbench::testing::Pages;
 using kvbench::testing::random_floats;
-
-constexpr int32_t kGroup = 32;  // KIVI's group
 
 void require_device() {
   int count = 0;
@@ -180,169 +182,30 @@ TEST_CASE("quantize_groups_cuda is bit-identical to the CPU and dequantize one r
 
 // ---- KIVI attention ---------------------------------------------------------------------------
 
-struct KiviCase {
-  int n_heads, n_kv_heads, head_dim, bits;
-  int64_t n_blocks, n_tail;
-  int n_queries;
-  bool shuffled = false;  // stored positions not ascending within each head
-};
-
-// KIVI storage on the host as the cache keeps it: normal(0, 1) keys and values for n_blocks * 32
-// + n_tail slots per KV head, gapped positions from 5, the blocks quantized with
-// quantize_groups_cpu, the tail fp32 with NaN slack; queries spread over the stored positions.
-struct KiviProblem {
-  KiviCase c;
-  int64_t n_total;
-  std::vector<uint8_t> k_codes, v_codes;
-  std::vector<float> k_scale, k_min, v_scale, v_min, tail_k, tail_v, q;
-  std::vector<int32_t> block_positions, tail_positions, q_positions;
-  int64_t tail_capacity;
-
-  explicit KiviProblem(const KiviCase& kc, uint32_t seed = 1) : c(kc) {
-    const int H = c.n_kv_heads, D = c.head_dim, G = D / kGroup;
-    n_total = c.n_blocks * kGroup + c.n_tail;
-    const auto k = random_floats(static_cast<size_t>(H * n_total * D), seed);
-    const auto v = random_floats(k.size(), seed + 1000);
-    std::mt19937 rng(seed);
-    std::vector<int32_t> positions(static_cast<size_t>(H * n_total));
-    int32_t hi = 5;
-    for (int h = 0; h < H; ++h) {
-      int32_t* head = positions.data() + h * n_total;
-      int32_t p = 5;
-      for (int64_t t = 0; t < n_total; ++t) {
-        head[t] = p;
-        p += 1 + static_cast<int32_t>(rng() % 3);
-      }
-      if (c.shuffled) std::shuffle(head, head + n_total, rng);
-      hi = std::max(hi, p - 1);
-    }
-    const int64_t code_bytes = int64_t{kGroup} * D * c.bits / 8;
-    const int64_t n_block_heads = c.n_blocks * H;
-    k_codes.resize(static_cast<size_t>(n_block_heads * code_bytes));
-    v_codes.resize(k_codes.size());
-    k_scale.resize(static_cast<size_t>(n_block_heads * D));
-    k_min.resize(k_scale.size());
-    v_scale.resize(static_cast<size_t>(n_block_heads * kGroup * G));
-    v_min.resize(v_scale.size());
-    block_positions.resize(static_cast<size_t>(n_block_heads * kGroup));
-    for (int64_t b = 0; b < c.n_blocks; ++b) {
-      for (int h = 0; h < H; ++h) {
-        const int64_t blk = b * H + h;
-        const int64_t first = h * n_total + b * kGroup;
-        kvbench::quantize_groups_cpu(
-            k.data() + first * D, 1, D,
-            QuantGroups{k_codes.data() + blk * code_bytes, k_scale.data() + blk * D,
-                        k_min.data() + blk * D, D, kGroup, c.bits});
-        kvbench::quantize_groups_cpu(
-            v.data() + first * D, kGroup, 1,
-            QuantGroups{v_codes.data() + blk * code_bytes, v_scale.data() + blk * kGroup * G,
-                        v_min.data() + blk * kGroup * G, int64_t{kGroup} * G, kGroup, c.bits});
-        std::copy(positions.begin() + first, positions.begin() + first + kGroup,
-                  block_positions.begin() + blk * kGroup);
-      }
-    }
-    tail_capacity = c.n_tail + 5;
-    const float nan = std::numeric_limits<float>::quiet_NaN();
-    tail_k.assign(static_cast<size_t>(H * tail_capacity * D), nan);
-    tail_v.assign(tail_k.size(), nan);
-    tail_positions.assign(static_cast<size_t>(H * tail_capacity), -1);  // slack visible to all
-    for (int h = 0; h < H; ++h) {
-      for (int64_t t = 0; t < c.n_tail; ++t) {
-        const int64_t src = h * n_total + c.n_blocks * kGroup + t;
-        std::copy(k.begin() + src * D, k.begin() + (src + 1) * D,
-                  tail_k.begin() + (h * tail_capacity + t) * D);
-        std::copy(v.begin() + src * D, v.begin() + (src + 1) * D,
-                  tail_v.begin() + (h * tail_capacity + t) * D);
-        tail_positions[h * tail_capacity + t] = positions[src];
-      }
-    }
-    q_positions.resize(c.n_queries);
-    for (int i = 0; i < c.n_queries; ++i) {
-      q_positions[i] = 5 + static_cast<int32_t>(int64_t{hi - 5} * (i + 1) / c.n_queries);
-    }
-    std::uniform_real_distribution<float> uni(-3.0f, 3.0f);
-    q.resize(static_cast<size_t>(c.n_queries) * c.n_heads * D);
-    for (auto& x : q) x = uni(rng);
+// The device copies of a KIVI problem, attended by the CUDA kernel. pages: a host selection
+// (nullptr for none); its page list is copied to the device.
+// pages: host selection (nullptr for none); its page list is copied to the device.
+std::vector<float> run_kivi_cuda(const KiviProblem& p, const PageSelection* pages) {
+  Device<uint8_t> kc(p.k_codes), vc(p.v_codes);
+  Device<float> ks(p.k_scale), km(p.k_min), vs(p.v_scale), vm(p.v_min), tk(p.tail_k), tv(p.tail_v),
+      dq(p.q);
+  Device<int32_t> bp(p.block_positions), tp(p.tail_positions), qp(p.q_positions);
+  Device<float> out(std::vector<float>(p.q.size(), 123.0f));
+  std::vector<int32_t> page_list;
+  if (pages != nullptr) {
+    page_list.assign(pages->pages,
+                     pages->pages + static_cast<int64_t>(p.c.n_kv_heads) * pages->n_selected);
   }
-
-  KiviKv kv(const uint8_t* kc, const float* ks, const float* km, const uint8_t* vc, const float* vs,
-            const float* vm, const int32_t* bp, const float* tk, const float* tv,
-            const int32_t* tp) const {
-    return KiviKv{kc,
-                  ks,
-                  km,
-                  vc,
-                  vs,
-                  vm,
-                  bp,
-                  c.n_blocks,
-                  kGroup,
-                  c.bits,
-                  DenseKv{tk, tv, tp, c.n_kv_heads, c.head_dim, tail_capacity, c.n_tail}};
-  }
-
-  AttentionQuery query(const float* qq, const int32_t* qp, float* out) const {
-    return AttentionQuery{qq,          qp,        out,
-                          c.n_queries, c.n_heads, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
-  }
-
-  std::vector<float> run_reference(const PageSelection* pages) const {
-    std::vector<float> out(q.size(), 123.0f);
-    kvbench::attention_kivi_reference(
-        query(q.data(), q_positions.data(), out.data()),
-        kv(k_codes.data(), k_scale.data(), k_min.data(), v_codes.data(), v_scale.data(),
-           v_min.data(), block_positions.data(), tail_k.data(), tail_v.data(),
-           tail_positions.data()),
-        pages);
-    return out;
-  }
-
-  // pages: host selection (nullptr for none); its page list is copied to the device.
-  std::vector<float> run_cuda(const PageSelection* pages) const {
-    Device<uint8_t> kc(k_codes), vc(v_codes);
-    Device<float> ks(k_scale), km(k_min), vs(v_scale), vm(v_min), tk(tail_k), tv(tail_v), dq(q);
-    Device<int32_t> bp(block_positions), tp(tail_positions), qp(q_positions);
-    Device<float> out(std::vector<float>(q.size(), 123.0f));
-    std::vector<int32_t> page_list;
-    if (pages != nullptr) {
-      page_list.assign(pages->pages,
-                       pages->pages + static_cast<int64_t>(c.n_kv_heads) * pages->n_selected);
-    }
-    Device<int32_t> dev_pages(page_list);
-    const PageSelection dev_sel =
-        pages != nullptr ? PageSelection{dev_pages.get(), pages->n_selected, pages->page_tokens}
-                         : PageSelection{};
-    kvbench::attention_kivi_cuda(query(dq.get(), qp.get(), out.get()),
-                                 kv(kc.get(), ks.get(), km.get(), vc.get(), vs.get(), vm.get(),
-                                    bp.get(), tk.get(), tv.get(), tp.get()),
-                                 pages != nullptr ? &dev_sel : nullptr, nullptr);
-    return out.host();
-  }
-};
-
-// A random ascending subset (about half) of each head's pages, different per head, holding the
-// last page in head 0; or every page.
-struct Pages {
-  std::vector<int32_t> pages;
-  PageSelection sel{};
-  Pages(int n_kv_heads, int64_t n_total, int32_t page_tokens, bool all, uint32_t seed) {
-    const int32_t n_pages = static_cast<int32_t>((n_total + page_tokens - 1) / page_tokens);
-    const int32_t n_selected = all ? n_pages : std::max(1, n_pages / 2);
-    std::mt19937 rng(seed);
-    for (int h = 0; h < n_kv_heads; ++h) {
-      std::vector<int32_t> some(n_pages);
-      std::iota(some.begin(), some.end(), 0);
-      std::shuffle(some.begin(), some.end(), rng);
-      some.resize(n_selected);
-      if (h == 0 && std::find(some.begin(), some.end(), n_pages - 1) == some.end()) {
-        some[0] = n_pages - 1;
-      }
-      std::sort(some.begin(), some.end());
-      pages.insert(pages.end(), some.begin(), some.end());
-    }
-    sel = PageSelection{pages.data(), n_selected, page_tokens};
-  }
-};
+  Device<int32_t> dev_pages(page_list);
+  const PageSelection dev_sel =
+      pages != nullptr ? PageSelection{dev_pages.get(), pages->n_selected, pages->page_tokens}
+                       : PageSelection{};
+  kvbench::attention_kivi_cuda(p.query_at(dq.get(), qp.get(), out.get()),
+                               p.kv_at(kc.get(), ks.get(), km.get(), vc.get(), vs.get(), vm.get(),
+                                       bp.get(), tk.get(), tv.get(), tp.get()),
+                               pages != nullptr ? &dev_sel : nullptr, nullptr);
+  return out.host();
+}
 
 // (blocks, tail) splits of 1, 15, 17 and 4097 slots, with and without blocks and tail.
 const std::vector<std::pair<int64_t, int64_t>> kSplits = {{0, 1},  {0, 15},   {0, 17},  {1, 0},
@@ -365,7 +228,8 @@ TEST_CASE("attention_kivi_cuda matches the dequantizing reference over odd sizes
             INFO("head_dim " << head_dim << " bits " << bits << " heads " << n_heads << "/"
                              << n_kv_heads << " blocks " << n_blocks << " tail " << n_tail
                              << " queries " << n_queries);
-            CHECK(max_abs_diff(p.run_cuda(nullptr), p.run_reference(nullptr)) <= kKiviTol);
+            CHECK(max_abs_diff(run_kivi_cuda(p, nullptr),
+                               p.run(kvbench::attention_kivi_reference, nullptr)) <= kKiviTol);
           }
         }
       }
@@ -383,13 +247,16 @@ TEST_CASE("attention_kivi_cuda reads only the selected pages", "[gpu]") {
           for (bool all : {false, true}) {
             for (int n_queries : {1, 7}) {
               const KiviProblem p(KiviCase{9, 3, head_dim, bits, n_blocks, n_tail, n_queries}, 11);
-              const Pages pages(3, p.n_total, page_tokens, all, static_cast<uint32_t>(n_tail));
+              const Pages pages(3, p.n_total, page_tokens, static_cast<uint32_t>(n_tail), all);
               INFO("head_dim " << head_dim << " bits " << bits << " blocks " << n_blocks << " tail "
                                << n_tail << " page_tokens " << page_tokens
                                << (all ? " all" : " half") << " queries " << n_queries);
-              const auto got = p.run_cuda(&pages.sel);
-              CHECK(max_abs_diff(got, p.run_reference(&pages.sel)) <= kKiviTol);
-              if (all) CHECK(max_abs_diff(got, p.run_reference(nullptr)) <= kKiviTol);
+              const auto got = run_kivi_cuda(p, &pages.sel);
+              CHECK(max_abs_diff(got, p.run(kvbench::attention_kivi_reference, &pages.sel)) <=
+                    kKiviTol);
+              if (all)
+                CHECK(max_abs_diff(got, p.run(kvbench::attention_kivi_reference, nullptr)) <=
+                      kKiviTol);
             }
           }
         }
@@ -405,13 +272,14 @@ TEST_CASE("attention_kivi_cuda: unsorted positions, long decode, no visible slot
                             KiviCase{9, 3, 128, 4, 625, 17, 1}, KiviCase{8, 1, 64, 2, 300, 0, 1}}) {
     const KiviProblem p(c, 7);
     INFO("blocks " << c.n_blocks << " tail " << c.n_tail << " queries " << c.n_queries);
-    CHECK(max_abs_diff(p.run_cuda(nullptr), p.run_reference(nullptr)) <= kKiviTol);
+    CHECK(max_abs_diff(run_kivi_cuda(p, nullptr),
+                       p.run(kvbench::attention_kivi_reference, nullptr)) <= kKiviTol);
   }
   // Exact: a query before every stored position outputs zeros, in the split-K merge too.
   for (const KiviCase& c : {KiviCase{4, 4, 128, 4, 3, 20, 7}, KiviCase{4, 4, 64, 2, 200, 20, 1}}) {
     KiviProblem p(c, 5);
     p.q_positions[0] = 4;  // stored positions start at 5
-    const auto got = p.run_cuda(nullptr);
+    const auto got = run_kivi_cuda(p, nullptr);
     for (int e = 0; e < c.n_heads * c.head_dim; ++e) REQUIRE(got[e] == 0.0f);
   }
 }
