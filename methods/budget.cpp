@@ -37,4 +37,13 @@ void check_budget(const MethodParams& params) {
   }
 }
 
+void check_window_in_budget(const MethodParams& params) {
+  const Budget budget = budget_from(params);
+  const int64_t window = params.get_int("window");
+  if (!budget.is_ratio() && budget.tokens < window) {
+    throw InputError("budget=" + std::to_string(budget.tokens) + " must be at least window=" +
+                     std::to_string(window) + " (the budget includes the window)");
+  }
+}
+
 }  // namespace kvbench

@@ -28,5 +28,8 @@ std::vector<ParamInfo> budget_params(int64_t default_tokens);
 // raised by check_budget.
 Budget budget_from(const MethodParams& params);
 void check_budget(const MethodParams& params);
+// For methods that keep a window of the newest `window` tokens inside their budget (SnapKV,
+// KVMerger): a token budget smaller than the window is an error.
+void check_window_in_budget(const MethodParams& params);
 
 }  // namespace kvbench

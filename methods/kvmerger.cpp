@@ -23,7 +23,6 @@
 #include <numeric>
 #include <vector>
 
-#include "harness/input_error.h"
 #include "kernels/cpu/merge.h"
 #include "methods/budget.h"
 #include "methods/plan_helpers.h"
@@ -204,11 +203,7 @@ MethodInfo kvmerger_method() {
       "window", 32, 1, kNoMax, "newest context tokens kept unmerged; their queries pick pivots"));
   info.check = [](const MethodParams& params) {
     check_budget(params);
-    const Budget budget = budget_from(params);
-    if (!budget.is_ratio() && budget.tokens < params.get_int("window")) {
-      throw InputError("budget=" + std::to_string(budget.tokens) + " must be at least window=" +
-                       params.get("window") + " (the budget includes the window)");
-    }
+    check_window_in_budget(params);
   };
   info.make_policy = [](const MethodParams& params, const KvShape& shape) {
     KvMergerConfig config;

@@ -87,12 +87,7 @@ std::vector<ParamInfo> snapkv_params() {
 
 void check_snapkv_params(const MethodParams& params) {
   check_budget(params);
-  const Budget budget = budget_from(params);
-  const int64_t window = params.get_int("window");
-  if (!budget.is_ratio() && budget.tokens < window) {
-    throw InputError("budget=" + std::to_string(budget.tokens) + " must be at least window=" +
-                     std::to_string(window) + " (the budget includes the window)");
-  }
+  check_window_in_budget(params);
   const int64_t kernel = params.get_int("kernel");
   if (kernel % 2 == 0) {
     throw InputError("kernel=" + std::to_string(kernel) +
