@@ -26,6 +26,7 @@
 #include "kernels/cuda/quantize.h"
 #include "kernels/cuda/quest.h"
 #include "kivi_problem.h"
+#include "page_picks.h"
 #include "random_floats.h"
 
 namespace {
@@ -42,6 +43,9 @@ using kvbench::testing::KiviCase;
 using kvbench::testing::KiviProblem;
 using kvbench::testing::max_abs_diff;
 using kvbench::testing::Pages;
+using kvbench::testing::pages_of;
+using kvbench::testing::Pick;
+using kvbench::testing::pick_pages;
 using kvbench::testing::random_floats;
 
 void require_device() {
@@ -285,39 +289,6 @@ TEST_CASE("attention_kivi_cuda: unsorted positions, long decode, no visible slot
 }
 
 // ---- Quest: gathered attention, page bounds, page scores --------------------------------------
-
-int64_t pages_of(int64_t n_tokens, int page_tokens) {
-  return (n_tokens + page_tokens - 1) / page_tokens;
-}
-
-// Ascending page lists per KV head: the last page only, every page, every other page ending on
-// the last, or a random quarter with the last forced in.
-enum class Pick { Last, All, Alternate, Random };
-
-std::vector<int32_t> pick_pages(Pick pick, int n_kv_heads, int64_t n_pages, uint32_t seed,
-                                int& n_selected) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> out;
-  for (int h = 0; h < n_kv_heads; ++h) {
-    std::vector<int32_t> row;
-    for (int32_t p = 0; p < n_pages; ++p) {
-      const bool keep = pick == Pick::All || p == n_pages - 1 ||
-                        (pick == Pick::Alternate && (n_pages - 1 - p) % 2 == 0);
-      if (keep) row.push_back(p);
-    }
-    if (pick == Pick::Random) {
-      std::vector<int32_t> all(n_pages - 1);
-      std::iota(all.begin(), all.end(), 0);
-      std::shuffle(all.begin(), all.end(), rng);
-      all.resize(static_cast<size_t>(n_pages / 4));
-      row.insert(row.end(), all.begin(), all.end());
-      std::sort(row.begin(), row.end());
-    }
-    n_selected = static_cast<int>(row.size());
-    out.insert(out.end(), row.begin(), row.end());
-  }
-  return out;
-}
 
 std::vector<float> run_pages_cuda(const AttentionProblem& p, const std::vector<int32_t>& sel,
                                   int n_selected, int page_tokens) {
