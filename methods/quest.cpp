@@ -11,7 +11,9 @@
 // - Only single-token forwards (decode) select pages; prefill chunks and turn queries read
 //   everything, as Quest's prefill is dense. The first `dense_layers` layers (2) always read
 //   everything, as in the paper.
-// - A budget covering every page reads everything: the result is the full cache's.
+// - A budget covering every page reads everything: the result is the full cache's. A ratio
+//   budget is a fraction of the tokens stored at that step (nothing is dropped to resolve it
+//   against).
 // - Bounds are kept from the keys as they are stored, before any packing: over a KIVI store
 //   (quest+kivi) they bound the fp32 keys, which ranks pages as the paper does.
 #include "kernels/cpu/quest.h"
