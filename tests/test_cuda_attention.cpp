@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "attention_problem.h"
+#include "cuda_device.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cuda/attention.h"
 
@@ -18,55 +19,28 @@ namespace {
 
 using kvbench::testing::AttentionProblem;
 using kvbench::testing::Case;
+using kvbench::testing::Device;
 using kvbench::testing::max_abs_diff;
+using kvbench::testing::require_device;
 
 using kvbench::attention_dense_reference;
 using kvbench::AttentionQuery;
 using kvbench::DenseKv;
 
-void require_device() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    std::printf("no CUDA device: skipped\n");
-    std::fflush(stdout);
-    std::exit(77);
-  }
-}
-
-template <typename T>
-T* to_device(const std::vector<T>& host) {
-  T* dev = nullptr;
-  REQUIRE(cudaMalloc(reinterpret_cast<void**>(&dev), host.size() * sizeof(T) + 1) == cudaSuccess);
-  REQUIRE(cudaMemcpy(dev, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice) ==
-          cudaSuccess);
-  return dev;
-}
-
 // Runs the CUDA kernel on a device copy of the problem and brings the output back.
 std::vector<float> run_cuda(const AttentionProblem& p) {
-  float* k = to_device(p.k);
-  float* v = to_device(p.v);
-  float* q = to_device(p.q);
-  int32_t* pos = to_device(p.positions);
-  int32_t* qpos = to_device(p.q_positions);
-  float* out = to_device(std::vector<float>(p.q.size(), 123.0f));
+  Device<float> k(p.k), v(p.v), q(p.q), out(std::vector<float>(p.q.size(), 123.0f));
+  Device<int32_t> pos(p.positions), qpos(p.q_positions);
   DenseKv kv = p.kv;
-  kv.k = k;
-  kv.v = v;
-  kv.positions = pos;
+  kv.k = k.get();
+  kv.v = v.get();
+  kv.positions = pos.get();
   AttentionQuery query = p.query;
-  query.q = q;
-  query.q_positions = qpos;
-  query.out = out;
+  query.q = q.get();
+  query.q_positions = qpos.get();
+  query.out = out.get();
   kvbench::attention_dense_cuda(query, kv, nullptr);
-  std::vector<float> host(p.q.size());
-  REQUIRE(cudaMemcpy(host.data(), out, host.size() * sizeof(float), cudaMemcpyDeviceToHost) ==
-          cudaSuccess);
-  for (void* ptr : {static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(q),
-                    static_cast<void*>(pos), static_cast<void*>(qpos), static_cast<void*>(out)}) {
-    cudaFree(ptr);
-  }
-  return host;
+  return out.host();
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "attention_problem.h"
+#include "cuda_device.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/kivi_attention.h"
 #include "kernels/cpu/merge.h"
@@ -39,6 +40,7 @@ using kvbench::PageSelection;
 using kvbench::QuantGroups;
 using kvbench::testing::AttentionProblem;
 using kvbench::testing::Case;
+using kvbench::testing::Device;
 using kvbench::testing::KiviCase;
 using kvbench::testing::KiviProblem;
 using kvbench::testing::max_abs_diff;
@@ -47,40 +49,7 @@ using kvbench::testing::pages_of;
 using kvbench::testing::Pick;
 using kvbench::testing::pick_pages;
 using kvbench::testing::random_floats;
-
-void require_device() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    std::printf("no CUDA device: skipped\n");
-    std::fflush(stdout);
-    std::exit(77);
-  }
-}
-
-// A device copy of a host vector (one spare byte so an empty one still allocates), freed with it.
-template <typename T>
-class Device {
- public:
-  explicit Device(const std::vector<T>& host) : n_(host.size()) {
-    REQUIRE(cudaMalloc(reinterpret_cast<void**>(&ptr_), n_ * sizeof(T) + 1) == cudaSuccess);
-    REQUIRE(cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice) == cudaSuccess);
-  }
-  Device(const Device&) = delete;
-  Device& operator=(const Device&) = delete;
-  ~Device() { cudaFree(ptr_); }
-  T* get() const { return ptr_; }
-  // Waits for the default stream, then copies back.
-  std::vector<T> host() const {
-    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-    std::vector<T> out(n_);
-    REQUIRE(cudaMemcpy(out.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost) == cudaSuccess);
-    return out;
-  }
-
- private:
-  T* ptr_ = nullptr;
-  size_t n_;
-};
+using kvbench::testing::require_device;
 
 template <typename T>
 bool bitwise_equal(const std::vector<T>& a, const std::vector<T>& b) {
