@@ -9,52 +9,21 @@
 
 namespace kvbench {
 
-DenseLayerKv::DenseLayerKv(int32_t n_kv_heads, int32_t head_dim)
-    : n_kv_heads_(n_kv_heads), head_dim_(head_dim) {}
-
-// Moves the stored rows into buffers of exactly `capacity` tokens per head (head h's rows
-// go from h * old_capacity to h * capacity), so shrinking really returns the memory.
-void DenseLayerKv::reallocate(int64_t capacity) {
-  assert(capacity >= n_tokens_);
-  std::vector<float> k(static_cast<size_t>(n_kv_heads_) * capacity * head_dim_);
-  std::vector<float> v(k.size());
-  std::vector<int32_t> positions(static_cast<size_t>(n_kv_heads_) * capacity);
-  const size_t row_floats = static_cast<size_t>(n_tokens_) * head_dim_;
-  for (int32_t h = 0; h < n_kv_heads_ && n_tokens_ > 0; ++h) {
-    std::memcpy(k.data() + h * capacity * head_dim_, k_.data() + h * capacity_ * head_dim_,
-                row_floats * sizeof(float));
-    std::memcpy(v.data() + h * capacity * head_dim_, v_.data() + h * capacity_ * head_dim_,
-                row_floats * sizeof(float));
-    std::memcpy(positions.data() + h * capacity, positions_.data() + h * capacity_,
-                n_tokens_ * sizeof(int32_t));
-  }
-  k_.swap(k);
-  v_.swap(v);
-  positions_.swap(positions);
-  capacity_ = capacity;
-}
+DenseLayerKv::DenseLayerKv(int32_t n_kv_heads, int32_t head_dim) : rows_(n_kv_heads, head_dim) {}
 
 void DenseLayerKv::reserve(int64_t n_tokens) {
-  if (n_tokens > capacity_) reallocate(n_tokens);
+  if (n_tokens > rows_.capacity) rows_.reallocate(n_tokens);
 }
 
 void DenseLayerKv::append(const float* k, const float* v, const int32_t* positions, int64_t n_new) {
-  if (n_tokens_ + n_new > capacity_) {
+  const int64_t need = rows_.n_tokens + n_new;
+  if (need > rows_.capacity) {
     // A growing cache grows geometrically so token-by-token decode does not copy it every
     // step; one that evicts holds about its budget, so it grows by the slack only.
-    reallocate(evicted_ ? n_tokens_ + n_new + kEvictionSlack
-                        : std::max(n_tokens_ + n_new, capacity_ + capacity_ / 2 + 64));
+    rows_.reallocate(evicted_ ? need + kEvictionSlack
+                              : std::max(need, rows_.capacity + rows_.capacity / 2 + 64));
   }
-  for (int64_t t = 0; t < n_new; ++t) {
-    for (int32_t h = 0; h < n_kv_heads_; ++h) {
-      const size_t src = (static_cast<size_t>(t) * n_kv_heads_ + h) * head_dim_;
-      const size_t slot = static_cast<size_t>(h) * capacity_ + n_tokens_ + t;
-      std::memcpy(&k_[slot * head_dim_], k + src, head_dim_ * sizeof(float));
-      std::memcpy(&v_[slot * head_dim_], v + src, head_dim_ * sizeof(float));
-      positions_[slot] = positions[t];
-    }
-  }
-  n_tokens_ += n_new;
+  rows_.append(k, v, positions, n_new);
 }
 
 void retain_rows_in_place(float* k, float* v, int32_t* positions, int32_t n_kv_heads,
@@ -97,38 +66,30 @@ void retain_rows_in_place(float* k, float* v, int32_t* positions, int32_t n_kv_h
 }
 
 void DenseLayerKv::retain(RetainPlan& plan) {
-  retain_rows_in_place(k_.data(), v_.data(), positions_.data(), n_kv_heads_, head_dim_, capacity_,
-                       n_tokens_, plan);
-  n_tokens_ = plan.n_keep;
+  retain_rows_in_place(rows_.k.data(), rows_.v.data(), rows_.positions.data(), rows_.n_kv_heads,
+                       rows_.head_dim, rows_.capacity, rows_.n_tokens, plan);
+  rows_.n_tokens = plan.n_keep;
   evicted_ = true;
   // A compression gives its memory back at once; a decode-step eviction (one token out
   // for the one that came in) reuses the slot instead of reallocating every step.
-  const int64_t idle = capacity_ - n_tokens_;
-  if (idle > 2 * kEvictionSlack || idle > n_tokens_) reallocate(n_tokens_);
+  const int64_t idle = rows_.capacity - rows_.n_tokens;
+  if (idle > 2 * kEvictionSlack || idle > rows_.n_tokens) rows_.reallocate(rows_.n_tokens);
 }
 
-DenseKv DenseLayerKv::view() const {
-  return DenseKv{k_.data(), v_.data(), positions_.data(), n_kv_heads_,
-                 head_dim_, capacity_, n_tokens_};
-}
+DenseKv DenseLayerKv::view() const { return rows_.view(); }
 
 std::unique_ptr<LayerKv> DenseLayerKv::clone() const {
   return std::make_unique<DenseLayerKv>(*this);
 }
 
 int64_t DenseLayerKv::attend(const AttentionQuery& query, const PageSelection* pages) const {
-  const int64_t token_bytes = 2LL * head_dim_ * sizeof(float) + sizeof(int32_t);
+  const int64_t token_bytes = 2LL * rows_.head_dim * sizeof(float) + sizeof(int32_t);
   if (!pages) {
     attention_dense_cpu(query, view());
-    return token_bytes * n_kv_heads_ * n_tokens_;
+    return token_bytes * rows_.n_kv_heads * rows_.n_tokens;
   }
   attention_pages_cpu(query, view(), *pages);
-  return token_bytes * selected_slots(*pages, n_kv_heads_, n_tokens_);
-}
-
-int64_t DenseLayerKv::bytes_resident() const {
-  return static_cast<int64_t>(k_.capacity() + v_.capacity()) * sizeof(float) +
-         static_cast<int64_t>(positions_.capacity()) * sizeof(int32_t);
+  return token_bytes * selected_slots(*pages, rows_.n_kv_heads, rows_.n_tokens);
 }
 
 int64_t selected_slots(const PageSelection& pages, int32_t n_kv_heads, int64_t n_tokens) {

@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "methods/head_rows.h"
 #include "methods/kv_cache.h"
 
 namespace kvbench {
@@ -25,22 +26,14 @@ class DenseLayerKv : public LayerKv {
   void retain(RetainPlan& plan) override;
   DenseKv view() const override;
   std::unique_ptr<LayerKv> clone() const override;
-  int64_t n_tokens() const override { return n_tokens_; }
-  int64_t bytes_resident() const override;
+  int64_t n_tokens() const override { return rows_.n_tokens; }
+  int64_t bytes_resident() const override { return rows_.bytes(); }
 
-  int64_t capacity() const { return capacity_; }
+  int64_t capacity() const { return rows_.capacity; }
 
  private:
-  void reallocate(int64_t capacity);
-
-  int32_t n_kv_heads_;
-  int32_t head_dim_;
-  int64_t capacity_ = 0;
-  int64_t n_tokens_ = 0;
-  bool evicted_ = false;            // a plan has dropped slots: growth is by kEvictionSlack
-  std::vector<float> k_;            // [n_kv_heads, capacity, head_dim]
-  std::vector<float> v_;            // [n_kv_heads, capacity, head_dim]
-  std::vector<int32_t> positions_;  // [n_kv_heads, capacity]
+  HeadRows rows_;
+  bool evicted_ = false;  // a plan has dropped slots: growth is by kEvictionSlack
 };
 
 // Applies `plan` in place to KV rows held as [n_kv_heads, capacity, head_dim] with

@@ -28,7 +28,7 @@ void resize_exact(std::vector<T>& v, size_t n) {
 }  // namespace
 
 KiviLayerKv::KiviLayerKv(int32_t n_kv_heads, int32_t head_dim, const KiviConfig& config)
-    : n_kv_heads_(n_kv_heads), head_dim_(head_dim), config_(config) {
+    : n_kv_heads_(n_kv_heads), head_dim_(head_dim), config_(config), tail_(n_kv_heads, head_dim) {
   assert(head_dim % config.group == 0 && (config.bits == 2 || config.bits == 4));
 }
 
@@ -44,8 +44,7 @@ KiviKv KiviLayerKv::layout() const {
   kv.n_blocks = n_blocks_;
   kv.group = config_.group;
   kv.bits = config_.bits;
-  kv.tail = DenseKv{tail_k_.data(), tail_v_.data(), tail_positions_.data(), n_kv_heads_, head_dim_,
-                    tail_capacity_, tail_tokens_};
+  kv.tail = tail_.view();
   return kv;
 }
 
@@ -94,46 +93,17 @@ void KiviLayerKv::pack_block(int64_t b, int32_t head, const float* k, const floa
   std::memcpy(block_positions_.data() + unit * g, positions, g * sizeof(int32_t));
 }
 
-void KiviLayerKv::resize_tail(int64_t capacity) {
-  assert(capacity >= tail_tokens_);
-  std::vector<float> k(static_cast<size_t>(n_kv_heads_) * capacity * head_dim_);
-  std::vector<float> v(k.size());
-  std::vector<int32_t> positions(static_cast<size_t>(n_kv_heads_) * capacity);
-  for (int32_t h = 0; h < n_kv_heads_ && tail_tokens_ > 0; ++h) {
-    const size_t rows = static_cast<size_t>(tail_tokens_) * head_dim_;
-    std::memcpy(&k[h * capacity * head_dim_], &tail_k_[h * tail_capacity_ * head_dim_],
-                rows * sizeof(float));
-    std::memcpy(&v[h * capacity * head_dim_], &tail_v_[h * tail_capacity_ * head_dim_],
-                rows * sizeof(float));
-    std::memcpy(&positions[h * capacity], &tail_positions_[h * tail_capacity_],
-                tail_tokens_ * sizeof(int32_t));
-  }
-  tail_k_.swap(k);
-  tail_v_.swap(v);
-  tail_positions_.swap(positions);
-  tail_capacity_ = capacity;
-}
-
 void KiviLayerKv::reserve(int64_t n_tokens) {
   const int64_t tail = n_tokens - n_blocks_ * config_.group;
-  if (tail > tail_capacity_) resize_tail(tail);
+  if (tail > tail_.capacity) tail_.reallocate(tail);
 }
 
 void KiviLayerKv::append(const float* k, const float* v, const int32_t* positions, int64_t n_new) {
   drop_view();
-  if (tail_tokens_ + n_new > tail_capacity_) {
-    resize_tail(std::max(tail_tokens_ + n_new, tail_capacity_ + tail_capacity_ / 2 + 64));
+  if (tail_.n_tokens + n_new > tail_.capacity) {
+    tail_.reallocate(std::max(tail_.n_tokens + n_new, tail_.capacity + tail_.capacity / 2 + 64));
   }
-  for (int64_t t = 0; t < n_new; ++t) {
-    for (int32_t h = 0; h < n_kv_heads_; ++h) {
-      const size_t src = (static_cast<size_t>(t) * n_kv_heads_ + h) * head_dim_;
-      const size_t slot = static_cast<size_t>(h) * tail_capacity_ + tail_tokens_ + t;
-      std::memcpy(&tail_k_[slot * head_dim_], k + src, head_dim_ * sizeof(float));
-      std::memcpy(&tail_v_[slot * head_dim_], v + src, head_dim_ * sizeof(float));
-      tail_positions_[slot] = positions[t];
-    }
-  }
-  tail_tokens_ += n_new;
+  tail_.append(k, v, positions, n_new);
 }
 
 // Packs every full block of the tail that has `residual` newer tokens after it.
@@ -141,32 +111,32 @@ void KiviLayerKv::settle() {
   drop_view();
   const int64_t g = config_.group;
   const int64_t n_pack =
-      tail_tokens_ < config_.residual + g ? 0 : (tail_tokens_ - config_.residual) / g;
+      tail_.n_tokens < config_.residual + g ? 0 : (tail_.n_tokens - config_.residual) / g;
   if (n_pack > 0) {
     const int64_t first = n_blocks_;
     resize_blocks(n_blocks_ + n_pack);
     for (int64_t b = 0; b < n_pack; ++b) {
       for (int32_t h = 0; h < n_kv_heads_; ++h) {
-        const size_t row = static_cast<size_t>(h) * tail_capacity_ + b * g;
-        pack_block(first + b, h, &tail_k_[row * head_dim_], &tail_v_[row * head_dim_],
-                   &tail_positions_[row]);
+        const size_t row = static_cast<size_t>(h) * tail_.capacity + b * g;
+        pack_block(first + b, h, &tail_.k[row * head_dim_], &tail_.v[row * head_dim_],
+                   &tail_.positions[row]);
       }
     }
-    const int64_t moved = n_pack * g, left = tail_tokens_ - moved;
+    const int64_t moved = n_pack * g, left = tail_.n_tokens - moved;
     for (int32_t h = 0; h < n_kv_heads_; ++h) {
-      const size_t head = static_cast<size_t>(h) * tail_capacity_;
-      std::memmove(&tail_k_[head * head_dim_], &tail_k_[(head + moved) * head_dim_],
+      const size_t head = static_cast<size_t>(h) * tail_.capacity;
+      std::memmove(&tail_.k[head * head_dim_], &tail_.k[(head + moved) * head_dim_],
                    left * head_dim_ * sizeof(float));
-      std::memmove(&tail_v_[head * head_dim_], &tail_v_[(head + moved) * head_dim_],
+      std::memmove(&tail_.v[head * head_dim_], &tail_.v[(head + moved) * head_dim_],
                    left * head_dim_ * sizeof(float));
-      std::memmove(&tail_positions_[head], &tail_positions_[head + moved], left * sizeof(int32_t));
+      std::memmove(&tail_.positions[head], &tail_.positions[head + moved], left * sizeof(int32_t));
     }
-    tail_tokens_ = left;
+    tail_.n_tokens = left;
   }
   // Between forwards the tail holds fewer than residual + group tokens, and a decode step
   // adds one: give back the room a longer forward needed.
   const int64_t steady = config_.residual + g;
-  if (tail_capacity_ > steady && tail_tokens_ <= steady) resize_tail(steady);
+  if (tail_.capacity > steady && tail_.n_tokens <= steady) tail_.reallocate(steady);
 }
 
 int64_t KiviLayerKv::attend(const AttentionQuery& query, const PageSelection* pages) const {
@@ -178,14 +148,14 @@ int64_t KiviLayerKv::attend(const AttentionQuery& query, const PageSelection* pa
   if (n_blocks_ == 0) {  // all fp32 (a prefill before the first pack): the dense kernels
     if (pages) {
       attention_pages_cpu(query, kv.tail, *pages);
-      return tail_token_bytes * selected_slots(*pages, n_kv_heads_, tail_tokens_);
+      return tail_token_bytes * selected_slots(*pages, n_kv_heads_, tail_.n_tokens);
     }
     attention_dense_cpu(query, kv.tail);
-    return tail_token_bytes * n_kv_heads_ * tail_tokens_;
+    return tail_token_bytes * n_kv_heads_ * tail_.n_tokens;
   }
   attention_kivi_cpu(query, kv, pages);
   if (!pages) {
-    return n_kv_heads_ * (n_blocks_ * block_bytes + tail_tokens_ * tail_token_bytes);
+    return n_kv_heads_ * (n_blocks_ * block_bytes + tail_.n_tokens * tail_token_bytes);
   }
   // Packed slots are charged their share of the block (codes and group parameters).
   const int64_t packed = n_blocks_ * g, total = n_tokens();
@@ -225,11 +195,11 @@ DenseKv KiviLayerKv::view() const {
         std::memcpy(&view_positions_[row], &block_positions_[unit * g], g * sizeof(int32_t));
       }
       const size_t row = static_cast<size_t>(h) * total + n_blocks_ * g;
-      const size_t tail_row = static_cast<size_t>(h) * tail_capacity_;
-      std::memcpy(&view_k_[row * d], &tail_k_[tail_row * d], tail_tokens_ * d * sizeof(float));
-      std::memcpy(&view_v_[row * d], &tail_v_[tail_row * d], tail_tokens_ * d * sizeof(float));
-      std::memcpy(&view_positions_[row], &tail_positions_[tail_row],
-                  tail_tokens_ * sizeof(int32_t));
+      const size_t tail_row = static_cast<size_t>(h) * tail_.capacity;
+      std::memcpy(&view_k_[row * d], &tail_.k[tail_row * d], tail_.n_tokens * d * sizeof(float));
+      std::memcpy(&view_v_[row * d], &tail_.v[tail_row * d], tail_.n_tokens * d * sizeof(float));
+      std::memcpy(&view_positions_[row], &tail_.positions[tail_row],
+                  tail_.n_tokens * sizeof(int32_t));
     }
   }
   return DenseKv{view_k_.data(), view_v_.data(), view_positions_.data(), n_kv_heads_, head_dim_,
@@ -248,11 +218,11 @@ void KiviLayerKv::drop_view() const {
 void KiviLayerKv::retain(RetainPlan& plan) {
   const int64_t g = config_.group, d = head_dim_;
   if (n_blocks_ == 0) {
-    retain_rows_in_place(tail_k_.data(), tail_v_.data(), tail_positions_.data(), n_kv_heads_,
-                         head_dim_, tail_capacity_, tail_tokens_, plan);
-    tail_tokens_ = plan.n_keep;
-    if (tail_capacity_ > std::max(2 * tail_tokens_, config_.residual + g)) {
-      resize_tail(std::max(tail_tokens_, config_.residual + g));
+    retain_rows_in_place(tail_.k.data(), tail_.v.data(), tail_.positions.data(), n_kv_heads_,
+                         head_dim_, tail_.capacity, tail_.n_tokens, plan);
+    tail_.n_tokens = plan.n_keep;
+    if (tail_.capacity > std::max(2 * tail_.n_tokens, config_.residual + g)) {
+      tail_.reallocate(std::max(tail_.n_tokens, config_.residual + g));
     }
     return;
   }
@@ -273,17 +243,17 @@ void KiviLayerKv::retain(RetainPlan& plan) {
     }
   }
   resize_blocks(n_blocks);
-  tail_tokens_ = 0;
+  tail_.n_tokens = 0;
   const int64_t tail = n_keep - n_blocks * g;
-  resize_tail(std::max(tail, config_.residual + g));
+  tail_.reallocate(std::max(tail, config_.residual + g));
   for (int32_t h = 0; h < n_kv_heads_; ++h) {
     const size_t row = static_cast<size_t>(h) * all.capacity + n_blocks * g;
-    const size_t tail_row = static_cast<size_t>(h) * tail_capacity_;
-    std::memcpy(&tail_k_[tail_row * d], &view_k_[row * d], tail * d * sizeof(float));
-    std::memcpy(&tail_v_[tail_row * d], &view_v_[row * d], tail * d * sizeof(float));
-    std::memcpy(&tail_positions_[tail_row], &view_positions_[row], tail * sizeof(int32_t));
+    const size_t tail_row = static_cast<size_t>(h) * tail_.capacity;
+    std::memcpy(&tail_.k[tail_row * d], &view_k_[row * d], tail * d * sizeof(float));
+    std::memcpy(&tail_.v[tail_row * d], &view_v_[row * d], tail * d * sizeof(float));
+    std::memcpy(&tail_.positions[tail_row], &view_positions_[row], tail * sizeof(int32_t));
   }
-  tail_tokens_ = tail;
+  tail_.n_tokens = tail;
   drop_view();
 }
 
@@ -298,8 +268,8 @@ int64_t KiviLayerKv::bytes_resident() const {
     return static_cast<int64_t>(v.capacity() * sizeof(v[0]));
   };
   return bytes(k_codes_) + bytes(v_codes_) + bytes(k_scale_) + bytes(k_min_) + bytes(v_scale_) +
-         bytes(v_min_) + bytes(block_positions_) + bytes(tail_k_) + bytes(tail_v_) +
-         bytes(tail_positions_) + bytes(view_k_) + bytes(view_v_) + bytes(view_positions_);
+         bytes(v_min_) + bytes(block_positions_) + tail_.bytes() + bytes(view_k_) + bytes(view_v_) +
+         bytes(view_positions_);
 }
 
 std::vector<std::unique_ptr<LayerKv>> make_kivi_layers(const KvShape& shape,

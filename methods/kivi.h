@@ -14,6 +14,7 @@
 #include <memory>
 #include <vector>
 
+#include "methods/head_rows.h"
 #include "methods/kv_cache.h"
 
 namespace kvbench {
@@ -35,7 +36,7 @@ class KiviLayerKv : public LayerKv {
   DenseKv view() const override;
   void settle() override;
   std::unique_ptr<LayerKv> clone() const override;
-  int64_t n_tokens() const override { return n_blocks_ * config_.group + tail_tokens_; }
+  int64_t n_tokens() const override { return n_blocks_ * config_.group + tail_.n_tokens; }
   int64_t bytes_resident() const override;
 
   KiviKv layout() const;
@@ -47,7 +48,6 @@ class KiviLayerKv : public LayerKv {
   void pack_block(int64_t b, int32_t head, const float* k, const float* v,
                   const int32_t* positions);
   void resize_blocks(int64_t n_blocks);
-  void resize_tail(int64_t capacity);
   void drop_view() const;
 
   int32_t n_kv_heads_;
@@ -61,11 +61,8 @@ class KiviLayerKv : public LayerKv {
   std::vector<float> k_scale_, k_min_, v_scale_, v_min_;
   std::vector<int32_t> block_positions_;
 
-  // fp32 tail, [n_kv_heads, tail_capacity, head_dim] as DenseKv.
-  int64_t tail_tokens_ = 0;
-  int64_t tail_capacity_ = 0;
-  std::vector<float> tail_k_, tail_v_;
-  std::vector<int32_t> tail_positions_;
+  // The fp32 tail: the newest tokens, in DenseKv's layout.
+  HeadRows tail_;
 
   // Everything unpacked, while a policy looks at it (view) until settle().
   mutable std::vector<float> view_k_, view_v_;
