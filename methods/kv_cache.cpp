@@ -25,6 +25,7 @@ void KvCache::append(int32_t layer, const float* k, const float* v, const int32_
                      int64_t n_new) {
   // No peak update here: layers only grow within a forward, so advance() sees the peak
   // before the policy evicts (and stats() counts what is resident now).
+  if (tap_) tap_->appended(layer, k, v, positions, n_new);
   const int64_t first_slot = layers_[layer]->n_tokens();
   layers_[layer]->append(k, v, positions, n_new);
   if (reader_) reader_->appended(layer, k, first_slot, n_new);

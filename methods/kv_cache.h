@@ -59,6 +59,16 @@ struct CacheStats {
   int64_t bytes_read_total = 0;
 };
 
+// Sees the KV the model hands the cache, before any store transforms it (prefix reuse
+// records blocks of it for later requests).
+class KvTap {
+ public:
+  virtual ~KvTap() = default;
+  // k, v: [n, n_kv_heads, head_dim] as LayerKv::append receives them.
+  virtual void appended(int32_t layer, const float* k, const float* v, const int32_t* positions,
+                        int64_t n) = 0;
+};
+
 // One layer of one sequence.
 class LayerKv {
  public:
@@ -126,6 +136,9 @@ class KvCache {
   // largest one.
   void reserve_more(int64_t n_tokens);
 
+  // Every later append is shown to `tap` first (nullptr: none). Not copied by clone().
+  void set_tap(KvTap* tap) { tap_ = tap; }
+
   // A deep copy (storage, policy state, counters): a branch that can decode and be dropped.
   KvCache clone() const;
 
@@ -148,6 +161,7 @@ class KvCache {
   int64_t bytes_read_forward_ = 0;  // this forward so far
   int64_t bytes_read_last_ = 0;     // the last finished forward
   int64_t bytes_read_total_ = 0;
+  KvTap* tap_ = nullptr;
 };
 
 }  // namespace kvbench

@@ -1,0 +1,55 @@
+// The reuse hierarchy, after LMCache: device (the memory the model computes from), CPU
+// memory, local disk (zstd files), Redis. Every put writes through to every tier (each
+// keeps what its capacity and replacement policy allow); a get searches top-down, and a
+// hit in a lower tier is copied back into the tiers above it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "reuse/tier.h"
+
+namespace kvbench {
+
+enum class Replacement { Lru, Lfu, Fifo, Ttl };
+Replacement parse_replacement(const std::string& text);  // InputError unless lru/lfu/fifo/ttl
+const char* to_string(Replacement policy);
+
+struct TierConfig {
+  int64_t device_bytes = 64ll << 20;
+  int64_t cpu_bytes = 0;       // 0: no CPU tier
+  std::string disk_dir;        // "": no disk tier
+  int64_t disk_bytes = 4ll << 30;
+  std::string redis;           // "host:port", "": no Redis tier
+  int64_t redis_bytes = 1ll << 30;
+  Replacement policy = Replacement::Lru;
+  double ttl_s = 600;          // Replacement::Ttl: an entry expires this long after its put
+};
+
+class TieredStore {
+ public:
+  // Opens the tiers. Throws InputError naming the directory when disk_dir cannot be created
+  // or written. An unreachable Redis is not an error: the tier reports misses and faults.
+  explicit TieredStore(const TierConfig& config);
+  ~TieredStore();
+
+  // Writes through to every tier, evicting by the policy where a tier is full. A value
+  // larger than a tier's capacity skips that tier.
+  void put(const std::string& key, const SharedBytes& value);
+  // The value from the highest tier that has it (copied into the tiers above), else nullptr.
+  // `from` gets the name of the tier that served it.
+  SharedBytes get(const std::string& key, std::string* from = nullptr);
+  // Drops `key` from every tier (a block that failed its checksum).
+  void erase(const std::string& key);
+
+  std::vector<TierStats> stats() const;  // top-down
+
+ private:
+  struct Level;
+  std::vector<std::unique_ptr<Level>> levels_;
+  TierConfig config_;
+};
+
+}  // namespace kvbench
