@@ -8,6 +8,7 @@
 #include <dlfcn.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -134,6 +135,30 @@ void add_in_place(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
+// CacheBlend's choice of tokens to recompute, as LMCache makes it: the `count` rows whose
+// fresh keys lie farthest (squared L2 over all KV heads) from the cached, re-rotated keys.
+// Ties go to the earlier row, so the choice is deterministic. Returned in row order.
+std::vector<int64_t> most_deviating_rows(const float* fresh_k, const float* cached_k, int64_t n,
+                                         int64_t width, int64_t count) {
+  std::vector<double> deviation(n);
+  for (int64_t i = 0; i < n; ++i) {
+    double sum = 0;
+    for (int64_t j = 0; j < width; ++j) {
+      const double d = static_cast<double>(fresh_k[i * width + j]) - cached_k[i * width + j];
+      sum += d * d;
+    }
+    deviation[i] = sum;
+  }
+  std::vector<int64_t> rows(n);
+  for (int64_t i = 0; i < n; ++i) rows[i] = i;
+  std::nth_element(rows.begin(), rows.begin() + (count - 1), rows.end(), [&](int64_t a, int64_t b) {
+    return deviation[a] != deviation[b] ? deviation[a] > deviation[b] : a < b;
+  });
+  rows.resize(count);
+  std::sort(rows.begin(), rows.end());
+  return rows;
+}
+
 }  // namespace
 
 struct LlamaModel::Impl {
@@ -157,49 +182,151 @@ struct LlamaModel::Impl {
     }
   }
 
+  // Buffers of one layer's computation for up to `rows` rows at a time.
+  struct LayerScratch {
+    std::vector<float> h, q, k, v, attn, gate, up;
+    LayerScratch(const ModelConfig& c, int64_t rows)
+        : h(rows * c.n_embd),
+          q(rows * c.n_heads * c.head_dim),
+          k(rows * c.n_kv_heads * c.head_dim),
+          v(rows * c.n_kv_heads * c.head_dim),
+          attn(rows * c.n_heads * c.head_dim),
+          gate(rows * c.n_ff),
+          up(rows * c.n_ff) {}
+  };
+
+  float attention_scale() const { return 1.f / std::sqrt(static_cast<float>(config.head_dim)); }
+
+  // Attention inputs of n rows of x into s.q, s.k, s.v, RoPE applied at `positions`.
+  void attention_inputs(const Layer& w, const float* x, const int32_t* positions, int64_t n,
+                        LayerScratch& s) const {
+    const ModelConfig& c = config;
+    rms_norm_cpu(x, w.attn_norm.data(), s.h.data(), n, c.n_embd, c.rms_eps);
+    w.q.apply(s.h.data(), n, s.q.data());
+    w.k.apply(s.h.data(), n, s.k.data());
+    w.v.apply(s.h.data(), n, s.v.data());
+    rope_interleaved_cpu(s.q.data(), positions, n, c.n_heads, c.head_dim, c.rope_inv_freq.data());
+    rope_interleaved_cpu(s.k.data(), positions, n, c.n_kv_heads, c.head_dim,
+                         c.rope_inv_freq.data());
+  }
+
+  // The rest of the block once s.attn holds the attention output of n rows:
+  // x += o(attn), then x += down(silu(gate(norm x)) * up(norm x)).
+  void finish_block(const Layer& w, float* x, int64_t n, LayerScratch& s) const {
+    const ModelConfig& c = config;
+    w.o.apply(s.attn.data(), n, s.h.data());
+    add_in_place(x, s.h.data(), n * c.n_embd);
+    rms_norm_cpu(x, w.ffn_norm.data(), s.h.data(), n, c.n_embd, c.rms_eps);
+    w.gate.apply(s.h.data(), n, s.gate.data());
+    w.up.apply(s.h.data(), n, s.up.data());
+    silu_mul_cpu(s.gate.data(), s.up.data(), s.gate.data(), n * c.n_ff);
+    w.down.apply(s.gate.data(), n, s.h.data());
+    add_in_place(x, s.h.data(), n * c.n_embd);
+  }
+
+  // Layer l over n rows that are all stored and all attend: the plain prefill step.
+  void dense_layer(int32_t l, float* x, const int32_t* positions, int64_t n, KvCache& cache,
+                   LayerScratch& s) const {
+    attention_inputs(layers[l], x, positions, n, s);
+    cache.append(l, s.k.data(), s.v.data(), positions, n);
+    cache.attend(l, AttentionQuery{s.q.data(), positions, s.attn.data(), static_cast<int32_t>(n),
+                                   config.n_heads, attention_scale()});
+    finish_block(layers[l], x, n, s);
+  }
+
   // One chunk through every layer; writes logits of the last row, or of all rows.
   void forward_chunk(const int32_t* tokens, int64_t n, KvCache& cache, bool all_logits,
                      float* logits) const {
     const ModelConfig& c = config;
-    const int64_t q_width = static_cast<int64_t>(c.n_heads) * c.head_dim;
-    const int64_t kv_width = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
     std::vector<int32_t> positions(n);
     for (int64_t i = 0; i < n; ++i) positions[i] = cache.next_position() + static_cast<int32_t>(i);
 
-    std::vector<float> x(n * c.n_embd), h(n * c.n_embd), q(n * q_width), k(n * kv_width),
-        v(n * kv_width), attn(n * q_width), gate(n * c.n_ff), up(n * c.n_ff);
+    std::vector<float> x(n * c.n_embd);
+    LayerScratch s(c, n);
     embed(tokens, n, x.data());
-    const float scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));
-
-    for (int32_t l = 0; l < c.n_layers; ++l) {
-      const Layer& w = layers[l];
-      rms_norm_cpu(x.data(), w.attn_norm.data(), h.data(), n, c.n_embd, c.rms_eps);
-      w.q.apply(h.data(), n, q.data());
-      w.k.apply(h.data(), n, k.data());
-      w.v.apply(h.data(), n, v.data());
-      rope_interleaved_cpu(q.data(), positions.data(), n, c.n_heads, c.head_dim,
-                           c.rope_inv_freq.data());
-      rope_interleaved_cpu(k.data(), positions.data(), n, c.n_kv_heads, c.head_dim,
-                           c.rope_inv_freq.data());
-      cache.append(l, k.data(), v.data(), positions.data(), n);
-      cache.attend(l, AttentionQuery{q.data(), positions.data(), attn.data(),
-                                     static_cast<int32_t>(n), c.n_heads, scale});
-      w.o.apply(attn.data(), n, h.data());
-      add_in_place(x.data(), h.data(), n * c.n_embd);
-
-      rms_norm_cpu(x.data(), w.ffn_norm.data(), h.data(), n, c.n_embd, c.rms_eps);
-      w.gate.apply(h.data(), n, gate.data());
-      w.up.apply(h.data(), n, up.data());
-      silu_mul_cpu(gate.data(), up.data(), gate.data(), n * c.n_ff);
-      w.down.apply(gate.data(), n, h.data());
-      add_in_place(x.data(), h.data(), n * c.n_embd);
-    }
+    for (int32_t l = 0; l < c.n_layers; ++l) dense_layer(l, x.data(), positions.data(), n, cache, s);
     cache.advance(static_cast<int32_t>(n));
 
     const int64_t first = all_logits ? 0 : n - 1;
-    rms_norm_cpu(x.data() + first * c.n_embd, output_norm.data(), h.data(), n - first, c.n_embd,
+    rms_norm_cpu(x.data() + first * c.n_embd, output_norm.data(), s.h.data(), n - first, c.n_embd,
                  c.rms_eps);
-    lm_head.apply(h.data(), n - first, logits);
+    lm_head.apply(s.h.data(), n - first, logits);
+  }
+
+  // CacheBlend (LlamaModel::forward_blend): layers 0..select_layer in full, in chunks of
+  // chunk_rows; then the n_recompute tokens whose select_layer keys deviate most from the
+  // cached ones go on alone through the later layers, the others keeping their cached KV.
+  void blend(const int32_t* tokens, int64_t n, const float* cached_k, const float* cached_v,
+             int64_t n_recompute, int32_t select_layer, int64_t chunk_rows, KvCache& cache) const {
+    const ModelConfig& c = config;
+    const int64_t kv_width = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
+    const int64_t layer_stride = n * kv_width;  // one layer of cached_k / cached_v
+    std::vector<int32_t> positions(n);
+    for (int64_t i = 0; i < n; ++i) positions[i] = cache.next_position() + static_cast<int32_t>(i);
+    cache.reserve_more(n);
+
+    if (n_recompute == 0) {  // naive reuse: nothing to compute, not even the first layers
+      for (int32_t l = 0; l < c.n_layers; ++l) {
+        cache.append(l, cached_k + l * layer_stride, cached_v + l * layer_stride, positions.data(),
+                     n);
+      }
+      cache.advance(static_cast<int32_t>(n));
+      return;
+    }
+
+    // Full layers, chunk by chunk as forward() does; keep select_layer's fresh keys.
+    std::vector<float> x(n * c.n_embd), fresh_k(n * kv_width);
+    LayerScratch s(c, std::min(n, chunk_rows));
+    for (int64_t start = 0; start < n; start += chunk_rows) {
+      const int64_t len = std::min(chunk_rows, n - start);
+      float* xs = x.data() + start * c.n_embd;
+      embed(tokens + start, len, xs);
+      for (int32_t l = 0; l <= select_layer; ++l) {
+        dense_layer(l, xs, positions.data() + start, len, cache, s);
+      }
+      std::copy(s.k.begin(), s.k.begin() + len * kv_width, fresh_k.begin() + start * kv_width);
+    }
+
+    const std::vector<int64_t> selected = most_deviating_rows(
+        fresh_k.data(), cached_k + select_layer * layer_stride, n, kv_width, n_recompute);
+    const int64_t m = static_cast<int64_t>(selected.size());
+    std::vector<float> xsel(m * c.n_embd);
+    std::vector<int32_t> sel_positions(m);
+    for (int64_t j = 0; j < m; ++j) {
+      std::copy_n(x.data() + selected[j] * c.n_embd, c.n_embd, xsel.data() + j * c.n_embd);
+      sel_positions[j] = positions[selected[j]];
+    }
+    x = {};
+
+    // Later layers: chunks of selected rows. Before a chunk attends, each layer stores every
+    // token up to the chunk's last one (cached KV, overwritten by the fresh rows of the
+    // selected), so causal attention sees exactly what a full prefill would have stored.
+    std::vector<float> stage_k(n * kv_width), stage_v(n * kv_width);
+    int64_t stored = 0;  // tokens the later layers hold so far
+    for (int64_t a = 0; a < m; a += chunk_rows) {
+      const int64_t len = std::min(chunk_rows, m - a);
+      const int64_t store_end = a + len == m ? n : selected[a + len - 1] + 1;
+      const int64_t n_store = store_end - stored;
+      float* xs = xsel.data() + a * c.n_embd;
+      for (int32_t l = select_layer + 1; l < c.n_layers; ++l) {
+        attention_inputs(layers[l], xs, sel_positions.data() + a, len, s);
+        std::copy_n(cached_k + l * layer_stride + stored * kv_width, n_store * kv_width,
+                    stage_k.data());
+        std::copy_n(cached_v + l * layer_stride + stored * kv_width, n_store * kv_width,
+                    stage_v.data());
+        for (int64_t j = 0; j < len; ++j) {
+          const int64_t row = selected[a + j] - stored;
+          std::copy_n(s.k.data() + j * kv_width, kv_width, stage_k.data() + row * kv_width);
+          std::copy_n(s.v.data() + j * kv_width, kv_width, stage_v.data() + row * kv_width);
+        }
+        cache.append(l, stage_k.data(), stage_v.data(), positions.data() + stored, n_store);
+        cache.attend(l, AttentionQuery{s.q.data(), sel_positions.data() + a, s.attn.data(),
+                                       static_cast<int32_t>(len), c.n_heads, attention_scale()});
+        finish_block(layers[l], xs, len, s);
+      }
+      stored = store_end;
+    }
+    cache.advance(static_cast<int32_t>(n));
   }
 };
 
@@ -279,6 +406,37 @@ std::vector<float> LlamaModel::forward(const std::vector<int32_t>& tokens, KvCac
     }
   }
   return logits;
+}
+
+int64_t LlamaModel::recompute_count(double ratio, int64_t n_tokens) {
+  // The small epsilon keeps ratio * n that is an integer in exact arithmetic (0.15 * 100)
+  // from rounding up past it in binary.
+  return std::min<int64_t>(n_tokens, static_cast<int64_t>(std::ceil(ratio * n_tokens - 1e-9)));
+}
+
+int64_t LlamaModel::forward_blend(const std::vector<int32_t>& tokens, const float* cached_k,
+                                  const float* cached_v, double recompute_ratio,
+                                  int32_t select_layer, KvCache& cache) const {
+  const ModelConfig& c = impl_->config;
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (n == 0) throw InputError("forward_blend: no tokens to feed");
+  if (!(recompute_ratio >= 0 && recompute_ratio <= 1)) {
+    throw InputError("forward_blend: recompute ratio must be in [0, 1], not " +
+                     std::to_string(recompute_ratio));
+  }
+  if (select_layer < 0 || select_layer >= c.n_layers) {
+    throw InputError("forward_blend: selection layer " + std::to_string(select_layer) +
+                     " is not a layer of this " + std::to_string(c.n_layers) + "-layer model");
+  }
+  if (cache.next_position() + n > c.context_length) {
+    throw InputError("input of " + std::to_string(cache.next_position() + n) +
+                     " tokens does not fit the model's context of " +
+                     std::to_string(c.context_length) + " tokens");
+  }
+  const int64_t n_recompute = recompute_count(recompute_ratio, n);
+  impl_->blend(tokens.data(), n, cached_k, cached_v, n_recompute, select_layer,
+               std::max<int32_t>(1, prefill_chunk), cache);
+  return n_recompute;
 }
 
 }  // namespace kvbench

@@ -36,6 +36,22 @@ class LlamaModel {
   std::vector<float> forward(const std::vector<int32_t>& tokens, KvCache& cache,
                              bool all_logits = false) const;
 
+  // CacheBlend (Yao et al., EuroSys'25): stores `tokens` at positions cache.next_position()
+  // onwards from KV computed elsewhere, recomputing only a part of it. cached_k, cached_v:
+  // [n_layers, n_tokens, n_kv_heads * head_dim], keys already rotated to their new
+  // positions. Layers 0..select_layer run in full; at select_layer the recompute_count()
+  // tokens whose fresh keys deviate most from the cached ones are chosen, and only they go
+  // through the later layers, their fresh KV replacing the cached one there (the others
+  // keep theirs). Ratio 0 is naive reuse: no layer is computed. Ratio 1 is a full prefill.
+  // Returns the tokens recomputed; computes no logits. Throws InputError for no tokens, a
+  // ratio outside [0, 1], a select_layer that is not a layer, or a context overrun.
+  int64_t forward_blend(const std::vector<int32_t>& tokens, const float* cached_k,
+                        const float* cached_v, double recompute_ratio, int32_t select_layer,
+                        KvCache& cache) const;
+  // Tokens forward_blend recomputes out of n_tokens: ceil(ratio * n_tokens), so any
+  // positive ratio recomputes at least one.
+  static int64_t recompute_count(double ratio, int64_t n_tokens);
+
   int32_t prefill_chunk = 512;
 
  private:
