@@ -13,6 +13,7 @@
 #include "harness/model/llama_model.h"
 #include "harness/model/tokenizer.h"
 #include "methods/registry.h"
+#include "reuse/block_key.h"
 
 namespace kvbench {
 
@@ -259,6 +260,43 @@ void answer_turn(const LlamaModel& model, KvCache& cache, const std::vector<floa
   record.tokens_kept = mean_tokens(record.cache);
 }
 
+// One request with prefix reuse: the longest cached prefix of context + query is loaded,
+// the rest prefilled (the context's end marked where it falls), and the new whole blocks
+// captured for store(). Returns the tokens loaded; `logits` are the query's last token's.
+int64_t request_prompt(const LlamaModel& model, PrefixCache& reuse, KvCache& cache,
+                       const std::vector<int32_t>& context, const std::vector<int32_t>& query,
+                       int64_t room, ReuseTurn& turn, std::vector<float>& logits) {
+  std::vector<int32_t> prompt = context;
+  prompt.insert(prompt.end(), query.begin(), query.end());
+  const int64_t n_context = static_cast<int64_t>(context.size());
+  cache.reserve(n_context + room);
+  const int64_t loaded = reuse.load(prompt, cache, turn);
+  reuse.start_capture(cache, prompt, loaded);
+  if (loaded < n_context) model.forward(std::vector<int32_t>(context.begin() + loaded, context.end()), cache);
+  cache.end_context();
+  const int64_t query_from = std::max<int64_t>(0, loaded - n_context);
+  logits = model.forward(std::vector<int32_t>(query.begin() + query_from, query.end()), cache);
+  return loaded;
+}
+
+// The tiers after the request, and what went wrong in them during it (a fault counted).
+// Returns the block bytes moved into and out of the tiers during it.
+int64_t note_tiers(const PrefixCache& reuse, const std::vector<TierStats>& before,
+                   TurnRecord& record) {
+  int64_t moved = 0;
+  record.reuse_tiers = reuse.tier_stats();
+  for (size_t i = 0; i < record.reuse_tiers.size() && i < before.size(); ++i) {
+    const TierStats& now = record.reuse_tiers[i];
+    const int64_t faults = now.faults - before[i].faults;
+    if (faults > 0) {
+      record.reuse.faults += (record.reuse.faults.empty() ? "" : "; ") + now.name + ": " +
+                             now.last_fault + (faults > 1 ? " (" + std::to_string(faults) + " faults)" : "");
+    }
+    moved += now.bytes_in - before[i].bytes_in + now.bytes_out - before[i].bytes_out;
+  }
+  return moved;
+}
+
 }  // namespace
 
 SessionResult run_session(const LlamaModel& model, const Sample& sample,
@@ -285,6 +323,16 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
   result.append = options.append;
   result.context_tokens = static_cast<int64_t>(tokens.context.size());
   result.fidelity = reference != nullptr;
+
+  // Reuse across the requests of this sample (prefix blocks in their tiers); its disk files
+  // and Redis keys live as long as it does.
+  // A multi-turn conversation keeps its cache across turns, so reuse acts on requests only.
+  std::unique_ptr<PrefixCache> reuse;
+  const std::unique_ptr<ReuseConfig> config = prefix_reuse_config(spec);
+  if (config && options.mode == SessionMode::MultiRequest) {
+    reuse = std::make_unique<PrefixCache>(*config, model_identity(model.file().path()),
+                                          model.kv_shape());
+  }
 
   std::optional<KvCache> shared;  // multi-turn: the one cache of the conversation
   if (options.mode == SessionMode::MultiTurn) {
@@ -319,20 +367,34 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
       record.own.first_logprobs = log_softmax(logits);
       answer_turn(model, *shared, logits, turn, tokens.answer_tail, options, true, record);
     } else {
-      // A request without reuse: a fresh cache, the context prefilled and compressed, then
-      // the query; all of it counts towards TTFT.
+      // A request: a fresh cache, the context prefilled (or its cached prefix loaded) and
+      // compressed, then the query; all of it counts towards TTFT.
       const auto start = Clock::now();
       KvCache cache = make_cache(spec, model.kv_shape());
-      feed_context(model, cache, tokens.context);
-      cache.reserve_more(room);
-      logits = model.forward(turn.query, cache);
+      const std::vector<TierStats> tiers_before = reuse ? reuse->tier_stats() : std::vector<TierStats>{};
+      const int64_t loaded = reuse ? request_prompt(model, *reuse, cache, tokens.context, turn.query,
+                                                    room, record.reuse, logits)
+                                   : 0;
+      if (!reuse) {
+        feed_context(model, cache, tokens.context);
+        cache.reserve_more(room);
+        logits = model.forward(turn.query, cache);
+      }
       const double prefill_s = seconds_since(start);
       argmax(logits);
       record.ttft_ms = seconds_since(start) * 1e3;
       record.prompt_tokens = static_cast<int64_t>(tokens.context.size()) + query_n;
-      record.prefill_tokens_per_s = record.prompt_tokens / std::max(prefill_s, 1e-9);
+      record.prefill_tokens_per_s = (record.prompt_tokens - loaded) / std::max(prefill_s, 1e-9);
+      int64_t moved = 0;
+      if (reuse) {
+        reuse->store(cache, record.reuse);  // after the first token, as LMCache stores
+        moved = note_tiers(*reuse, tiers_before, record);
+      }
       record.own.first_logprobs = log_softmax(logits);
       answer_turn(model, cache, logits, turn, tokens.answer_tail, options, false, record);
+      record.cache.hits = record.reuse.blocks_hit;
+      record.cache.misses = record.reuse.blocks_missed;
+      record.cache.bytes_moved = moved;
     }
     if (reference) fill_fidelity(record, reference->turns[t]);
     result.turns.push_back(std::move(record));

@@ -3,8 +3,9 @@
 //   multi-turn:   the context is prefilled once and compressed; each turn appends its
 //                 query, decodes an answer, then appends the gold answer (default) or the
 //                 model's own; the cache persists and grows across turns.
-//   multi-request: each query is answered from a fresh prefill of the context (the reuse
-//                 issue will load it instead); everything is discarded after the query.
+//   multi-request: each query is a new request on a fresh cache: the context is prefilled
+//                 again, or, with a reuse method (prefix), its cached blocks are loaded and
+//                 only the rest is prefilled; the cache is discarded after the query.
 // Fidelity compares each turn with the full cache on the same turn.
 #pragma once
 
@@ -14,6 +15,7 @@
 
 #include "datasets/sample.h"
 #include "methods/kv_cache.h"
+#include "reuse/prefix_cache.h"
 
 namespace kvbench {
 
@@ -73,7 +75,9 @@ struct TurnRecord {
   // Fidelity, measured only with a reference (SessionResult::fidelity), else 0:
   double first_token_kl = 0;  // KL(full || method) of the first answer token's distribution
   double top1_agreement = 0;  // fraction of reference-answer positions with the same argmax
-  CacheStats cache;           // after the turn
+  CacheStats cache;           // after the turn (hits, misses, bytes_moved: this turn's reuse)
+  ReuseTurn reuse;            // what prefix reuse did for this turn's request (zeros without it)
+  std::vector<TierStats> reuse_tiers;  // the reuse tiers after the turn, top-down
   TurnReference own;          // this run's first-token logprobs and top-1 ids
 };
 

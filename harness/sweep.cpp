@@ -186,6 +186,16 @@ TurnRow turn_row(const TurnRecord& t, bool fidelity, std::optional<double> score
   row.hits = t.cache.hits;
   row.misses = t.cache.misses;
   row.bytes_moved = t.cache.bytes_moved;
+  row.tokens_reused = t.reuse.tokens_reused;
+  row.reuse_bytes_loaded = t.reuse.bytes_loaded;
+  row.reuse_load_ms = t.reuse.load_ms;
+  row.reuse_faults = t.reuse.faults;
+  for (const TierStats& tier : t.reuse_tiers) {
+    row.reuse_tiers += (row.reuse_tiers.empty() ? "" : ";") + tier.name + ":" +
+                       std::to_string(tier.hits) + "/" + std::to_string(tier.misses) + "/" +
+                       std::to_string(tier.bytes_in / 1024) + "/" +
+                       std::to_string(tier.bytes_out / 1024) + "/" + std::to_string(tier.faults);
+  }
   if (fidelity) {
     row.first_token_kl = t.first_token_kl;
     row.top1_agreement = t.top1_agreement;

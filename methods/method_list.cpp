@@ -15,6 +15,8 @@ MethodInfo keydiff_method();
 MethodInfo kvmerger_method();
 MethodInfo kivi_method();
 MethodInfo quest_method();
+MethodInfo prefix_method();
+MethodInfo tiers_method();
 
 const std::vector<MethodInfo>& method_registry() {
   static const std::vector<MethodInfo> methods = {
@@ -29,6 +31,8 @@ const std::vector<MethodInfo>& method_registry() {
       kvmerger_method(),
       kivi_method(),
       quest_method(),
+      prefix_method(),
+      tiers_method(),
   };
   return methods;
 }

@@ -51,6 +51,11 @@ std::string range_text(const ParamInfo& p) {
 // Checks one value against its ParamInfo; returns the reason it is wrong, or "".
 std::string check_value(const ParamInfo& p, const std::string& value) {
   double x = 0;
+  if (p.type == ParamType::Text) return "";
+  if (p.type == ParamType::Bytes) {
+    int64_t bytes = 0;
+    return parse_byte_size(value, &bytes) ? "" : "must be a size such as 4096, 64MB or 1GB";
+  }
   if (p.type == ParamType::Choice) {
     for (const auto& c : p.choices) {
       if (c == value) return "";
@@ -72,6 +77,12 @@ std::string check_value(const ParamInfo& p, const std::string& value) {
 // The kinds a spec composes (MethodKind): `info` joins the components before it (`seen`).
 void check_composition(const std::string& text, const std::map<MethodKind, const MethodInfo*>& seen,
                        const MethodInfo& info, size_t n_components) {
+  const bool reuses = info.kind == MethodKind::Reuse || seen.count(MethodKind::Reuse);
+  if (reuses && (info.kind == MethodKind::Eviction || seen.count(MethodKind::Eviction))) {
+    fail_spec(text, "reuse loads the model's KV for cached blocks without running their "
+                    "queries, which eviction methods score; it composes with full, storage "
+                    "(kivi) and retrieval (quest) caches");
+  }
   if (info.kind == MethodKind::Full) {
     if (n_components > 1) {
       fail_spec(text, "'full' is the uncompressed cache and cannot compose with anything");
@@ -80,14 +91,17 @@ void check_composition(const std::string& text, const std::map<MethodKind, const
   }
   const auto same = seen.find(info.kind);
   if (same != seen.end()) {
-    const char* what = info.kind == MethodKind::Eviction  ? "eviction or merging"
-                       : info.kind == MethodKind::Storage ? "storage"
-                                                          : "retrieval";
+    const char* what = info.kind == MethodKind::Eviction    ? "eviction or merging"
+                       : info.kind == MethodKind::Storage   ? "storage"
+                       : info.kind == MethodKind::Retrieval ? "retrieval"
+                       : info.kind == MethodKind::Reuse     ? "reuse"
+                                                            : "tiers";
     fail_spec(text, "'" + same->second->name + "' and '" + info.name +
                         "' cannot compose: a cache takes at most one " + what + " method");
   }
+  const bool per_sequence = info.kind != MethodKind::Reuse && info.kind != MethodKind::Tiers;
   const auto storage = seen.find(MethodKind::Storage);
-  if (storage != seen.end()) {
+  if (storage != seen.end() && per_sequence) {
     fail_spec(text, "'" + storage->second->name + "' stores what the methods before it keep, " +
                         "so it comes last ('" + info.name + "' follows it)");
   }
@@ -106,6 +120,31 @@ int64_t MethodParams::get_int(const std::string& name) const {
 
 double MethodParams::get_float(const std::string& name) const {
   return std::strtod(get(name).c_str(), nullptr);
+}
+
+int64_t MethodParams::get_bytes(const std::string& name) const {
+  int64_t bytes = 0;
+  if (!parse_byte_size(get(name), &bytes)) {
+    throw std::logic_error("method parameter '" + name + "' is not a size");
+  }
+  return bytes;
+}
+
+bool parse_byte_size(const std::string& text, int64_t* bytes) {
+  size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+  if (digits == 0 || digits > 15) return false;
+  const std::string unit = text.substr(digits);
+  int shift = 0;
+  if (unit == "KB") shift = 10;
+  else if (unit == "MB") shift = 20;
+  else if (unit == "GB") shift = 30;
+  else if (unit == "TB") shift = 40;
+  else if (!unit.empty() && unit != "B") return false;
+  const int64_t n = std::strtoll(text.substr(0, digits).c_str(), nullptr, 10);
+  if (n > (int64_t{1} << (62 - shift))) return false;
+  *bytes = n << shift;
+  return true;
 }
 
 const std::string& MethodParams::get(const std::string& name) const {
@@ -155,6 +194,30 @@ ParamInfo choice_param(const std::string& name, const std::string& default_value
   p.choices = choices;
   p.help = help;
   return p;
+}
+
+ParamInfo text_param(const std::string& name, const std::string& default_value,
+                     const std::string& help) {
+  ParamInfo p;
+  p.name = name;
+  p.type = ParamType::Text;
+  p.default_value = default_value;
+  p.help = help;
+  return p;
+}
+
+ParamInfo bytes_param(const std::string& name, const std::string& default_value,
+                      const std::string& help) {
+  ParamInfo p = text_param(name, default_value, help);
+  p.type = ParamType::Bytes;
+  return p;
+}
+
+const MethodParams* ResolvedSpec::find(MethodKind kind) const {
+  for (const auto& [info, params] : components) {
+    if (info->kind == kind) return &params;
+  }
+  return nullptr;
 }
 
 const MethodInfo* find_method(const std::string& name) {
@@ -220,6 +283,10 @@ ResolvedSpec resolve_method_spec(const std::string& text) {
     check_composition(text, seen, *info, spec.components.size());
     seen[info->kind] = info;
     resolved.components.emplace_back(info, std::move(params));
+  }
+  if (seen.count(MethodKind::Tiers) && !seen.count(MethodKind::Reuse)) {
+    fail_spec(text, "'" + seen[MethodKind::Tiers]->name +
+                        "' says where reused KV is stored and needs a reuse method (prefix)");
   }
   for (const auto& [info, params] : resolved.components) {
     const std::string p = params.text();

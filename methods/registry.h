@@ -19,7 +19,9 @@
 
 namespace kvbench {
 
-enum class ParamType { Int, Float, Choice };
+// Text: any value (a path, host:port); Bytes: a size such as 64MB, 1GB or 4096 (binary
+// multiples: KB = 1024).
+enum class ParamType { Int, Float, Choice, Text, Bytes };
 
 constexpr double kNoMax = 1e18;  // ParamInfo::max meaning "no upper bound"
 
@@ -43,6 +45,14 @@ ParamInfo float_param(const std::string& name, const std::string& default_value,
                       double max, const std::string& help);
 ParamInfo choice_param(const std::string& name, const std::string& default_value,
                        const std::vector<std::string>& choices, const std::string& help);
+ParamInfo text_param(const std::string& name, const std::string& default_value,
+                     const std::string& help);
+ParamInfo bytes_param(const std::string& name, const std::string& default_value,
+                      const std::string& help);
+
+// "64MB" -> 67108864; false unless a non-negative integer with an optional B, KB, MB, GB or
+// TB suffix (binary multiples).
+bool parse_byte_size(const std::string& text, int64_t* bytes);
 
 // A component's parameters after validation, defaults filled in.
 class MethodParams {
@@ -53,6 +63,7 @@ class MethodParams {
   }  // written in the spec
   int64_t get_int(const std::string& name) const;
   double get_float(const std::string& name) const;
+  int64_t get_bytes(const std::string& name) const;
   const std::string& get(const std::string& name) const;
 
   void set(const std::string& name, const std::string& value, bool given);
@@ -71,6 +82,9 @@ enum class MethodKind {
   Eviction,   // a TokenPolicy deciding what each layer keeps (stage 2: evict or merge)
   Storage,    // the layer stores: how what is kept is held and read (KIVI's packed form)
   Retrieval,  // a ReadPolicy choosing what each decode query reads (stage 3: Quest)
+  Reuse,      // KV kept across requests (stage 4: prefix blocks, CacheBlend's chunks); the
+              // session drives it, the cache of a sequence does not change
+  Tiers,      // where reused KV is stored: device, CPU, disk, Redis (needs a Reuse method)
 };
 
 struct MethodInfo {
@@ -101,17 +115,21 @@ struct ResolvedSpec {
   bool is_full() const {
     return components.size() == 1 && components[0].first->kind == MethodKind::Full;
   }
+  // The parameters of the component of `kind`, nullptr when there is none.
+  const MethodParams* find(MethodKind kind) const;
 };
 
 // Parses and validates; throws InputError naming the spec and the expected form for
 // unknown methods, unknown or missing parameters, values out of range, and compositions
 // that cannot form: full with anything, two methods of one kind, eviction with retrieval
-// (Quest reads pages of the whole cache), a storage method not last (it stores what the
-// methods before it keep: snapkv:budget=1024+kivi:bits=2).
+// (Quest reads pages of the whole cache), a storage method not last among the per-sequence
+// methods (it stores what the methods before it keep: snapkv:budget=1024+kivi:bits=2),
+// reuse with eviction (loaded blocks skip the prefill queries eviction scores), tiers
+// without a reuse method.
 ResolvedSpec resolve_method_spec(const std::string& spec);
 
 // The cache of one sequence for `spec`: each component fills its part (dense fp32 stores
-// unless a storage method is given).
+// unless a storage method is given; Reuse and Tiers components are the session's).
 KvCache make_cache(const ResolvedSpec& spec, const KvShape& shape);
 KvCache make_cache(const std::string& spec, const KvShape& shape);
 

@@ -65,7 +65,9 @@ MethodSpec parse_method_spec(const std::string& text) {
         if (!is_name(key)) fail_spec(text, "'" + key + "' is not a parameter name");
         if (value.empty()) fail_spec(text, "parameter '" + key + "' has no value");
         for (char c : value) {
-          if (c == ':' || c == '=' || c == ' ' || c == '\t' || c == '\n') {
+          // ':' may appear in a value (redis=127.0.0.1:6379): only the first ':' of a
+          // component ends its name.
+          if (c == '=' || c == ' ' || c == '\t' || c == '\n') {
             fail_spec(text, "parameter '" + key + "' has a malformed value '" + value + "'");
           }
         }

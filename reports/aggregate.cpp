@@ -27,6 +27,7 @@ struct Sums {
   int64_t decode_n = 0;
   double kv_sum = 0;
   int64_t kv_peak = 0;
+  int64_t prompt_tokens = 0, tokens_reused = 0;
   double read_sum = 0;
   int64_t read_n = 0;
 };
@@ -87,6 +88,8 @@ std::vector<Aggregate> aggregate_units(const std::vector<UnitRecord>& units) {
         ++s.read_n;
       }
       s.kv_peak = std::max(s.kv_peak, t.kv_bytes_peak);
+      s.prompt_tokens += t.prompt_tokens;
+      s.tokens_reused += t.tokens_reused;
     }
   }
 
@@ -115,6 +118,9 @@ std::vector<Aggregate> aggregate_units(const std::vector<UnitRecord>& units) {
     if (s.decode_n > 0) a.decode_tokens_per_s = s.decode_sum / static_cast<double>(s.decode_n);
     a.kv_bytes_peak = s.kv_peak;
     if (s.read_n > 0) a.kv_read_per_step = s.read_sum / static_cast<double>(s.read_n);
+    if (s.tokens_reused > 0) {
+      a.reused = static_cast<double>(s.tokens_reused) / static_cast<double>(s.prompt_tokens);
+    }
     out.push_back(std::move(a));
   }
 

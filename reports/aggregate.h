@@ -27,6 +27,7 @@ struct Aggregate {
   double kv_bytes = 0;                // mean resident after a turn
   int64_t kv_bytes_peak = 0;          // largest
   double kv_read_per_step = 0;        // mean over turns that decoded: bytes read per step
+  std::optional<double> reused;       // reuse: prompt tokens loaded over prompt tokens (when any)
   std::optional<double> kv_vs_full;   // kv_bytes / the full cache's on the same task and mode
 };
 

@@ -215,6 +215,7 @@ struct Row {
   std::optional<double> kv_vs_full, kl, top1, decode;
   double kv_mib = 0, peak_mib = 0, ttft_ms = 0;
   std::optional<double> read_kib;  // KV KiB read per decode step
+  std::optional<double> reused;    // prompt tokens loaded by reuse, fraction
   std::vector<double> by_turn;  // NaN: no score at that turn index
   int64_t units = 0, turns = 0;
   std::string label;  // short display name for charts
@@ -245,7 +246,7 @@ Board build_board(const std::vector<Aggregate>& aggs) {
     std::tie(r.method, r.budget, r.mode) = key;
     r.family = method_family(r.method);
     r.series = strip_budget(r.method);
-    std::vector<double> accs, ratios, kls, top1s, decodes, kvs, ttfts, reads;
+    std::vector<double> accs, ratios, kls, top1s, decodes, kvs, ttfts, reads, reuses;
     std::vector<std::vector<double>> turn_vals;
     double peak = 0;
     for (const Aggregate* a : list) {
@@ -257,6 +258,7 @@ Board build_board(const std::vector<Aggregate>& aggs) {
       if (a->decode_tokens_per_s > 0) decodes.push_back(a->decode_tokens_per_s);
       kvs.push_back(a->kv_bytes);
       if (a->kv_read_per_step > 0) reads.push_back(a->kv_read_per_step / 1024.0);
+      if (a->reused) reuses.push_back(*a->reused);
       ttfts.push_back(a->ttft_ms);
       peak = std::max(peak, static_cast<double>(a->kv_bytes_peak));
       if (turn_vals.size() < a->accuracy_by_turn.size()) turn_vals.resize(a->accuracy_by_turn.size());
@@ -273,6 +275,7 @@ Board build_board(const std::vector<Aggregate>& aggs) {
     r.decode = mean_of(decodes);
     r.kv_mib = mean_of(kvs).value_or(0) / kMiB;
     r.read_kib = mean_of(reads);
+    r.reused = mean_of(reuses);
     r.ttft_ms = mean_of(ttfts).value_or(0);
     r.peak_mib = peak / kMiB;
     for (const auto& v : turn_vals) {
@@ -415,17 +418,18 @@ std::string render_leaderboard_markdown(const std::vector<RunRecord>& runs,
   o << "Means over the tasks of each row. KV vs full: resident KV bytes after a turn over the "
        "full cache's on the same task and mode. Peak: the largest over all turns. Decode "
        "tok/s: turns that decoded more than one token. Read/step: KV bytes attention read "
-       "per decode step, all layers (Quest reads pages, KIVI packed blocks). KL: first-token "
+       "per decode step, all layers (Quest reads pages, KIVI packed blocks). Reused: prompt "
+       "tokens loaded from the reuse tiers instead of prefilled (prefix). KL: first-token "
        "KL divergence from the full cache (nats); top-1: agreement of the greedy tokens with "
        "the full cache.\n\n";
   o << md_row({"method", "budget", "mode", "KV vs full", "KV MiB", "peak MiB", "read/step KiB",
-               "TTFT ms", "decode tok/s", "KL", "top-1 %"})
-    << md_rule(3, 8);
+               "TTFT ms", "reused %", "decode tok/s", "KL", "top-1 %"})
+    << md_rule(3, 9);
   for (const Row& r : b.rows) {
     o << md_row({md_escape(r.method), md_escape(budget_cell(r.budget)), md_escape(r.mode),
                  r.kv_vs_full ? fmt(*r.kv_vs_full, 2) + "x" : std::string(kMissing),
                  fmt(r.kv_mib, 2), fmt(r.peak_mib, 2), fmt(r.read_kib, 0), fmt(r.ttft_ms, 1),
-                 fmt(r.decode, 1), fmt(r.kl, 4), fmt(r.top1, 1, 100)});
+                 fmt(r.reused, 1, 100), fmt(r.decode, 1), fmt(r.kl, 4), fmt(r.top1, 1, 100)});
   }
 
   o << "\n## Accuracy by turn (%)\n\n";
@@ -838,18 +842,19 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
        "full: resident KV bytes after a turn over the full cache's on the same task and mode. "
        "Peak: the largest over all turns. Decode tok/s: turns that decoded more than one "
        "token. Read/step: KV bytes attention read per decode step, all layers (Quest reads "
-       "pages, KIVI packed blocks). KL: first-token KL divergence from the full cache (nats); "
+       "pages, KIVI packed blocks). Reused: prompt tokens loaded from the reuse tiers instead "
+       "of prefilled (prefix). KL: first-token KL divergence from the full cache (nats); "
        "top-1: agreement of the greedy tokens with the full cache.</p>\n";
   o << "<table>\n<tr>" << th("method") << th("budget") << th("mode") << th("KV vs full", true)
     << th("KV MiB", true) << th("peak MiB", true) << th("read/step KiB", true)
-    << th("TTFT ms", true)
+    << th("TTFT ms", true) << th("reused %", true)
     << th("decode tok/s", true) << th("KL", true) << th("top-1 %", true) << "</tr>\n";
   for (const Row& r : b.rows) {
     o << tr_open(r) << td(h_spec(r.method), "spec") << td(h(budget_cell(r.budget)), "num")
       << td(h(r.mode), "nw")
       << td(r.kv_vs_full ? fmt(*r.kv_vs_full, 2) + "x" : std::string(kMissing), "num")
       << td(fmt(r.kv_mib, 2), "num") << td(fmt(r.peak_mib, 2), "num")
-      << td(fmt(r.read_kib, 0), "num") << td(fmt(r.ttft_ms, 1), "num") << td(fmt(r.decode, 1), "num") << td(fmt(r.kl, 4), "num")
+      << td(fmt(r.read_kib, 0), "num") << td(fmt(r.ttft_ms, 1), "num") << td(fmt(r.reused, 1, 100), "num") << td(fmt(r.decode, 1), "num") << td(fmt(r.kl, 4), "num")
       << td(fmt(r.top1, 1, 100), "num") << "</tr>\n";
   }
   o << "</table>\n";

@@ -302,6 +302,14 @@ CREATE INDEX results_method ON results(task, method, budget, mode);
     R"sql(
 ALTER TABLE results ADD COLUMN kv_read_per_step INTEGER NOT NULL DEFAULT 0;
 )sql",
+    // v3: reuse across requests (prefix blocks and their tiers)
+    R"sql(
+ALTER TABLE results ADD COLUMN tokens_reused INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE results ADD COLUMN reuse_bytes_loaded INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE results ADD COLUMN reuse_load_ms REAL NOT NULL DEFAULT 0;
+ALTER TABLE results ADD COLUMN reuse_tiers TEXT NOT NULL DEFAULT '';
+ALTER TABLE results ADD COLUMN reuse_faults TEXT NOT NULL DEFAULT '';
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kResultsSchemaVersion,
               "one migration per schema version");
@@ -533,9 +541,11 @@ void insert_unit(sqlite3* db, const std::string& path, const Stmt::OnError& on_e
          "seed, query, prediction, reference, stop_reason, prompt_tokens, output_tokens, "
          "appended_tokens, ttft_ms, tpot_ms, prefill_tokens_per_s, decode_tokens_per_s, "
          "kv_bytes, kv_bytes_peak, tokens_kept, tokens_seen, tokens_evicted, hits, misses, "
-         "bytes_moved, first_token_kl, top1_agreement, score, kv_read_per_step) "
+         "bytes_moved, first_token_kl, top1_agreement, score, kv_read_per_step, tokens_reused, "
+         "reuse_bytes_loaded, reuse_load_ms, reuse_tiers, reuse_faults) "
          "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, "
-         "?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32)",
+         "?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, "
+         "?35, ?36, ?37)",
          on_error);
   for (const TurnRow& t : unit.turns) {
     r.reset();
@@ -570,7 +580,12 @@ void insert_unit(sqlite3* db, const std::string& path, const Stmt::OnError& on_e
         .bind(29, t.first_token_kl)
         .bind(30, t.top1_agreement)
         .bind(31, t.score)
-        .bind(32, t.kv_read_per_step);
+        .bind(32, t.kv_read_per_step)
+        .bind(33, t.tokens_reused)
+        .bind(34, t.reuse_bytes_loaded)
+        .bind(35, t.reuse_load_ms)
+        .bind(36, t.reuse_tiers)
+        .bind(37, t.reuse_faults);
     r.run();
   }
 }
@@ -611,7 +626,8 @@ std::vector<StoredUnit> read_units(sqlite3* db, const Stmt::OnError& on_error) {
          "output_tokens, appended_tokens, ttft_ms, tpot_ms, prefill_tokens_per_s, "
          "decode_tokens_per_s, kv_bytes, kv_bytes_peak, tokens_kept, tokens_seen, "
          "tokens_evicted, hits, misses, bytes_moved, first_token_kl, top1_agreement, score, "
-         "kv_read_per_step FROM results ORDER BY unit_id, turn",
+         "kv_read_per_step, tokens_reused, reuse_bytes_loaded, reuse_load_ms, reuse_tiers, "
+         "reuse_faults FROM results ORDER BY unit_id, turn",
          on_error);
   while (s.step()) {
     const auto it = index_of.find(s.int64(0));
@@ -641,6 +657,11 @@ std::vector<StoredUnit> read_units(sqlite3* db, const Stmt::OnError& on_error) {
     t.top1_agreement = s.opt_real(22);
     t.score = s.opt_real(23);
     t.kv_read_per_step = s.int64(24);
+    t.tokens_reused = s.int64(25);
+    t.reuse_bytes_loaded = s.int64(26);
+    t.reuse_load_ms = s.real(27);
+    t.reuse_tiers = s.text(28);
+    t.reuse_faults = s.text(29);
     units[it->second].unit.turns.push_back(std::move(t));
   }
   return units;

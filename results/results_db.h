@@ -18,7 +18,7 @@ struct sqlite3;
 
 namespace kvbench {
 
-constexpr int kResultsSchemaVersion = 2;
+constexpr int kResultsSchemaVersion = 3;
 
 struct RunRecord {
   int64_t id = 0;  // assigned by begin_run
@@ -53,9 +53,14 @@ struct TurnRow {
   double tokens_kept = 0;
   int64_t tokens_seen = 0;
   int64_t tokens_evicted = 0;
-  int64_t hits = 0;
-  int64_t misses = 0;
-  int64_t bytes_moved = 0;
+  int64_t hits = 0;         // reuse: blocks served from a tier this turn
+  int64_t misses = 0;       // reuse: blocks looked up and not served (the prefix ends there)
+  int64_t bytes_moved = 0;  // reuse: block bytes written into and read out of the tiers
+  int64_t tokens_reused = 0;       // prompt tokens loaded instead of prefilled
+  int64_t reuse_bytes_loaded = 0;  // block bytes loaded for them
+  double reuse_load_ms = 0;        // lookup, checksums and copies (in ttft_ms)
+  std::string reuse_tiers;   // per tier after the turn: "name:hits/misses/KiB in/KiB out/faults", ";"-joined
+  std::string reuse_faults;  // what went wrong this turn (Redis gone, a corrupt block), "" if nothing
   std::optional<double> first_token_kl;   // null without a fidelity reference
   std::optional<double> top1_agreement;
   std::optional<double> score;            // null for a sample without a task

@@ -18,10 +18,15 @@
 
 namespace kvbench {
 
+struct ResolvedSpec;
+
 struct ReuseConfig {
   int64_t block_tokens = 256;
   TierConfig tiers;
 };
+
+// The reuse a spec asks for (its prefix and tiers components), nullptr when none.
+std::unique_ptr<ReuseConfig> prefix_reuse_config(const ResolvedSpec& spec);
 
 // What reuse did for one request.
 struct ReuseTurn {

@@ -58,6 +58,11 @@ TurnRow make_turn(int32_t turn, double salt) {
   t.hits = 3;
   t.misses = 1;
   t.bytes_moved = 4096;
+  t.tokens_reused = 256;
+  t.reuse_bytes_loaded = 11796736;
+  t.reuse_load_ms = 4.5 + salt;
+  t.reuse_tiers = "device:1/0/0/11520/0;redis:0/1/11520/0/1";
+  t.reuse_faults = "redis: connection refused";
   t.first_token_kl = 0.01 * turn;
   t.top1_agreement = 1.0;
   t.score = turn % 2 == 0 ? 1.0 : 0.0;
@@ -108,6 +113,11 @@ void require_same_turn(const TurnRow& a, const TurnRow& b) {
   CHECK(a.hits == b.hits);
   CHECK(a.misses == b.misses);
   CHECK(a.bytes_moved == b.bytes_moved);
+  CHECK(a.tokens_reused == b.tokens_reused);
+  CHECK(a.reuse_bytes_loaded == b.reuse_bytes_loaded);
+  CHECK(a.reuse_load_ms == b.reuse_load_ms);
+  CHECK(a.reuse_tiers == b.reuse_tiers);
+  CHECK(a.reuse_faults == b.reuse_faults);
   CHECK(same_opt(a.first_token_kl, b.first_token_kl));
   CHECK(same_opt(a.top1_agreement, b.top1_agreement));
   CHECK(same_opt(a.score, b.score));
@@ -372,13 +382,13 @@ TEST_CASE("results db: a unit whose write fails half-way leaves no rows", "[resu
         0);
 }
 
-TEST_CASE("results db: WAL mode, schema version 2, the three tables", "[results]") {
+TEST_CASE("results db: WAL mode, schema version 3, the three tables", "[results]") {
   const std::string path = temp_path("schema.db");
   auto db = ResultsDb::open(path);
   Raw raw(path);
   CHECK(raw.text("PRAGMA journal_mode") == "wal");
-  CHECK(raw.integer("PRAGMA user_version") == 2);
-  CHECK(kResultsSchemaVersion == 2);
+  CHECK(raw.integer("PRAGMA user_version") == kResultsSchemaVersion);
+  CHECK(kResultsSchemaVersion == 3);
   for (const char* table : {"runs", "units", "results"}) {
     INFO(table);
     CHECK(raw.integer(std::string("SELECT count(*) FROM sqlite_master WHERE type = 'table' "
@@ -398,7 +408,7 @@ TEST_CASE("results db: an empty file or empty SQLite db gets the schema", "[resu
   const std::string empty_file = temp_path("empty.db");
   write_file(empty_file, {});
   ResultsDb::open(empty_file);
-  CHECK(Raw(empty_file).integer("PRAGMA user_version") == 2);
+  CHECK(Raw(empty_file).integer("PRAGMA user_version") == kResultsSchemaVersion);
 
   const std::string empty_db = temp_path("empty_sqlite.db");
   Raw(empty_db).exec("PRAGMA page_size = 4096; VACUUM");
@@ -435,7 +445,7 @@ TEST_CASE("results db: reopen an existing db and append", "[results]") {
   CHECK(units[0].run_id == runs[0].id);
   CHECK(units[1].key == "u2");
   CHECK(units[1].run_id == runs[1].id);
-  CHECK(Raw(path).integer("PRAGMA user_version") == 2);
+  CHECK(Raw(path).integer("PRAGMA user_version") == kResultsSchemaVersion);
 }
 
 TEST_CASE("results db: unwritable paths are one-line input errors", "[results]") {
@@ -621,7 +631,8 @@ TEST_CASE("results db: merge refuses an existing output or a bad input", "[resul
   CHECK_FALSE(exists(out2));
 }
 
-TEST_CASE("results db: a version 1 db migrates to version 2 and keeps its rows", "[results]") {
+TEST_CASE("results db: a version 1 db migrates to the current version and keeps its rows",
+          "[results]") {
   const std::string path = temp_path("migrate_v1.db");
   {
     auto db = ResultsDb::open(path);
@@ -629,16 +640,22 @@ TEST_CASE("results db: a version 1 db migrates to version 2 and keeps its rows",
     db->write_unit(run, make_unit("u1"));
     db->finish_run(run);
   }
-  // Back to what version 1 wrote: no kv_read_per_step column.
-  Raw(path).exec("ALTER TABLE results DROP COLUMN kv_read_per_step; PRAGMA user_version = 1");
+  // Back to what version 1 wrote: none of the columns later versions added.
+  Raw(path).exec(
+      "ALTER TABLE results DROP COLUMN kv_read_per_step; ALTER TABLE results DROP COLUMN "
+      "tokens_reused; ALTER TABLE results DROP COLUMN reuse_bytes_loaded; ALTER TABLE results "
+      "DROP COLUMN reuse_load_ms; ALTER TABLE results DROP COLUMN reuse_tiers; ALTER TABLE "
+      "results DROP COLUMN reuse_faults; PRAGMA user_version = 1");
   CHECK(Raw(path).integer("SELECT count(*) FROM pragma_table_info('results') "
                           "WHERE name = 'kv_read_per_step'") == 0);
   auto db = ResultsDb::open(path);
-  CHECK(Raw(path).integer("PRAGMA user_version") == 2);
+  CHECK(Raw(path).integer("PRAGMA user_version") == kResultsSchemaVersion);
   const auto units = db->units();
   REQUIRE(units.size() == 1);
   REQUIRE(!units[0].turns.empty());
   CHECK(units[0].turns[0].kv_read_per_step == 0);
+  CHECK(units[0].turns[0].tokens_reused == 0);
+  CHECK(units[0].turns[0].reuse_tiers.empty());
   const int64_t run = db->begin_run(make_run());
   UnitRecord u = make_unit("u2");
   u.turns[0].kv_read_per_step = 12345;

@@ -56,6 +56,8 @@ const char* type_name(ParamType type) {
     case ParamType::Int: return "int";
     case ParamType::Float: return "float";
     case ParamType::Choice: return "choice";
+    case ParamType::Text: return "text";
+    case ParamType::Bytes: return "bytes";
   }
   return "";
 }
@@ -68,6 +70,8 @@ void list_methods() {
       std::string rule;
       if (p.type == ParamType::Choice) {
         for (const auto& c : p.choices) rule += (rule.empty() ? "" : "|") + c;
+      } else if (p.type == ParamType::Text || p.type == ParamType::Bytes) {
+        rule = type_name(p.type);
       } else {
         // Integers as integers; "max" only when there is one worth printing.
         const auto num = [&](double x) {

@@ -72,6 +72,20 @@ bool answer_found(const std::string& prediction, const SampleTurn& turn) {
   return false;
 }
 
+// What prefix reuse did for a turn's request, under its row.
+void print_reuse(const ReuseTurn& r) {
+  std::printf("     reuse: %lld of %lld prompt tokens loaded (%.1f%%)", static_cast<long long>(r.tokens_reused),
+              static_cast<long long>(r.tokens_looked_up), 100.0 * r.hit_ratio());
+  if (r.blocks_hit > 0) {
+    std::printf(" from %s, %.2f MiB in %.1f ms", r.served_by.c_str(),
+                mib(static_cast<double>(r.bytes_loaded)), r.load_ms);
+  }
+  std::printf("; stored %lld block%s (%.2f MiB) in %.1f ms", static_cast<long long>(r.blocks_stored),
+              r.blocks_stored == 1 ? "" : "s", mib(static_cast<double>(r.bytes_stored)), r.store_ms);
+  if (!r.faults.empty()) std::printf("; faults: %s", r.faults.c_str());
+  std::printf("\n");
+}
+
 }  // namespace
 
 void print_unit(const UnitResult& unit) {
@@ -108,6 +122,7 @@ void print_unit(const UnitResult& unit) {
                 mib(static_cast<double>(t.kv_bytes_peak)), t.tokens_kept, kl_text, top1_text,
                 truncated ? "yes" : "no", score_text, cell_text(t.prediction, 40).c_str(),
                 cell_text(t.reference, 40).c_str());
+    if (t.reuse.tokens_looked_up > 0) print_reuse(t.reuse);
     ttft += t.ttft_ms;
     if (t.tpot_ms > 0) {
       tpot += t.tpot_ms;
@@ -151,6 +166,8 @@ void SummaryTable::add(const UnitResult& unit) {
     t.kl += turn.first_token_kl;
     t.top1 += turn.top1_agreement;
     t.ttft_ms += turn.ttft_ms;
+    t.prompt_tokens += turn.prompt_tokens;
+    t.tokens_reused += turn.reuse.tokens_reused;
     t.kv_bytes += static_cast<double>(turn.kv_bytes);
     t.kv_peak = std::max(t.kv_peak, turn.kv_bytes_peak);
     if (turn.decode_tokens_per_s > 0) {
@@ -173,9 +190,9 @@ void SummaryTable::add(const UnitResult& unit) {
 }
 
 void SummaryTable::print() const {
-  std::printf("\n%-20s %-13s %-44s %5s %6s %8s %6s %9s %7s %8s %8s %6s %9s  %s\n", "task",
+  std::printf("\n%-20s %-13s %-44s %5s %6s %8s %6s %9s %7s %8s %8s %6s %9s %8s  %s\n", "task",
               "mode", "method", "turns", "acc %", "KL", "top-1", "TTFT ms", "tok/s", "KV MiB",
-              "peak MiB", "vs full", "read KiB", "acc % by turn");
+              "peak MiB", "vs full", "read KiB", "reused %", "acc % by turn");
   for (const Key& key : order_) {
     const Totals& t = rows_.at(key);
     const double n = static_cast<double>(std::max<int64_t>(t.turns, 1));
@@ -202,12 +219,16 @@ void SummaryTable::print() const {
       }
       by_turn += (i ? " " : "") + std::string(cell);
     }
-    std::printf("%-20s %-13s %-44s %5lld %6s %8s %6s %9.1f %7.1f %8.2f %8.2f %6s %9.0f  %s\n",
+    char reused[32] = "-";
+    if (t.tokens_reused > 0) {
+      std::snprintf(reused, sizeof reused, "%.1f", 100.0 * t.tokens_reused / t.prompt_tokens);
+    }
+    std::printf("%-20s %-13s %-44s %5lld %6s %8s %6s %9.1f %7.1f %8.2f %8.2f %6s %9.0f %8s  %s\n",
                 std::get<0>(key).c_str(), std::get<1>(key).c_str(), std::get<2>(key).c_str(),
                 static_cast<long long>(t.turns), acc, kl, top1, t.ttft_ms / n,
                 t.timed ? t.decode_tps / static_cast<double>(t.timed) : 0.0, mib(t.kv_bytes / n),
                 mib(static_cast<double>(t.kv_peak)), ratio,
-                t.timed ? t.kv_read / static_cast<double>(t.timed) / 1024.0 : 0.0,
+                t.timed ? t.kv_read / static_cast<double>(t.timed) / 1024.0 : 0.0, reused,
                 by_turn.empty() ? "-" : by_turn.c_str());
   }
   std::fflush(stdout);

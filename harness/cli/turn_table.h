@@ -28,6 +28,7 @@ class SummaryTable {
     double score = 0, kl = 0, top1 = 0, ttft_ms = 0, decode_tps = 0, kv_bytes = 0;
     double kv_read = 0;  // sum of per-step reads over the turns that decoded (`timed`)
     int64_t kv_peak = 0;
+    int64_t prompt_tokens = 0, tokens_reused = 0;  // reuse: tokens loaded of those prompted
     bool fidelity = false;
     std::vector<double> score_by_turn;  // sums per turn index
     std::vector<int64_t> scored_by_turn;
