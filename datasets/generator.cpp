@@ -108,6 +108,12 @@ const std::vector<TaskInfo>& registry() {
        "Math.Find: a long list of numbers; turns ask the largest, smallest, second largest, "
        "second smallest and median (at most 5 turns)",
        {{"digits", "3", "digits of each number (2..9)"}}},
+      {"docs_kv",
+       "Documents (CacheBlend's RAG case): short project notes, each with one or two facts "
+       "(an access code, a room number), in a shuffled order; each turn asks one fact",
+       {{"documents", "8",
+         "documents in the context (2..64), the same ones in every sample of a seed, each "
+         "sample in its own order; every other one holds a second fact"}}},
       {"mix",
        "Two tasks over one context (their contexts concatenated); turns alternate, the first "
        "task first. The parts' knobs pass through",
@@ -171,6 +177,7 @@ class Knobs {
 struct Built {
   std::string context;
   std::vector<SampleTurn> turns;
+  std::vector<std::string> documents;  // docs_kv: the context's parts (Sample::documents)
 };
 
 SampleTurn make_turn(std::string input, std::vector<std::string> answers) {
@@ -568,7 +575,121 @@ Plan plan_math(const Knobs& knobs, int32_t turns, uint64_t seed) {
   return plan;
 }
 
-Plan plan_for(const std::string& task, const Knobs& knobs, int32_t turns, uint64_t seed) {
+// ---------------------------------------------------------------------------------------
+// docs_kv: a retrieval-augmented context, documents a server could have cached one by one
+// (CacheBlend). Each document is notes on one project: a title line, then filler sentences
+// with one or two facts ("The access code of Project Falcon is 482913.") at random places.
+// The documents come from the run's seed alone, so every sample holds the same ones (as a
+// RAG store would serve them); each sample orders them and picks its questions by its own
+// seed. The filler count is the sized item; a truncated extra sentence pads.
+
+constexpr const char* kProjectNames[] = {
+    "Falcon",  "Juniper", "Harbor",  "Quartz",  "Meadow",  "Lantern", "Cobalt",  "Willow",
+    "Summit",  "Ember",   "Atlas",   "Beacon",  "Cedar",   "Delta",   "Echo",    "Fjord",
+    "Granite", "Horizon", "Iris",    "Jasper",  "Kestrel", "Lotus",   "Maple",   "Nimbus",
+    "Onyx",    "Pioneer", "Quill",   "Raven",   "Sierra",  "Tundra",  "Umber",   "Vesper",
+    "Walnut",  "Yonder",  "Zephyr",  "Aurora",  "Bramble", "Canyon",  "Dune",    "Elm",
+    "Flint",   "Glacier", "Hollow",  "Indigo",  "Jade",    "Kelp",    "Linden",  "Mosaic",
+    "Nectar",  "Orchid",  "Pebble",  "Quarry",  "Ridge",   "Saffron", "Thistle", "Upland",
+    "Valley",  "Wren",    "Yarrow",  "Zinnia",  "Alder",   "Birch",   "Comet",   "Drift"};
+constexpr int64_t kProjectCount = sizeof(kProjectNames) / sizeof(kProjectNames[0]);
+
+// A document's first fact gives its first attribute, a second fact its second.
+constexpr const char* kFactAttributes[] = {"access code", "room number"};
+
+constexpr const char* kProjectFiller[] = {
+    "The team met on Monday to review the schedule.",
+    "Several suppliers were asked to send new offers.",
+    "The budget was discussed at length but not changed.",
+    "A short report on the tests was shared with everyone.",
+    "Two new members joined the group this month.",
+    "The office moved to the second floor of the east wing.",
+    "Most of the open questions concern the delivery dates.",
+    "The weather delayed the site visit by a few days.",
+    "Everyone agreed that the documentation needs more work.",
+    "The manager thanked the staff for their patience.",
+    "A workshop on safety rules is planned for next week.",
+    "The old printers will be replaced before the summer.",
+    "Feedback from the first users was mostly positive.",
+    "The review board asked for a clearer time line.",
+    "Coffee and lunch were served in the main hall.",
+    "Nobody raised any concern about the new tools."};
+constexpr int64_t kProjectFillerCount = sizeof(kProjectFiller) / sizeof(kProjectFiller[0]);
+
+// The padding sentence: its first `pad` words and a full stop.
+constexpr const char* kProjectPadding[] = {
+    "Further", "details", "on", "this", "matter", "were", "left", "for", "a", "later",
+    "meeting", "of", "the", "whole", "committee", "and", "its", "many", "advisers", "abroad"};
+constexpr int64_t kProjectPaddingWords = sizeof(kProjectPadding) / sizeof(kProjectPadding[0]);
+
+Plan plan_docs_kv(const Knobs& knobs, int32_t turns, uint64_t documents_seed,
+                  uint64_t sample_seed) {
+  const int64_t documents = knobs.integer("documents", 2, kProjectCount);
+  const int64_t facts = documents + documents / 2;  // documents 1, 3, 5, ... hold two
+  if (facts < turns) {
+    fail("docs_kv", "knob documents " + std::to_string(documents) + " holds " +
+                        std::to_string(facts) + " facts, fewer than the " +
+                        std::to_string(turns) + " turns (each turn asks a different fact)");
+  }
+  Plan plan;
+  plan.task = "docs_kv";
+  plan.min_items = 0;
+  plan.pad_max = kProjectPaddingWords;
+  plan.build = [=](int64_t n, int64_t pad) {
+    struct Fact {
+      std::string question, answer;
+    };
+    Rng rng(documents_seed);
+    const std::vector<int64_t> names = choose_distinct(rng, kProjectCount, documents);
+    std::set<std::string> used_values;
+    std::vector<std::string> docs;
+    std::vector<Fact> all_facts;
+    for (int64_t d = 0; d < documents; ++d) {
+      const std::string project = std::string("Project ") + kProjectNames[names[d]];
+      std::vector<std::string> sentences;
+      const int64_t filler = n / documents + (d < n % documents ? 1 : 0);
+      for (int64_t i = 0; i < filler; ++i) {
+        sentences.push_back(kProjectFiller[rng.below(kProjectFillerCount)]);
+      }
+      for (int64_t f = 0; f < 1 + d % 2; ++f) {
+        std::string value;
+        do {
+          value = std::to_string(rng.between(100000, 999999));
+        } while (!used_values.insert(value).second);
+        const std::string attribute = kFactAttributes[f];
+        const int64_t at = rng.between(0, static_cast<int64_t>(sentences.size()));
+        sentences.insert(sentences.begin() + at,
+                         "The " + attribute + " of " + project + " is " + value + ".");
+        all_facts.push_back({"What is the " + attribute + " of " + project +
+                                 "? Answer with the number only.",
+                             value});
+      }
+      if (pad > 0 && d == documents - 1) {
+        std::vector<std::string> words(kProjectPadding, kProjectPadding + pad);
+        sentences.push_back(join(words, " ") + ".");
+      }
+      docs.push_back("Notes on " + project + ".\n" + join(sentences, " "));
+    }
+    Rng order_rng(sample_seed);
+    Built b;
+    for (int64_t i : choose_distinct(order_rng, documents, documents)) {
+      b.documents.push_back(docs[static_cast<size_t>(i)]);
+    }
+    b.context = join(b.documents, "\n\n");
+    for (int64_t i : choose_distinct(order_rng, facts, turns)) {
+      const Fact& fact = all_facts[static_cast<size_t>(i)];
+      b.turns.push_back(make_turn(fact.question, {fact.answer}));
+    }
+    return b;
+  };
+  return plan;
+}
+
+// docs_kv's documents come from the run's seed (shared by its samples), every other task
+// from the sample's.
+Plan plan_for(const std::string& task, const Knobs& knobs, int32_t turns, uint64_t seed,
+              uint64_t run_seed) {
+  if (task == "docs_kv") return plan_docs_kv(knobs, turns, run_seed, seed);
   if (task == "retr_kv") return plan_retr_kv(knobs, turns, seed);
   if (task == "retr_prefix_suffix") return plan_prefix_suffix(knobs, turns, seed);
   if (task == "multihop_vt") return plan_vt(knobs, turns, seed);
@@ -639,13 +760,15 @@ std::vector<Sample> generate_samples(const GeneratorOptions& options, const Toke
     const TaskInfo* tb = find_task(b);
     if (!ta || !tb || a == "mix" || b == "mix" || a == b) {
       fail(task, "knob tasks must be two different tasks A+B among retr_kv, retr_prefix_suffix, "
-                 "multihop_vt, math_find, not '" + spec + "'");
+                 "multihop_vt, math_find, docs_kv, not '" + spec + "'");
     }
     parts = {ta, tb};
   }
   check_knob_names(*info, options.knobs, parts);
 
   std::vector<Sample> out;
+  // Shared by the samples; a salt no sample index takes.
+  const uint64_t run_seed = derive_seed(options.seed, ~uint64_t{0});
   for (int32_t s = 0; s < options.samples; ++s) {
     const uint64_t sample_seed = derive_seed(options.seed, static_cast<uint64_t>(s));
     Sample sample;
@@ -653,10 +776,11 @@ std::vector<Sample> generate_samples(const GeneratorOptions& options, const Toke
     sample.task = task;
     if (parts.empty()) {
       const Knobs knobs(*info, options.knobs);
-      const Plan plan = plan_for(task, knobs, options.turns, sample_seed);
+      const Plan plan = plan_for(task, knobs, options.turns, sample_seed, run_seed);
       Built b = size_to(plan, tokenizer, options.context_tokens, options.turns);
       sample.context = std::move(b.context);
       sample.turns = std::move(b.turns);
+      sample.documents = std::move(b.documents);
     } else try {
       // Part A takes half the target; part B what is left after A and the separator,
       // corrected once more if the joint tokenization drifts.
@@ -667,11 +791,12 @@ std::vector<Sample> generate_samples(const GeneratorOptions& options, const Toke
       const Knobs knobs_a(*parts[0], ka);
       const Knobs knobs_b(*parts[1], kb);
       const std::string sep = "\n\n";
-      const Plan pa = plan_for(parts[0]->name, knobs_a, turns_a, derive_seed(sample_seed, 1));
+      const Plan pa =
+          plan_for(parts[0]->name, knobs_a, turns_a, derive_seed(sample_seed, 1), run_seed);
       Built a = size_to(pa, tokenizer, options.context_tokens / 2, turns_a);
       Built b;
       if (turns_b > 0) {
-        const Plan pb = plan_for(parts[1]->name, knobs_b, turns_b, derive_seed(sample_seed, 2));
+        const Plan pb = plan_for(parts[1]->name, knobs_b, turns_b, derive_seed(sample_seed, 2), run_seed);
         int64_t target_b = options.context_tokens - count_context_tokens(tokenizer, a.context + sep);
         for (int attempt = 0;; ++attempt) {
           if (target_b < 1) {
@@ -686,7 +811,7 @@ std::vector<Sample> generate_samples(const GeneratorOptions& options, const Toke
         sample.context = a.context + sep + b.context;
       } else {
         // One turn: only part A is asked, but the context still holds both parts.
-        const Plan pb = plan_for(parts[1]->name, knobs_b, 1, derive_seed(sample_seed, 2));
+        const Plan pb = plan_for(parts[1]->name, knobs_b, 1, derive_seed(sample_seed, 2), run_seed);
         const int64_t target_b =
             options.context_tokens - count_context_tokens(tokenizer, a.context + sep);
         if (target_b < 1) fail(task, "context_tokens is too small for both parts");

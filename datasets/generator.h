@@ -1,5 +1,6 @@
 // Seeded generators of SCBench's synthetic shared-context tasks (Retr.KV,
-// Retr.Prefix-Suffix, Retr.MultiHop = RULER variable tracking, Math.Find, and a mix of two),
+// Retr.Prefix-Suffix, Retr.MultiHop = RULER variable tracking, Math.Find, a mix of two, and
+// kvbench's docs_kv: separately cacheable documents for CacheBlend),
 // sized in real tokens: the context, counted with the given tokenizer, lands within 2% of
 // `context_tokens`. Deterministic: the same options and seed give byte-identical samples on
 // every platform (own splitmix64 PRNG, no <random> distributions).

@@ -1,6 +1,7 @@
 // One shared-context sample in SCBench's JSONL schema:
 // {"id": ..., "context": "...", "multi_turns": [{"input": "...", "answer": "..." or [...],
-//  "options"?: [...], "task"?: "..."}], "lang"?: "...", "repo"?: "..."}
+//  "options"?: [...], "task"?: "..."}], "lang"?: "...", "repo"?: "...",
+//  "documents"?: ["...", ...]} ("documents" is kvbench's, not SCBench's)
 #pragma once
 
 #include <string>
@@ -23,6 +24,9 @@ struct Sample {
   std::string id;
   std::string task;     // the task that generated or formats it; empty for a plain file
   std::string context;  // the shared context, as the model sees it
+  // When non-empty, the context is these documents joined with "\n\n", each a chunk that
+  // CacheBlend (harness/cache_blend.h) may cache separately (docs_kv; a JSONL "documents").
+  std::vector<std::string> documents;
   std::vector<SampleTurn> turns;
   std::string lang;  // SCBench's optional "lang" (e.g. "python" for RepoQA)
   std::string repo;  // SCBench's optional "repo"
@@ -41,10 +45,11 @@ inline const std::string& turn_task(const Sample& sample, const SampleTurn& turn
 }
 
 // Reads a JSONL file of samples. Throws InputError naming the file and line for a missing
-// file, malformed JSON, a missing or mistyped field, or an empty file. Ids may be numbers
-// or strings (kept as text); options, a turn's task, lang and repo are optional; other
-// fields are ignored. The samples are raw: no task template applied (see
-// tasks/task_catalog.h, format_scbench_sample).
+// file, malformed JSON, a missing or mistyped field, documents that do not join to the
+// context, or an empty file. Ids may be numbers or strings (kept as text); options, a
+// turn's task, lang, repo and documents are optional; other fields are ignored. The
+// samples are raw: no task template applied (see tasks/task_catalog.h,
+// format_scbench_sample).
 std::vector<Sample> load_samples_jsonl(const std::string& path);
 
 }  // namespace kvbench

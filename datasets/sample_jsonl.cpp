@@ -88,6 +88,31 @@ class LineReader {
     return out;
   }
 
+  // The optional documents: a list of strings that joined with "\n\n" are the context
+  // (anything else would have CacheBlend cache other text than the model is shown).
+  std::vector<std::string> documents(const json& row, const std::string& context) const {
+    const auto it = row.find("documents");
+    if (it == row.end() || it->is_null()) return {};
+    if (!it->is_array()) {
+      fail(std::string("field 'documents' must be a list of strings, not ") + type_name(*it));
+    }
+    std::vector<std::string> out;
+    std::string joined;
+    for (size_t i = 0; i < it->size(); ++i) {
+      const json& d = (*it)[i];
+      if (!d.is_string()) {
+        fail("field 'documents' item " + std::to_string(i) + " must be a string, not " +
+             type_name(d));
+      }
+      out.push_back(d.get<std::string>());
+      joined += (i ? "\n\n" : "") + out.back();
+    }
+    if (!out.empty() && joined != context) {
+      fail("field 'documents' joined with blank lines (\"\\n\\n\") is not the context");
+    }
+    return out;
+  }
+
   std::vector<std::string> answers(const json& value, const std::string& owner) const {
     if (value.is_string()) return {value.get<std::string>()};
     if (value.is_number()) return {number_text(value)};
@@ -125,6 +150,7 @@ class LineReader {
     sample.context = string_field(row, "context", "");
     optional_string(row, "lang", "", sample.lang);
     optional_string(row, "repo", "", sample.repo);
+    sample.documents = documents(row, sample.context);
     const json& turns = field(row, "multi_turns", "");
     if (!turns.is_array()) {
       fail(std::string("field 'multi_turns' must be a list, not ") + type_name(turns));

@@ -150,6 +150,8 @@ const std::vector<TaskFormat>& task_formats() {
        "Retr.MultiHop: variable-tracking chains, every variable holding a value"},
       {"math_find", gen, S::number, 16,
        "Math.Find: list of numbers, its largest, smallest, median, ..."},
+      {"docs_kv", gen, S::contains, 24,
+       "Documents in a shuffled order (CacheBlend's case): a fact from one of them"},
       {"mix", gen, S::contains, 48,
        "Two generated tasks over one context, each turn scored by its part's task"},
       {"scbench_kv", scb, S::contains, 150, "SCBench Retr.KV: value of a key in a JSON object"},

@@ -76,7 +76,8 @@ std::string error_of(const GeneratorOptions& o) {
   return "(no error)";
 }
 
-const char* const kTasks[] = {"retr_kv", "retr_prefix_suffix", "multihop_vt", "math_find", "mix"};
+const char* const kTasks[] = {"retr_kv", "retr_prefix_suffix", "multihop_vt", "math_find",
+                              "docs_kv", "mix"};
 
 // retr_kv: the JSON object's pairs, in order.
 std::vector<std::pair<std::string, std::string>> kv_pairs(const std::string& context) {
@@ -134,6 +135,45 @@ TEST_CASE("generators are deterministic per seed and sized within 2%", "[unit]")
       }
     }
   }
+}
+
+TEST_CASE("docs_kv: documents join to the context, each answer in exactly one of them", "[unit]") {
+  const auto samples = generate_samples(opts("docs_kv", 1500, 6, 3, {{"documents", "6"}}),
+                                        tiny_tokenizer());
+  REQUIRE(samples.size() == 2);
+  for (const auto& s : samples) {
+    REQUIRE(s.documents.size() == 6);
+    std::string joined;
+    for (size_t i = 0; i < s.documents.size(); ++i) joined += (i ? "\n\n" : "") + s.documents[i];
+    CHECK(joined == s.context);
+    std::set<std::string> asked;
+    for (const auto& turn : s.turns) {
+      REQUIRE(turn.answers.size() == 1);
+      const std::string& value = turn.answers[0];
+      CHECK(value.size() == 6);
+      CHECK(asked.insert(value).second);  // every turn a different fact
+      const auto holding = std::count_if(s.documents.begin(), s.documents.end(),
+                                         [&](const std::string& d) { return d.find(value) != std::string::npos; });
+      CHECK(holding == 1);
+      // The question names the project whose document holds the value.
+      const size_t project = turn.input.find("Project ");
+      REQUIRE(project != std::string::npos);
+      const std::string name = turn.input.substr(project, turn.input.find('?') - project);
+      for (const auto& d : s.documents) {
+        if (d.find(value) != std::string::npos) CHECK(d.rfind("Notes on " + name + ".\n", 0) == 0);
+      }
+    }
+  }
+  // The same documents in every sample of a seed, in each sample's own order.
+  std::multiset<std::string> a(samples[0].documents.begin(), samples[0].documents.end());
+  std::multiset<std::string> b(samples[1].documents.begin(), samples[1].documents.end());
+  CHECK(a == b);
+  CHECK(samples[0].documents != samples[1].documents);
+  // Deterministic by seed.
+  const auto again = generate_samples(opts("docs_kv", 1500, 6, 3, {{"documents", "6"}}), tiny_tokenizer());
+  CHECK(again[0].documents == samples[0].documents);
+  CHECK_THAT(error_of(opts("docs_kv", 1500, 10, 3, {{"documents", "6"}})),
+             Catch::Matchers::Contains("task docs_kv: knob documents 6 holds 9 facts, fewer than the 10 turns"));
 }
 
 TEST_CASE("retr_kv: each asked key's value in the JSON is the answer", "[unit]") {

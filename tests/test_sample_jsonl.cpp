@@ -151,3 +151,21 @@ TEST_CASE("jsonl: mistyped optional fields are named", "[unit]") {
   require_error(R"({"id": 1, "context": "c", "repo": true, "multi_turns": )" + turns + "}", 1,
                 "field 'repo' must be a string, not a boolean");
 }
+
+TEST_CASE("jsonl: optional documents must join to the context", "[unit]") {
+  const std::string text =
+      R"({"id": 1, "context": "first doc\n\nsecond doc", "documents": ["first doc", "second doc"], "multi_turns": [{"input": "q", "answer": "a"}]})"
+      "\n"
+      R"({"id": 2, "context": "c", "documents": null, "multi_turns": [{"input": "q", "answer": "a"}]})";
+  const auto samples = load_samples_jsonl(write_jsonl("documents.jsonl", text));
+  REQUIRE(samples.size() == 2);
+  CHECK(samples[0].documents == std::vector<std::string>{"first doc", "second doc"});
+  CHECK(samples[1].documents.empty());
+  const std::string turns = std::string("[") + kTurn + "]";
+  require_error(R"({"id": 1, "context": "a\n\nb", "documents": "a", "multi_turns": )" + turns + "}", 1,
+                "field 'documents' must be a list of strings, not a string");
+  require_error(R"({"id": 1, "context": "a\n\nb", "documents": ["a", 2], "multi_turns": )" + turns + "}",
+                1, "field 'documents' item 1 must be a string, not a number");
+  require_error(R"({"id": 1, "context": "a\n\nb", "documents": ["a", "c"], "multi_turns": )" + turns + "}",
+                1, "field 'documents' joined with blank lines");
+}

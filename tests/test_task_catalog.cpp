@@ -49,10 +49,11 @@ TEST_CASE("catalog: every task has a unique name and a decode budget", "[unit]")
     if (scbench_seen) CHECK(f.source == TaskSource::Scbench);
   }
   CHECK(task_formats().front().name == "retr_kv");
-  CHECK(seen.size() == 19);
+  CHECK(seen.size() == 20);
   CHECK(find_task_format("retr_kv")->scorer == Scorer::contains);
   CHECK(find_task_format("multihop_vt")->scorer == Scorer::contains_all);
   CHECK(find_task_format("math_find")->max_new_tokens == 16);
+  CHECK(find_task_format("docs_kv")->scorer == Scorer::contains);
   CHECK(find_task_format("scbench_repoqa")->max_new_tokens == 1024);
   CHECK(find_task_format("scbench_repoqa")->scorer == Scorer::code);
   CHECK(find_task_format("scbench_mf")->max_new_tokens == 5);
