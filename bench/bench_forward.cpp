@@ -1,15 +1,25 @@
 // Forward-pass speed of the default model: prefill (64, 512 and 2048 tokens; 64 is a
 // typical turn of a multi-turn session) and one-token
-// decode at 0, 2K and 4K tokens of context, reported as tokens/s.
+// decode at 0, 2K and 4K tokens of context, reported as tokens/s. Then CacheBlend side by
+// side with the full prefill it replaces: a 4K-token docs_kv context (8 documents) prefilled
+// in full, and blended from its documents' cached KV (computed before timing) at 15%
+// recompute and at 0% (naive reuse: gathering and re-rotation alone).
 // Model: $KVBENCH_MODEL, else the bundled SmolLM2-135M-Instruct Q4_1.
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "bench/bench_model.h"
+#include "datasets/generator.h"
+#include "harness/cache_blend.h"
 #include "harness/model/llama_model.h"
+#include "harness/model/tokenizer.h"
 #include "methods/full_cache.h"
 
 using namespace kvbench;
@@ -50,10 +60,81 @@ void BM_Decode(benchmark::State& state) {
   state.counters["ctx"] = static_cast<double>(cache.next_position());
 }
 
+// A docs_kv context of about `tokens` tokens: its documents (each with its trailing blank
+// line) tokenized apart and prefilled alone, as a document cache would hold them.
+struct DocsContext {
+  std::vector<int32_t> tokens;  // the documents' tokens, concatenated
+  std::vector<CachedChunk> chunks;
+};
+
+const DocsContext& docs_context(const LlamaModel& model, int64_t tokens) {
+  static std::map<int64_t, DocsContext> made;
+  auto it = made.find(tokens);
+  if (it != made.end()) return it->second;
+  GeneratorOptions options;
+  options.task = "docs_kv";
+  options.context_tokens = tokens;
+  options.turns = 1;
+  const Sample sample = generate_samples(options, model.tokenizer()).front();
+  DocsContext docs;
+  for (const std::string& doc : sample.documents) {
+    docs.chunks.push_back(prefill_chunk(model, model.tokenizer().encode(doc + "\n\n", false)));
+    const auto& t = docs.chunks.back().tokens;
+    docs.tokens.insert(docs.tokens.end(), t.begin(), t.end());
+  }
+  return made.emplace(tokens, std::move(docs)).first->second;
+}
+
+double full_docs_prefill_s = 0;  // the last BM_DocsFullPrefill time, for BM_DocsBlend's ratio
+
+void BM_DocsFullPrefill(benchmark::State& state) {
+  const LlamaModel* model = model_or_skip(state);
+  if (!model) return;
+  const DocsContext& docs = docs_context(*model, state.range(0));
+  double seconds = 0;
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    KvCache cache = make_full_cache(model->kv_shape());
+    cache.reserve(docs.tokens.size());
+    benchmark::DoNotOptimize(model->forward(docs.tokens, cache));
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  full_docs_prefill_s = seconds / static_cast<double>(state.iterations());
+  state.counters["tokens"] = static_cast<double>(docs.tokens.size());
+}
+
+void BM_DocsBlend(benchmark::State& state) {
+  const LlamaModel* model = model_or_skip(state);
+  if (!model) return;
+  const DocsContext& docs = docs_context(*model, state.range(0));
+  const double ratio = static_cast<double>(state.range(1)) / 100.0;
+  std::vector<const CachedChunk*> chunks;
+  for (const CachedChunk& c : docs.chunks) chunks.push_back(&c);
+  BlendStats stats;
+  double seconds = 0, rotate_ms = 0;
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    KvCache cache = make_full_cache(model->kv_shape());
+    cache.reserve(docs.tokens.size());
+    stats = blend_chunks(*model, chunks, ratio, cache);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    rotate_ms += stats.rotate_ms;
+  }
+  const double iterations = static_cast<double>(state.iterations());
+  state.counters["tokens"] = static_cast<double>(stats.tokens);
+  state.counters["recomputed"] = static_cast<double>(stats.recomputed);
+  state.counters["rotate_ms"] = rotate_ms / iterations;
+  if (full_docs_prefill_s > 0) state.counters["x_full"] = seconds / iterations / full_docs_prefill_s;
+}
+
 }  // namespace
 
 BENCHMARK(BM_Prefill)->Arg(64)->Arg(512)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Decode)->Arg(0)->Arg(2048)->Arg(4096)->Iterations(8)->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+// Full prefill first: BM_DocsBlend reports its time as a fraction of it (x_full).
+BENCHMARK(BM_DocsFullPrefill)->Arg(4096)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_DocsBlend)->Args({4096, 15})->Args({4096, 0})->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
 BENCHMARK_MAIN();
