@@ -5,6 +5,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "harness/cache_blend.h"
 #include "harness/fidelity.h"
 #include "harness/generate.h"
 #include "harness/input_error.h"
@@ -100,6 +101,11 @@ struct TurnTokens {
 
 struct SessionTokens {
   std::vector<int32_t> context;
+  // A sample of documents: the context is the chat head, then each document (with its
+  // "\n\n") tokenized on its own, so each is a chunk CacheBlend can hold; document i is
+  // context[document_ends[i - 1] (head_tokens for i = 0), document_ends[i]).
+  int64_t head_tokens = 0;
+  std::vector<int64_t> document_ends;
   std::vector<TurnTokens> turns;
   std::vector<int32_t> answer_tail;
 };
@@ -109,7 +115,17 @@ SessionTokens tokenize_sample(const LlamaModel& model, const Sample& sample,
   const Tokenizer& tok = model.tokenizer();
   const ChatLayout layout = chat_layout(model);
   SessionTokens out;
-  out.context = encode_segment(tok, layout.head + sample.context + "\n\n", true);
+  if (sample.documents.empty()) {
+    out.context = encode_segment(tok, layout.head + sample.context + "\n\n", true);
+  } else {
+    out.context = encode_segment(tok, layout.head, true);
+    out.head_tokens = static_cast<int64_t>(out.context.size());
+    for (const std::string& document : sample.documents) {
+      const std::vector<int32_t> ids = encode_segment(tok, document + "\n\n", false);
+      out.context.insert(out.context.end(), ids.begin(), ids.end());
+      out.document_ends.push_back(static_cast<int64_t>(out.context.size()));
+    }
+  }
   out.answer_tail = encode_segment(tok, layout.answer_tail, false);
   size_t n_turns = sample.turns.size();
   if (options.max_turns > 0) n_turns = std::min<size_t>(n_turns, options.max_turns);
@@ -260,6 +276,64 @@ void answer_turn(const LlamaModel& model, KvCache& cache, const std::vector<floa
   record.tokens_kept = mean_tokens(record.cache);
 }
 
+// CacheBlend's documents, each prefilled alone once per session (as a RAG server caches its
+// corpus ahead of requests: not part of any request's TTFT).
+struct BlendDocuments {
+  double ratio = 0;
+  int32_t select_layer = 1;
+  std::vector<CachedChunk> chunks;
+  double prefill_ms = 0;
+  int64_t bytes = 0;
+};
+
+std::unique_ptr<BlendDocuments> blend_documents(const LlamaModel& model, const ResolvedSpec& spec,
+                                                const Sample& sample, const SessionTokens& tokens) {
+  const MethodParams* params = nullptr;
+  for (const auto& [info, p] : spec.components) {
+    if (info->name == "cacheblend") params = &p;
+  }
+  if (!params) return nullptr;
+  if (tokens.document_ends.empty()) {
+    throw InputError("sample '" + sample.id + "': cacheblend needs a context of documents (a "
+                     "sample with \"documents\", e.g. task docs_kv)");
+  }
+  auto blend = std::make_unique<BlendDocuments>();
+  blend->ratio = params->get_float("ratio");
+  blend->select_layer = static_cast<int32_t>(params->get_int("select_layer"));
+  if (blend->select_layer >= model.config().n_layers) {
+    throw InputError("cacheblend select_layer=" + std::to_string(blend->select_layer) +
+                     ": the model has " + std::to_string(model.config().n_layers) + " layers");
+  }
+  const auto start = Clock::now();
+  int64_t begin = tokens.head_tokens;
+  for (int64_t end : tokens.document_ends) {
+    blend->chunks.push_back(prefill_chunk(
+        model, std::vector<int32_t>(tokens.context.begin() + begin, tokens.context.begin() + end)));
+    blend->bytes += blend->chunks.back().bytes();
+    begin = end;
+  }
+  blend->prefill_ms = seconds_since(start) * 1e3;
+  return blend;
+}
+
+// The context through CacheBlend: the chat head prefilled, then the documents' cached KV
+// blended in; what it reused goes in `turn`.
+void feed_blended_context(const LlamaModel& model, KvCache& cache, const SessionTokens& tokens,
+                          const BlendDocuments& blend, ReuseTurn& turn) {
+  cache.reserve_more(static_cast<int64_t>(tokens.context.size()));
+  model.forward(std::vector<int32_t>(tokens.context.begin(), tokens.context.begin() + tokens.head_tokens),
+                cache);
+  std::vector<const CachedChunk*> chunks;
+  for (const CachedChunk& chunk : blend.chunks) chunks.push_back(&chunk);
+  const BlendStats stats = blend_chunks(model, chunks, blend.ratio, cache, blend.select_layer);
+  cache.end_context();
+  turn.tokens_reused = stats.tokens - stats.recomputed;
+  turn.blocks_hit = static_cast<int64_t>(blend.chunks.size());
+  turn.bytes_loaded = blend.bytes;
+  turn.load_ms = stats.rotate_ms;
+  turn.served_by = "device";
+}
+
 // One request with prefix reuse: the longest cached prefix of context + query is loaded,
 // the rest prefilled (the context's end marked where it falls), and the new whole blocks
 // captured for store(). Returns the tokens loaded; `logits` are the query's last token's.
@@ -334,11 +408,18 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
                                           model.kv_shape());
   }
 
+  const std::unique_ptr<BlendDocuments> blend = blend_documents(model, spec, sample, tokens);
+  ReuseTurn context_reuse;  // multi-turn CacheBlend: the context's blend (in context_prefill_ms)
+
   std::optional<KvCache> shared;  // multi-turn: the one cache of the conversation
   if (options.mode == SessionMode::MultiTurn) {
     const auto start = Clock::now();
     shared.emplace(make_cache(spec, model.kv_shape()));
-    feed_context(model, *shared, tokens.context);
+    if (blend) {
+      feed_blended_context(model, *shared, tokens, *blend, context_reuse);
+    } else {
+      feed_context(model, *shared, tokens.context);
+    }
     result.context_prefill_ms = seconds_since(start) * 1e3;
   }
 
@@ -375,8 +456,18 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
       const int64_t loaded = reuse ? request_prompt(model, *reuse, cache, tokens.context, turn.query,
                                                     room, record.reuse, logits)
                                    : 0;
-      if (!reuse) {
+      if (blend) {
+        feed_blended_context(model, cache, tokens, *blend, record.reuse);
+        record.reuse.tokens_looked_up = static_cast<int64_t>(tokens.context.size()) + query_n;
+        if (t == 0) {  // the documents' own prefills, done once before the first request
+          record.reuse.blocks_stored = static_cast<int64_t>(blend->chunks.size());
+          record.reuse.bytes_stored = blend->bytes;
+          record.reuse.store_ms = blend->prefill_ms;
+        }
+      } else if (!reuse) {
         feed_context(model, cache, tokens.context);
+      }
+      if (!reuse) {
         cache.reserve_more(room);
         logits = model.forward(turn.query, cache);
       }

@@ -17,6 +17,7 @@ MethodInfo kivi_method();
 MethodInfo quest_method();
 MethodInfo prefix_method();
 MethodInfo tiers_method();
+MethodInfo cacheblend_method();
 
 const std::vector<MethodInfo>& method_registry() {
   static const std::vector<MethodInfo> methods = {
@@ -33,6 +34,7 @@ const std::vector<MethodInfo>& method_registry() {
       quest_method(),
       prefix_method(),
       tiers_method(),
+      cacheblend_method(),
   };
   return methods;
 }

@@ -284,9 +284,11 @@ ResolvedSpec resolve_method_spec(const std::string& text) {
     seen[info->kind] = info;
     resolved.components.emplace_back(info, std::move(params));
   }
-  if (seen.count(MethodKind::Tiers) && !seen.count(MethodKind::Reuse)) {
+  if (seen.count(MethodKind::Tiers) &&
+      (!seen.count(MethodKind::Reuse) || seen[MethodKind::Reuse]->name != "prefix")) {
     fail_spec(text, "'" + seen[MethodKind::Tiers]->name +
-                        "' says where reused KV is stored and needs a reuse method (prefix)");
+                        "' says where prefix blocks are stored and needs 'prefix' (cacheblend "
+                        "keeps its documents in memory)");
   }
   for (const auto& [info, params] : resolved.components) {
     const std::string p = params.text();

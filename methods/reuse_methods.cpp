@@ -1,6 +1,7 @@
-// Stage 4 in specs: `prefix` (reuse of cached prefix blocks) and `tiers` (where they are
-// stored). Neither changes a sequence's cache: the session loads and stores blocks around
-// it (reuse/prefix_cache.h), so they compose with full, storage and retrieval methods:
+// Stage 4 in specs: `prefix` (reuse of cached prefix blocks), `tiers` (where they are
+// stored) and `cacheblend` (reuse of documents' KV in any order). None changes a sequence's
+// cache: the session loads KV into it (reuse/prefix_cache.h, harness/cache_blend.h), so
+// they compose with full, storage and retrieval methods:
 // prefix:block=256+tiers:device=64MB,cpu=1GB,disk=/tmp/kv,redis=127.0.0.1:6379,policy=lru
 #include "methods/registry.h"
 
@@ -40,6 +41,22 @@ MethodInfo tiers_method() {
       float_param("ttl", "600", 0, kNoMax, "seconds a block lives under policy=ttl"),
   };
   m.params[7].min_exclusive = true;
+  return m;
+}
+
+MethodInfo cacheblend_method() {
+  MethodInfo m;
+  m.name = "cacheblend";
+  m.kind = MethodKind::Reuse;
+  m.stage = "4 (across requests)";
+  m.summary =
+      "documents' KV computed once each, re-rotated to their place in any order; the tokens "
+      "that deviate most at select_layer are recomputed (samples with documents: docs_kv)";
+  m.paper = "CacheBlend: Fast LLM Serving for RAG with Cached Knowledge Fusion (EuroSys'25)";
+  m.params = {
+      float_param("ratio", "0.15", 0, 1, "fraction of the documents' tokens recomputed"),
+      int_param("select_layer", 1, 0, 1000, "layer whose key deviation picks them"),
+  };
   return m;
 }
 
