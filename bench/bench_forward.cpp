@@ -124,7 +124,9 @@ void BM_DocsBlend(benchmark::State& state) {
   state.counters["tokens"] = static_cast<double>(stats.tokens);
   state.counters["recomputed"] = static_cast<double>(stats.recomputed);
   state.counters["rotate_ms"] = rotate_ms / iterations;
-  if (full_docs_prefill_s > 0) state.counters["x_full"] = seconds / iterations / full_docs_prefill_s;
+  if (full_docs_prefill_s > 0) {
+    state.counters["x_full"] = seconds / iterations / full_docs_prefill_s;
+  }
 }
 
 }  // namespace

@@ -796,7 +796,8 @@ std::vector<Sample> generate_samples(const GeneratorOptions& options, const Toke
       Built a = size_to(pa, tokenizer, options.context_tokens / 2, turns_a);
       Built b;
       if (turns_b > 0) {
-        const Plan pb = plan_for(parts[1]->name, knobs_b, turns_b, derive_seed(sample_seed, 2), run_seed);
+        const Plan pb =
+            plan_for(parts[1]->name, knobs_b, turns_b, derive_seed(sample_seed, 2), run_seed);
         int64_t target_b = options.context_tokens - count_context_tokens(tokenizer, a.context + sep);
         for (int attempt = 0;; ++attempt) {
           if (target_b < 1) {

@@ -62,7 +62,8 @@ TEST_CASE("cache blend, real model: 15% recompute is closer to a full prefill th
     std::vector<int32_t> full_tokens = header;
     for (const std::string& doc : sample.documents) {
       chunks.push_back(prefill_chunk(*model, tok.encode(doc + "\n\n", false)));
-      full_tokens.insert(full_tokens.end(), chunks.back().tokens.begin(), chunks.back().tokens.end());
+      const std::vector<int32_t>& doc_tokens = chunks.back().tokens;
+      full_tokens.insert(full_tokens.end(), doc_tokens.begin(), doc_tokens.end());
     }
     for (const CachedChunk& c : chunks) pointers.push_back(&c);
     const std::vector<int32_t> query =

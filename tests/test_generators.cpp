@@ -152,8 +152,9 @@ TEST_CASE("docs_kv: documents join to the context, each answer in exactly one of
       const std::string& value = turn.answers[0];
       CHECK(value.size() == 6);
       CHECK(asked.insert(value).second);  // every turn a different fact
-      const auto holding = std::count_if(s.documents.begin(), s.documents.end(),
-                                         [&](const std::string& d) { return d.find(value) != std::string::npos; });
+      const auto holding =
+          std::count_if(s.documents.begin(), s.documents.end(),
+                        [&](const std::string& d) { return d.find(value) != std::string::npos; });
       CHECK(holding == 1);
       // The question names the project whose document holds the value.
       const size_t project = turn.input.find("Project ");
@@ -170,10 +171,12 @@ TEST_CASE("docs_kv: documents join to the context, each answer in exactly one of
   CHECK(a == b);
   CHECK(samples[0].documents != samples[1].documents);
   // Deterministic by seed.
-  const auto again = generate_samples(opts("docs_kv", 1500, 6, 3, {{"documents", "6"}}), tiny_tokenizer());
+  const auto again =
+      generate_samples(opts("docs_kv", 1500, 6, 3, {{"documents", "6"}}), tiny_tokenizer());
   CHECK(again[0].documents == samples[0].documents);
   CHECK_THAT(error_of(opts("docs_kv", 1500, 10, 3, {{"documents", "6"}})),
-             Catch::Matchers::Contains("task docs_kv: knob documents 6 holds 9 facts, fewer than the 10 turns"));
+             Catch::Matchers::Contains(
+                 "task docs_kv: knob documents 6 holds 9 facts, fewer than the 10 turns"));
 }
 
 TEST_CASE("retr_kv: each asked key's value in the JSON is the answer", "[unit]") {

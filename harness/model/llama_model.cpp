@@ -244,7 +244,9 @@ struct LlamaModel::Impl {
     std::vector<float> x(n * c.n_embd);
     LayerScratch s(c, n);
     embed(tokens, n, x.data());
-    for (int32_t l = 0; l < c.n_layers; ++l) dense_layer(l, x.data(), positions.data(), n, cache, s);
+    for (int32_t l = 0; l < c.n_layers; ++l) {
+      dense_layer(l, x.data(), positions.data(), n, cache, s);
+    }
     cache.advance(static_cast<int32_t>(n));
 
     const int64_t first = all_logits ? 0 : n - 1;
