@@ -301,8 +301,8 @@ struct LlamaModel::Impl {
     x = {};
 
     // Later layers: chunks of selected rows. Before a chunk attends, each layer stores every
-    // token up to the chunk's last one (cached KV, overwritten by the fresh rows of the
-    // selected), so causal attention sees exactly what a full prefill would have stored.
+    // token up to the chunk's last one (the cached KV, with the selected tokens' fresh rows
+    // in place of theirs), so each query sees all tokens before it, as in a prefill.
     std::vector<float> stage_k(n * kv_width), stage_v(n * kv_width);
     int64_t stored = 0;  // tokens the later layers hold so far
     for (int64_t a = 0; a < m; a += chunk_rows) {
