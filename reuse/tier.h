@@ -3,8 +3,8 @@
 // their contents; the replacement policy and the hierarchy live in reuse/tiered_store.h.
 //
 // A tier never throws for an I/O fault (disk full, a Redis server gone, an unreadable
-// file): put returns false, get returns nothing, and the fault is counted and described in
-// its stats. A fault costs a miss, never a crash or wrong data.
+// file): put returns nullopt, get returns nothing, and the fault is counted and described
+// in its stats. A fault costs a miss, never a crash or wrong data.
 #pragma once
 
 #include <cstdint>
@@ -45,7 +45,7 @@ class Tier {
   // The value under `key`, or nullptr when absent or unreadable (a fault when unreadable).
   virtual SharedBytes get(const std::string& key) = 0;
   virtual void erase(const std::string& key) = 0;
-  // Fault bookkeeping, for tiers to report what went wrong.
+  // A tier records its name and faults here; the TieredStore that owns it counts the rest.
   TierStats& stats() { return stats_; }
   const TierStats& stats() const { return stats_; }
 

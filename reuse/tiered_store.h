@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,12 +32,15 @@ struct TierConfig {
 class TieredStore {
  public:
   // Opens the tiers. Throws InputError naming the directory when disk_dir cannot be created
-  // or written. An unreachable Redis is not an error: the tier reports misses and faults.
-  explicit TieredStore(const TierConfig& config);
+  // or written (or the Redis address when it is not host:port). An unreachable Redis is not
+  // an error: the tier reports misses and faults. `clock` (seconds, default steady_clock)
+  // times TTL expiry; tests pass a fake one. Not thread-safe: one caller at a time.
+  explicit TieredStore(const TierConfig& config, std::function<double()> clock = {});
   ~TieredStore();
 
   // Writes through to every tier, evicting by the policy where a tier is full. A value
-  // larger than a tier's capacity skips that tier.
+  // larger than a tier's capacity skips that tier (on disk: compressed larger). A failed
+  // write leaves that tier without the key.
   void put(const std::string& key, const SharedBytes& value);
   // The value from the highest tier that has it (copied into the tiers above), else nullptr.
   // `from` gets the name of the tier that served it.
