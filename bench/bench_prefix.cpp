@@ -57,7 +57,8 @@ void BM_PrefixHitTtft(benchmark::State& state) {
   ReuseConfig config;
   config.block_tokens = kBlock;
   const std::string dir = (std::filesystem::temp_directory_path() / "kvbench_bench_prefix").string();
-  if (tier > 0) config.tiers.device_bytes = 1024;  // too small for a block: a lower tier serves
+  // Device holds the whole context, or nothing (too small for a block: a lower tier serves).
+  config.tiers.device_bytes = tier == 0 ? int64_t{4} << 30 : 1024;
   if (tier == 1) config.tiers.cpu_bytes = int64_t{4} << 30;
   if (tier == 2) {
     std::filesystem::create_directories(dir);

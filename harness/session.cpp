@@ -332,6 +332,7 @@ void feed_blended_context(const LlamaModel& model, KvCache& cache, const Session
   turn.bytes_loaded = blend.bytes;
   turn.load_ms = stats.rotate_ms;
   turn.served_by = "device";
+  turn.documents = true;
 }
 
 // One request with prefix reuse: the longest cached prefix of context + query is loaded,

@@ -36,11 +36,12 @@ struct ReuseTurn {
   int64_t blocks_missed = 0;     // the first block not found ends the prefix
   int64_t bytes_loaded = 0;      // encoded block bytes read from the tiers
   double load_ms = 0;            // lookup, checksum and copy into the cache
-  int64_t blocks_stored = 0;
+  int64_t blocks_stored = 0;      // (CacheBlend: documents prefilled alone, once per session)
   int64_t bytes_stored = 0;
   double store_ms = 0;           // writing through the tiers (after the first token)
   std::string served_by;         // tiers that served the hits, e.g. "device" or "disk,redis"
   std::string faults;            // what went wrong ("" if nothing): a corrupt block, Redis gone
+  bool documents = false;        // CacheBlend: the units are documents, not prefix blocks
   double hit_ratio() const {
     return tokens_looked_up > 0 ? static_cast<double>(tokens_reused) / tokens_looked_up : 0;
   }

@@ -80,7 +80,8 @@ void print_reuse(const ReuseTurn& r) {
     std::printf(" from %s, %.2f MiB in %.1f ms", r.served_by.c_str(),
                 mib(static_cast<double>(r.bytes_loaded)), r.load_ms);
   }
-  std::printf("; stored %lld block%s (%.2f MiB) in %.1f ms", static_cast<long long>(r.blocks_stored),
+  std::printf("; %s %lld %s%s (%.2f MiB) in %.1f ms", r.documents ? "prefilled" : "stored",
+              static_cast<long long>(r.blocks_stored), r.documents ? "document" : "block",
               r.blocks_stored == 1 ? "" : "s", mib(static_cast<double>(r.bytes_stored)), r.store_ms);
   if (!r.faults.empty()) std::printf("; faults: %s", r.faults.c_str());
   std::printf("\n");
