@@ -6,28 +6,18 @@
 // copy, not the drive. Redis runs on loopback in a redis-server this binary starts; its
 // cases are skipped when none can be started.
 #include <benchmark/benchmark.h>
-#include <fcntl.h>
-#include <hiredis/hiredis.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <memory>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "reuse/disk_tier.h"
 #include "reuse/memory_tier.h"
 #include "reuse/redis_tier.h"
-
-extern char** environ;
+#include "tests/redis_server.h"
 
 namespace {
 
@@ -57,65 +47,12 @@ std::string bench_dir() {
   return std::string(tmp && *tmp ? tmp : "/tmp") + "/kvbench-bench-reuse";
 }
 
-// A redis-server child on loopback for the whole run; port 0 when none could be started.
-class RedisServer {
- public:
-  RedisServer() {
-    std::mt19937 rng(std::random_device{}());
-    for (int attempt = 0; attempt < 10 && port_ == 0; ++attempt) {
-      start(20000 + static_cast<int>(rng() % 40000));
-    }
-  }
-  ~RedisServer() { stop(); }
-  int port() const { return port_; }
-
- private:
-  void start(int port) {
-    const char* binary = "/usr/bin/redis-server";
-    if (access(binary, X_OK) != 0) return;
-    const std::string port_text = std::to_string(port);
-    const char* argv[] = {
-        binary,         "--port", port_text.c_str(), "--bind", "127.0.0.1", "--save", "",
-        "--appendonly", "no",     "--daemonize",     "no",     "--dir",     "/tmp",   nullptr};
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
-    const int rc = posix_spawn(&pid_, binary, &actions, nullptr, const_cast<char**>(argv), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) return;
-    const std::string own = "process_id:" + std::to_string(pid_);
-    for (int i = 0; i < 500; ++i) {
-      if (waitpid(pid_, nullptr, WNOHANG) == pid_) break;  // the port was taken
-      redisContext* ctx = redisConnectWithTimeout("127.0.0.1", port, timeval{0, 200000});
-      auto* reply =
-          ctx && !ctx->err ? static_cast<redisReply*>(redisCommand(ctx, "INFO server")) : nullptr;
-      const bool ours = reply && reply->type == REDIS_REPLY_STRING &&
-                        std::string(reply->str, reply->len).find(own) != std::string::npos;
-      if (reply) freeReplyObject(reply);
-      if (ctx) redisFree(ctx);
-      if (ours) {
-        port_ = port;
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    stop();
-  }
-  void stop() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    pid_ = -1;
-  }
-  pid_t pid_ = -1;
-  int port_ = 0;
-};
-
+// A redis-server child on loopback for the whole run, started by the first Redis case; port
+// 0 when none could be started (not installed).
 int redis_port() {
-  static RedisServer server;
-  return server.port();
+  static kvbench::testing::RedisServer server;
+  static const bool started = server.start(10);
+  return started ? server.port() : 0;
 }
 
 void BM_MemoryPut(benchmark::State& state) {

@@ -1,148 +1,29 @@
 // The Redis tier against a real redis-server on loopback, started per test case (label
 // redis): round trips, a server killed mid-run, a restarted one, an address with nothing
 // listening. Exits 77 (skipped) when redis-server is not installed.
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <hiredis/hiredis.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <random>
-#include <sstream>
+#include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "harness/input_error.h"
 #include "reuse/redis_tier.h"
 #include "reuse/tiered_store.h"
 #include "tests/random_floats.h"
-
-extern char** environ;
+#include "tests/redis_server.h"
 
 namespace kvbench {
 namespace {
 
-std::string redis_server_binary() {
-  if (access("/usr/bin/redis-server", X_OK) == 0) return "/usr/bin/redis-server";
-  const char* path = std::getenv("PATH");
-  std::stringstream dirs(path ? path : "");
-  for (std::string dir; std::getline(dirs, dir, ':');) {
-    const std::string candidate = dir + "/redis-server";
-    if (!dir.empty() && access(candidate.c_str(), X_OK) == 0) return candidate;
-  }
-  return "";
-}
+using testing::RedisServer;
 
-void require_redis_server() {
-  if (redis_server_binary().empty()) {
-    std::puts("redis-server not found: skipped");
-    std::exit(77);
-  }
-}
-
-// A command on a fresh connection, for checks behind the tier's back. nullptr if unreachable.
-std::unique_ptr<redisReply, void (*)(void*)> ask(int port, const std::string& command,
-                                                 const std::string& arg = "") {
-  std::unique_ptr<redisReply, void (*)(void*)> none(nullptr, freeReplyObject);
-  redisContext* ctx = redisConnectWithTimeout("127.0.0.1", port, timeval{0, 200000});
-  if (!ctx || ctx->err) {
-    if (ctx) redisFree(ctx);
-    return none;
-  }
-  void* reply = arg.empty() ? redisCommand(ctx, command.c_str())
-                            : redisCommand(ctx, (command + " %b").c_str(), arg.data(), arg.size());
-  redisFree(ctx);
-  return {static_cast<redisReply*>(reply), freeReplyObject};
-}
-
-// A redis-server child on 127.0.0.1 and a random free port, killed on destruction.
-class RedisServer {
- public:
-  RedisServer() {
-    std::mt19937 rng(std::random_device{}());
-    for (int attempt = 0; attempt < 20; ++attempt) {
-      if (start(20000 + static_cast<int>(rng() % 40000))) return;
-    }
-    FAIL("could not start redis-server on any of 20 random ports");
-  }
-  ~RedisServer() { kill(); }
-  RedisServer(const RedisServer&) = delete;
-  RedisServer& operator=(const RedisServer&) = delete;
-
-  int port() const { return port_; }
-  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
-  void kill() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
-  bool restart() { return start(port_); }
-
- private:
-  // Starts a server on `port` and waits until it answers as itself (not another test's
-  // server on the same port). False when it exits first or never answers.
-  bool start(int port) {
-    kill();
-    const std::string binary = redis_server_binary();
-    const std::string port_text = std::to_string(port);
-    std::vector<const char*> argv{
-        binary.c_str(), "--port", port_text.c_str(), "--bind", "127.0.0.1", "--save", "",
-        "--appendonly", "no",     "--daemonize",     "no",     "--dir",     "/tmp",   nullptr};
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
-    pid_t pid = -1;
-    const int rc = posix_spawn(&pid, binary.c_str(), &actions, nullptr,
-                               const_cast<char* const*>(argv.data()), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) return false;
-    pid_ = pid;
-    port_ = port;
-    const std::string own = "process_id:" + std::to_string(pid);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (waitpid(pid_, nullptr, WNOHANG) == pid_) {  // exited: the port was taken
-        pid_ = -1;
-        return false;
-      }
-      auto info = ask(port, "INFO server");
-      if (info && info->type == REDIS_REPLY_STRING &&
-          std::string(info->str, info->len).find(own) != std::string::npos) {
-        return true;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));  // a child starting up
-    }
-    kill();
-    return false;
-  }
-
-  pid_t pid_ = -1;
-  int port_ = 0;
-};
-
-// A loopback port with nothing listening (bound and released).
-int unused_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
+// A running server for one test case; exits 77 (skipped) when redis-server is not installed.
+void start(RedisServer& server) {
+  RedisServer::skip_unless_installed();
+  REQUIRE(server.start());
 }
 
 SharedBytes kv_bytes(size_t n, uint32_t seed) {
@@ -153,14 +34,14 @@ SharedBytes kv_bytes(size_t n, uint32_t seed) {
 }
 
 bool exists_on(int port, const std::string& name) {
-  auto reply = ask(port, "EXISTS", name);
+  auto reply = testing::redis_ask(port, "EXISTS", name);
   REQUIRE(reply);
   return reply->integer == 1;
 }
 
 TEST_CASE("redis tier round trip, keys namespaced and deleted with the tier") {
-  require_redis_server();
   RedisServer server;
+  start(server);
   std::string name;
   {
     RedisTier tier(server.address());
@@ -187,8 +68,8 @@ TEST_CASE("redis tier round trip, keys namespaced and deleted with the tier") {
 }
 
 TEST_CASE("a store with a redis tier serves from it and promotes") {
-  require_redis_server();
   RedisServer server;
+  start(server);
   TierConfig config;
   config.device_bytes = 1000;
   config.redis = server.address();
@@ -215,8 +96,8 @@ TEST_CASE("a store with a redis tier serves from it and promotes") {
 }
 
 TEST_CASE("a killed server: misses with a fault, failed puts, no reconnect storm") {
-  require_redis_server();
   RedisServer server;
+  start(server);
   RedisTier tier(server.address(), 1.0, 3600);  // one attempt per hour: counts are exact
   REQUIRE(tier.put("a", kv_bytes(1000, 1)));
   server.kill();
@@ -238,8 +119,8 @@ TEST_CASE("a killed server: misses with a fault, failed puts, no reconnect storm
 }
 
 TEST_CASE("a killed server: the store still serves from memory") {
-  require_redis_server();
   RedisServer server;
+  start(server);
   TierConfig config;
   config.device_bytes = 1000;
   config.redis = server.address();
@@ -264,8 +145,8 @@ TEST_CASE("a killed server: the store still serves from memory") {
 }
 
 TEST_CASE("a restarted server is reconnected on a later call") {
-  require_redis_server();
   RedisServer server;
+  start(server);
   RedisTier tier(server.address(), 1.0, 0);  // retry at once
   REQUIRE(tier.put("a", kv_bytes(1000, 1)));
   server.kill();
@@ -279,7 +160,7 @@ TEST_CASE("a restarted server is reconnected on a later call") {
 }
 
 TEST_CASE("an address with nothing listening: misses and faults, no throw") {
-  const std::string address = "127.0.0.1:" + std::to_string(unused_port());
+  const std::string address = "127.0.0.1:" + std::to_string(testing::unused_loopback_port());
   RedisTier tier(address);
   CHECK_FALSE(tier.put("a", kv_bytes(1000, 1)));
   CHECK(tier.get("a") == nullptr);
