@@ -219,8 +219,16 @@ std::string SweepTask::label() const {
 
 SweepConfig default_sweep_config() {
   SweepConfig config;
-  for (const TaskInfo& task : task_registry()) config.tasks.push_back({task.name, {}, ""});
-  for (const MethodInfo& method : method_registry()) config.methods.push_back(method.name);
+  // Multi-turn, so the per-sequence methods; reuse across requests (prefix, tiers,
+  // cacheblend, and docs_kv, the task made for CacheBlend) shows in multi-request runs.
+  for (const TaskInfo& task : task_registry()) {
+    if (task.name != "docs_kv") config.tasks.push_back({task.name, {}, ""});
+  }
+  for (const MethodInfo& method : method_registry()) {
+    if (method.kind != MethodKind::Reuse && method.kind != MethodKind::Tiers) {
+      config.methods.push_back(method.name);
+    }
+  }
   config.budgets = {"budget=64", "budget=128"};
   config.turns = 3;  // 75 units in about 7 minutes on 2 cores (5 turns: over 10)
   return config;

@@ -109,7 +109,9 @@ bool RedisTier::connected() {
   if (!ctx || ctx->err) {
     down_reason_ = ctx ? ctx->errstr : "cannot allocate a connection";
     if (ctx) redisFree(ctx);
-    next_attempt_s_ = now + retry_s_;
+    // From the end of the attempt: a connect that timed out must not make the next call
+    // wait out the timeout again.
+    next_attempt_s_ = steady_seconds() + retry_s_;
     return false;
   }
   redisSetTimeout(ctx, to_timeval(timeout_s_));

@@ -333,7 +333,8 @@ TEST_CASE("spec: reuse composes with full, storage and retrieval only", "[unit]"
   };
   refused("prefix+snapkv:budget=64", "eviction");
   refused("h2o:budget=64+prefix", "eviction");
-  refused("tiers:device=1GB", "needs a reuse method");
+  refused("tiers:device=1GB", "needs 'prefix'");
+  refused("cacheblend+tiers:device=1GB", "needs 'prefix'");
   refused("prefix+tiers:device=12XB", "must be a size");
   refused("prefix+prefix", "at most one reuse");
   refused("prefix:block=0", "block");

@@ -35,11 +35,18 @@ TEST_CASE("spec parser splits components and parameters", "[unit]") {
   CHECK(parse_method_spec("full").components[0].params.empty());
 }
 
+TEST_CASE("a value may hold ':' (host:port); only the first ':' ends a name", "[unit]") {
+  const MethodSpec spec = parse_method_spec("tiers:redis=127.0.0.1:6379,disk=/tmp/kv");
+  REQUIRE(spec.components[0].params.size() == 2);
+  CHECK(spec.components[0].params[0].second == "127.0.0.1:6379");
+  CHECK(spec.components[0].params[1].second == "/tmp/kv");
+}
+
 TEST_CASE("spec syntax errors name the spec and the expected form", "[unit]") {
   for (const std::string bad :
        {"", ":x=1", "snapkv:", "snapkv:budget", "snapkv:budget=", "snapkv:=3", "a+", "+a",
         "snap kv", "snapkv:budget=1,budget=2", "snapkv:budget=1,,window=2", "h2o:budget=1=2",
-        "snapkv:budget=5:6"}) {
+        "snapkv:budget=5 6", "prefix:block=1\t2"}) {
     INFO("spec '" << bad << "'");
     std::string message;
     try {
@@ -75,9 +82,11 @@ TEST_CASE("every registered method documents itself and resolves with its defaul
     CHECK((m.kind == MethodKind::Retrieval) == static_cast<bool>(m.make_reader));
     for (const ParamInfo& p : m.params) CHECK(!p.help.empty());
     // The canonical text resolves to itself: what the results db stores can be re-run.
-    std::vector<std::string> specs = {m.name};
+    // (tiers says where prefix blocks go, so it resolves beside prefix.)
+    const std::string base = m.kind == MethodKind::Tiers ? "prefix+" + m.name : m.name;
+    std::vector<std::string> specs = {base};
     for (const ParamInfo& p : m.params) {
-      if (p.name == "ratio") specs.push_back(m.name + ":ratio=0.5");
+      if (p.name == "ratio") specs.push_back(base + ":ratio=0.5");
     }
     for (const std::string& spec : specs) {
       const ResolvedSpec r = resolve_method_spec(spec);

@@ -129,6 +129,10 @@ TEST_CASE("sweep config: methods x budgets, full once, canonical JSON", "[unit]"
   const SweepConfig d = default_sweep_config();
   CHECK(d.tasks.size() == 5);
   CHECK(sweep_methods(d).size() >= 3);
+  for (const std::string& method : d.methods) {
+    CHECK(method != "prefix");  // multi-turn: reuse across requests has nothing to do
+    CHECK(method != "tiers");
+  }
 }
 
 TEST_CASE("sweep config: every mistake is one line naming the file and the key", "[unit]") {
