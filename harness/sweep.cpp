@@ -191,10 +191,13 @@ TurnRow turn_row(const TurnRecord& t, bool fidelity, std::optional<double> score
   row.reuse_load_ms = t.reuse.load_ms;
   row.reuse_faults = t.reuse.faults;
   for (const TierStats& tier : t.reuse_tiers) {
+    char load_ms[32];
+    std::snprintf(load_ms, sizeof load_ms, "%.1f", tier.load_ms);
     row.reuse_tiers += (row.reuse_tiers.empty() ? "" : ";") + tier.name + ":" +
                        std::to_string(tier.hits) + "/" + std::to_string(tier.misses) + "/" +
                        std::to_string(tier.bytes_in / 1024) + "/" +
-                       std::to_string(tier.bytes_out / 1024) + "/" + std::to_string(tier.faults);
+                       std::to_string(tier.bytes_out / 1024) + "/" + std::to_string(tier.faults) +
+                       "/" + std::to_string(tier.bytes_resident / 1024) + "/" + load_ms;
   }
   if (fidelity) {
     row.first_token_kl = t.first_token_kl;

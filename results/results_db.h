@@ -59,7 +59,9 @@ struct TurnRow {
   int64_t tokens_reused = 0;       // prompt tokens loaded instead of prefilled
   int64_t reuse_bytes_loaded = 0;  // block bytes loaded for them
   double reuse_load_ms = 0;        // lookup, checksums and copies (in ttft_ms)
-  std::string reuse_tiers;   // per tier after the turn: "name:hits/misses/KiB in/KiB out/faults", ";"-joined
+  // Per tier after the turn, ";"-joined:
+  // "name:hits/misses/KiB in/KiB out/faults/KiB resident/load ms".
+  std::string reuse_tiers;
   std::string reuse_faults;  // what went wrong this turn (Redis gone, a corrupt block), "" if nothing
   std::optional<double> first_token_kl;   // null without a fidelity reference
   std::optional<double> top1_agreement;

@@ -135,6 +135,19 @@ void print_unit(const UnitResult& unit) {
     found += answer_found(t.prediction, sample.turns[static_cast<size_t>(t.turn - 1)]);
   }
   const double n = static_cast<double>(std::max<size_t>(r.turns.size(), 1));
+  if (!r.turns.empty()) {
+    for (const TierStats& tier : r.turns.back().reuse_tiers) {
+      std::printf("tier %-6s %8.2f MiB resident in %lld entries | %lld hits, %lld misses | "
+                  "%.2f MiB in, %.2f MiB out | load %.1f ms, store %.1f ms | %lld evictions, "
+                  "%lld faults%s%s\n",
+                  tier.name.c_str(), mib(static_cast<double>(tier.bytes_resident)),
+                  static_cast<long long>(tier.entries), static_cast<long long>(tier.hits),
+                  static_cast<long long>(tier.misses), mib(static_cast<double>(tier.bytes_in)),
+                  mib(static_cast<double>(tier.bytes_out)), tier.load_ms, tier.store_ms,
+                  static_cast<long long>(tier.evictions), static_cast<long long>(tier.faults),
+                  tier.last_fault.empty() ? "" : ", last: ", tier.last_fault.c_str());
+    }
+  }
   std::printf("summary %s: %zu turn%s | mean TTFT %.1f ms | mean TPOT %.1f ms | KV %.2f MiB after "
               "the last turn, peak %.2f MiB | ",
               sample.id.c_str(), r.turns.size(), r.turns.size() == 1 ? "" : "s", ttft / n,
