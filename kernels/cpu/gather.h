@@ -1,0 +1,29 @@
+// Applying a retain plan out of place: the kept slots of each KV head copied, compacted, into
+// another DenseKv-layout buffer (an eviction's "gather"). The CPU reference of
+// gather_rows_cuda (kernels/cuda/gather.h).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/layouts.h"
+
+namespace kvbench {
+
+// Where a gather writes: DenseKv's layout (kernels/layouts.h) with writable pointers; the
+// head count and head_dim are the source's. Must not overlap the source.
+struct GatherTarget {
+  float* k;            // [n_kv_heads, capacity, head_dim]
+  float* v;            // [n_kv_heads, capacity, head_dim]
+  int32_t* positions;  // [n_kv_heads, capacity]
+  int64_t capacity;    // row stride between heads, in tokens; >= n_keep
+};
+
+// For every KV head h and j < n_keep, copies slot s = slots[h * n_keep + j] of `kv` (its key,
+// value and position) to slot j of `out`. Slots need not be ascending or distinct, but must lie
+// in [0, kv.n_tokens). Returns the view of `out` holding n_keep tokens. Nothing past n_keep in
+// `out` is written. Throws std::invalid_argument for n_keep < 0, out.capacity < n_keep or a
+// slot out of range (checked before anything is written).
+DenseKv gather_rows_cpu(const DenseKv& kv, const int32_t* slots, int64_t n_keep,
+                        const GatherTarget& out);
+
+}  // namespace kvbench
