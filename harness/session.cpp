@@ -400,8 +400,8 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
   result.fidelity = reference != nullptr;
 
   // Reuse across the requests of this sample (prefix blocks in their tiers); its disk files
-  // and Redis keys live as long as it does.
-  // A multi-turn conversation keeps its cache across turns, so reuse acts on requests only.
+  // and Redis keys live as long as it does. A multi-turn conversation keeps its cache
+  // across turns, so prefix reuse acts on requests only.
   std::unique_ptr<PrefixCache> reuse;
   const std::unique_ptr<ReuseConfig> config = prefix_reuse_config(spec);
   if (config && options.mode == SessionMode::MultiRequest) {
@@ -454,21 +454,22 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
       const auto start = Clock::now();
       KvCache cache = make_cache(spec, model.kv_shape());
       const std::vector<TierStats> tiers_before = reuse ? reuse->tier_stats() : std::vector<TierStats>{};
-      const int64_t loaded = reuse ? request_prompt(model, *reuse, cache, tokens.context, turn.query,
-                                                    room, record.reuse, logits)
-                                   : 0;
-      if (blend) {
-        feed_blended_context(model, cache, tokens, *blend, record.reuse);
-        record.reuse.tokens_looked_up = static_cast<int64_t>(tokens.context.size()) + query_n;
-        if (t == 0) {  // the documents' own prefills, done once before the first request
-          record.reuse.blocks_stored = static_cast<int64_t>(blend->chunks.size());
-          record.reuse.bytes_stored = blend->bytes;
-          record.reuse.store_ms = blend->prefill_ms;
+      int64_t loaded = 0;
+      if (reuse) {
+        loaded = request_prompt(model, *reuse, cache, tokens.context, turn.query, room,
+                                record.reuse, logits);
+      } else {
+        if (blend) {
+          feed_blended_context(model, cache, tokens, *blend, record.reuse);
+          record.reuse.tokens_looked_up = static_cast<int64_t>(tokens.context.size()) + query_n;
+          if (t == 0) {  // the documents' own prefills, done once before the first request
+            record.reuse.blocks_stored = static_cast<int64_t>(blend->chunks.size());
+            record.reuse.bytes_stored = blend->bytes;
+            record.reuse.store_ms = blend->prefill_ms;
+          }
+        } else {
+          feed_context(model, cache, tokens.context);
         }
-      } else if (!reuse) {
-        feed_context(model, cache, tokens.context);
-      }
-      if (!reuse) {
         cache.reserve_more(room);
         logits = model.forward(turn.query, cache);
       }
