@@ -10,6 +10,7 @@
 #include <string>
 
 #include "gguf_writer.h"
+#include "prefix_requests.h"
 #include "harness/input_error.h"
 #include "harness/model/llama_model.h"
 #include "harness/session.h"
@@ -24,24 +25,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const LlamaModel& tiny_model() {
-  static const std::unique_ptr<LlamaModel> model = [] {
-    testing::TinyLlamaSpec spec;
-    spec.context_length = 1024;
-    spec.n_embd = 128;  // head_dim 32: KIVI packs channels in groups of 32
-    spec.n_ff = 256;
-    const std::string path = testing::temp_path("tiny_prefix.gguf");
-    testing::write_tiny_llama_gguf(path, spec);
-    return LlamaModel::load(path);
-  }();
-  return *model;
-}
+using testing::max_difference;
+using testing::prompt_tokens;
+using testing::request;
 
-std::vector<int32_t> prompt_tokens(int64_t n, int32_t salt = 0) {
-  std::vector<int32_t> tokens(n);
-  for (int64_t i = 0; i < n; ++i) tokens[i] = static_cast<int32_t>(3 + (i * 7 + salt) % 250);
-  return tokens;
-}
+const LlamaModel& tiny_model() { return testing::prefix_test_model(); }
 
 ReuseConfig config_with_block(int64_t block) {
   ReuseConfig config;
@@ -67,25 +55,6 @@ float max_kv_difference(const KvCache& a, const KvCache& b) {
     }
   }
   return worst;
-}
-
-float max_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  float worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
-  return worst;
-}
-
-// One request through a prefix cache: load, prefill the rest with capture, store.
-std::vector<float> request(PrefixCache& reuse, KvCache& cache, const std::vector<int32_t>& prompt,
-                           ReuseTurn& turn) {
-  cache.reserve(static_cast<int64_t>(prompt.size()));
-  const int64_t loaded = reuse.load(prompt, cache, turn);
-  reuse.start_capture(cache, prompt, loaded);
-  std::vector<float> logits =
-      tiny_model().forward(std::vector<int32_t>(prompt.begin() + loaded, prompt.end()), cache);
-  reuse.store(cache, turn);
-  return logits;
 }
 
 std::string fresh_dir(const std::string& name) {
