@@ -15,6 +15,7 @@
 #include "harness/model/tokenizer.h"
 #include "methods/registry.h"
 #include "reuse/block_key.h"
+#include "reuse/context_snapshots.h"
 
 namespace kvbench {
 
@@ -354,12 +355,53 @@ int64_t request_prompt(const LlamaModel& model, PrefixCache& reuse, KvCache& cac
   return loaded;
 }
 
+// One request whose method evicts or merges: the context's compressed cache is reused whole
+// (a copy of the snapshot), or prefilled and compressed, a copy going to `to_store` for
+// later requests. Returns the context tokens loaded; `logits` are the query's last token's.
+int64_t request_from_snapshot(const LlamaModel& model, ContextSnapshots& snapshots,
+                              const std::string& key, KvCache& cache,
+                              const std::vector<int32_t>& context,
+                              const std::vector<int32_t>& query, int64_t room, ReuseTurn& turn,
+                              std::vector<float>& logits, std::optional<KvCache>& to_store) {
+  const auto start = Clock::now();
+  const int64_t n_context = static_cast<int64_t>(context.size());
+  turn.tokens_looked_up = n_context + static_cast<int64_t>(query.size());
+  std::optional<KvCache> hit = snapshots.find(key);
+  if (hit) {
+    cache = std::move(*hit);
+    cache.reset_peak();  // the snapshot's own prefill peak is not this request's
+    turn.tokens_reused = n_context;
+    turn.blocks_hit = 1;
+    turn.bytes_loaded = cache.bytes_resident();
+    turn.load_ms = seconds_since(start) * 1e3;
+    turn.served_by = "device";
+  } else {
+    turn.blocks_missed = 1;
+    feed_context(model, cache, context);
+    to_store.emplace(cache.clone());
+  }
+  cache.reserve_more(room);
+  logits = model.forward(query, cache);
+  return turn.tokens_reused;
+}
+
+// The canonical text of a spec's per-sequence methods (reuse and tiers left out).
+std::string per_sequence_spec(const ResolvedSpec& spec) {
+  std::string out;
+  for (const auto& [info, params] : spec.components) {
+    if (info->kind == MethodKind::Reuse || info->kind == MethodKind::Tiers) continue;
+    const std::string p = params.text();
+    out += (out.empty() ? "" : "+") + info->name + (p.empty() ? "" : ":" + p);
+  }
+  return out.empty() ? "full" : out;
+}
+
 // The tiers after the request, and what went wrong in them during it (a fault counted).
 // Returns the block bytes moved into and out of the tiers during it.
-int64_t note_tiers(const PrefixCache& reuse, const std::vector<TierStats>& before,
+int64_t note_tiers(std::vector<TierStats> now_tiers, const std::vector<TierStats>& before,
                    TurnRecord& record) {
   int64_t moved = 0;
-  record.reuse_tiers = reuse.tier_stats();
+  record.reuse_tiers = std::move(now_tiers);
   for (size_t i = 0; i < record.reuse_tiers.size() && i < before.size(); ++i) {
     const TierStats& now = record.reuse_tiers[i];
     const int64_t faults = now.faults - before[i].faults;
@@ -402,11 +444,20 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
   // Reuse across the requests of this sample (prefix blocks in their tiers); its disk files
   // and Redis keys live as long as it does. A multi-turn conversation keeps its cache
   // across turns, so prefix reuse acts on requests only.
+  // With an eviction method the unit of reuse is the compressed context, else prefix blocks.
   std::unique_ptr<PrefixCache> reuse;
+  std::unique_ptr<ContextSnapshots> snapshots;
+  std::string snapshot_key;
   const std::unique_ptr<ReuseConfig> config = prefix_reuse_config(spec);
   if (config && options.mode == SessionMode::MultiRequest) {
-    reuse = std::make_unique<PrefixCache>(*config, model_identity(model.file().path()),
-                                          model.kv_shape());
+    const std::string model_id = model_identity(model.file().path());
+    if (spec.find(MethodKind::Eviction)) {
+      snapshots = std::make_unique<ContextSnapshots>(config->tiers.device_bytes,
+                                                     config->tiers.policy, config->tiers.ttl_s);
+      snapshot_key = context_key(model_id, per_sequence_spec(spec), tokens.context);
+    } else {
+      reuse = std::make_unique<PrefixCache>(*config, model_id, model.kv_shape());
+    }
   }
 
   const std::unique_ptr<BlendDocuments> blend = blend_documents(model, spec, sample, tokens);
@@ -453,11 +504,20 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
       // compressed, then the query; all of it counts towards TTFT.
       const auto start = Clock::now();
       KvCache cache = make_cache(spec, model.kv_shape());
-      const std::vector<TierStats> tiers_before = reuse ? reuse->tier_stats() : std::vector<TierStats>{};
+      const auto tiers_now = [&] {
+        return reuse       ? reuse->tier_stats()
+               : snapshots ? std::vector<TierStats>{snapshots->stats()}
+                           : std::vector<TierStats>{};
+      };
+      const std::vector<TierStats> tiers_before = tiers_now();
       int64_t loaded = 0;
+      std::optional<KvCache> to_store;
       if (reuse) {
         loaded = request_prompt(model, *reuse, cache, tokens.context, turn.query, room,
                                 record.reuse, logits);
+      } else if (snapshots) {
+        loaded = request_from_snapshot(model, *snapshots, snapshot_key, cache, tokens.context,
+                                       turn.query, room, record.reuse, logits, to_store);
       } else {
         if (blend) {
           feed_blended_context(model, cache, tokens, *blend, record.reuse);
@@ -478,11 +538,16 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
       record.ttft_ms = seconds_since(start) * 1e3;
       record.prompt_tokens = static_cast<int64_t>(tokens.context.size()) + query_n;
       record.prefill_tokens_per_s = (record.prompt_tokens - loaded) / std::max(prefill_s, 1e-9);
-      int64_t moved = 0;
-      if (reuse) {
-        reuse->store(cache, record.reuse);  // after the first token, as LMCache stores
-        moved = note_tiers(*reuse, tiers_before, record);
+      // Stored after the first token, as LMCache stores.
+      if (reuse) reuse->store(cache, record.reuse);
+      if (to_store) {
+        const auto store_start = Clock::now();
+        record.reuse.blocks_stored = 1;
+        record.reuse.bytes_stored = to_store->bytes_resident();
+        snapshots->put(snapshot_key, std::move(*to_store));
+        record.reuse.store_ms = seconds_since(store_start) * 1e3;
       }
+      const int64_t moved = reuse || snapshots ? note_tiers(tiers_now(), tiers_before, record) : 0;
       record.own.first_logprobs = log_softmax(logits);
       answer_turn(model, cache, logits, turn, tokens.answer_tail, options, false, record);
       record.cache.hits = record.reuse.blocks_hit;

@@ -77,12 +77,6 @@ std::string check_value(const ParamInfo& p, const std::string& value) {
 // The kinds a spec composes (MethodKind): `info` joins the components before it (`seen`).
 void check_composition(const std::string& text, const std::map<MethodKind, const MethodInfo*>& seen,
                        const MethodInfo& info, size_t n_components) {
-  const bool reuses = info.kind == MethodKind::Reuse || seen.count(MethodKind::Reuse);
-  if (reuses && (info.kind == MethodKind::Eviction || seen.count(MethodKind::Eviction))) {
-    fail_spec(text, "reuse loads the model's KV for cached blocks without running their "
-                    "queries, which eviction methods score; it composes with full, storage "
-                    "(kivi) and retrieval (quest) caches");
-  }
   if (info.kind == MethodKind::Full) {
     if (n_components > 1) {
       fail_spec(text, "'full' is the uncompressed cache and cannot compose with anything");
@@ -289,6 +283,22 @@ ResolvedSpec resolve_method_spec(const std::string& text) {
     fail_spec(text, "'" + seen[MethodKind::Tiers]->name +
                         "' says where prefix blocks are stored and needs 'prefix' (cacheblend "
                         "keeps its documents in memory)");
+  }
+  if (seen.count(MethodKind::Reuse) && seen.count(MethodKind::Eviction)) {
+    if (seen[MethodKind::Reuse]->name != "prefix") {
+      fail_spec(text, "cacheblend recomputes tokens into a context an eviction method has not "
+                      "seen; it composes with full, storage and retrieval caches");
+    }
+    for (const auto& [info, params] : resolved.components) {
+      if (info->kind != MethodKind::Tiers) continue;
+      for (const char* lower : {"cpu", "disk", "redis"}) {
+        if (params.given(lower)) {
+          fail_spec(text, "with an eviction method the compressed context is reused whole from "
+                          "device memory; the '" + std::string(lower) +
+                          "' tier holds prefix blocks only");
+        }
+      }
+    }
   }
   for (const auto& [info, params] : resolved.components) {
     const std::string p = params.text();

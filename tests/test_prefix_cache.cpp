@@ -275,8 +275,48 @@ TEST_CASE("session: multi-request reuses the shared context's blocks", "[unit]")
   }
 }
 
-TEST_CASE("spec: reuse composes with full, storage and retrieval only", "[unit]") {
+TEST_CASE("session: an eviction method's compressed context is reused whole", "[unit]") {
+  const LlamaModel& model = tiny_model();
+  Sample sample;
+  sample.id = "snapshot-1";
+  sample.context = std::string(200, 'b') + " keys: abc = 12, def = 34, ghi = 56.";
+  for (const char* q : {"what is abc?", "and def?", "what about ghi?"}) {
+    SampleTurn turn;
+    turn.input = q;
+    turn.answers = {"12"};
+    sample.turns.push_back(turn);
+  }
+  SessionOptions options;
+  options.mode = SessionMode::MultiRequest;
+  options.max_new_tokens = 4;
+  const SampleReference reference = reference_of(run_session(model, sample, "full", options, nullptr));
+  for (const std::string method : {"snapkv:budget=48", "h2o:budget=48"}) {
+    INFO(method);
+    const SessionResult alone = run_session(model, sample, method, options, &reference);
+    const SessionResult reused = run_session(model, sample, method + "+prefix", options, &reference);
+    REQUIRE(reused.turns.size() == 3);
+    for (size_t t = 0; t < 3; ++t) {
+      INFO("turn " << t + 1);
+      const TurnRecord& r = reused.turns[t];
+      // The same cache as compressing afresh: the same answers, bit for bit.
+      CHECK(r.prediction == alone.turns[t].prediction);
+      CHECK(r.first_token_kl == alone.turns[t].first_token_kl);
+      CHECK(r.top1_agreement == alone.turns[t].top1_agreement);
+      CHECK(r.kv_bytes == alone.turns[t].kv_bytes);
+      CHECK(r.reuse.tokens_reused == (t == 0 ? 0 : reused.context_tokens));
+      CHECK(r.reuse.blocks_stored == (t == 0 ? 1 : 0));
+      CHECK(r.cache.hits == (t == 0 ? 0 : 1));
+      REQUIRE(r.reuse_tiers.size() == 1);
+      CHECK(r.reuse_tiers[0].entries == 1);
+      CHECK(r.reuse_tiers[0].bytes_resident == reused.turns[0].reuse.bytes_stored);
+    }
+  }
+}
+
+TEST_CASE("spec: reuse composes with every per-sequence method", "[unit]") {
   CHECK(resolve_method_spec("prefix").canonical == "prefix:block=256");
+  CHECK(resolve_method_spec("snapkv:budget=64+prefix").components.size() == 2);
+  CHECK(resolve_method_spec("h2o:budget=64+prefix+tiers:device=64MB,policy=fifo").components.size() == 3);
   CHECK(resolve_method_spec("prefix:block=64+kivi:bits=2").components.size() == 2);
   CHECK(resolve_method_spec("quest:budget=64+prefix").components.size() == 2);
   const ResolvedSpec tiers = resolve_method_spec(
@@ -300,8 +340,9 @@ TEST_CASE("spec: reuse composes with full, storage and retrieval only", "[unit]"
       CHECK_THAT(e.what(), Catch::Contains(says) && Catch::Contains(spec));
     }
   };
-  refused("prefix+snapkv:budget=64", "eviction");
-  refused("h2o:budget=64+prefix", "eviction");
+  refused("snapkv:budget=64+prefix+tiers:disk=/tmp/kv", "'disk' tier holds prefix blocks");
+  refused("h2o:budget=64+prefix+tiers:cpu=1GB", "'cpu' tier holds prefix blocks");
+  refused("cacheblend+snapkv:budget=64", "cacheblend recomputes");
   refused("tiers:device=1GB", "needs 'prefix'");
   refused("cacheblend+tiers:device=1GB", "needs 'prefix'");
   refused("prefix+tiers:device=12XB", "must be a size");
