@@ -51,6 +51,30 @@ CachedChunk prefill_chunk(const LlamaModel& model, const std::vector<int32_t>& t
   return chunk;
 }
 
+CachedChunk prefill_chunk_after(const LlamaModel& model, const std::vector<int32_t>& prefix,
+                                const std::vector<int32_t>& tokens) {
+  if (prefix.empty()) return prefill_chunk(model, tokens);
+  std::vector<int32_t> both = prefix;
+  both.insert(both.end(), tokens.begin(), tokens.end());
+  const CachedChunk whole = prefill_chunk(model, both);
+  const ModelConfig& config = model.config();
+  const int64_t kv_width = static_cast<int64_t>(config.n_kv_heads) * config.head_dim;
+  const int64_t skip = static_cast<int64_t>(prefix.size());
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t total = skip + n;
+  CachedChunk chunk;
+  chunk.tokens = tokens;
+  chunk.k.resize(config.n_layers * n * kv_width);
+  chunk.v.resize(chunk.k.size());
+  for (int32_t l = 0; l < config.n_layers; ++l) {
+    const int64_t from = (l * total + skip) * kv_width, to = l * n * kv_width;
+    std::copy_n(whole.k.data() + from, n * kv_width, chunk.k.data() + to);
+    std::copy_n(whole.v.data() + from, n * kv_width, chunk.v.data() + to);
+    rerotate_keys(config, chunk.k.data() + to, n, -static_cast<int32_t>(skip));
+  }
+  return chunk;
+}
+
 void rerotate_keys(const ModelConfig& config, float* k, int64_t n_tokens, int32_t delta) {
   // Every row turns by the same angle, so the rows are handed to the RoPE kernel as the
   // heads of a single token at position delta: its sin/cos table is computed once.

@@ -26,6 +26,12 @@ struct CachedChunk {
 // Throws InputError as LlamaModel::forward does.
 CachedChunk prefill_chunk(const LlamaModel& model, const std::vector<int32_t>& tokens);
 
+// Prefills `tokens` after `prefix` (the chat header every request also starts with, so the
+// chunk's attention has the sink it will have in a request) and keeps only the tokens' KV,
+// keys rotated back to positions from 0 as prefill_chunk's.
+CachedChunk prefill_chunk_after(const LlamaModel& model, const std::vector<int32_t>& prefix,
+                                const std::vector<int32_t>& tokens);
+
 // Rotates keys [n_tokens, n_kv_heads, head_dim] of one layer, post-RoPE at positions p, in
 // place to positions p + delta (delta may be negative).
 void rerotate_keys(const ModelConfig& config, float* k, int64_t n_tokens, int32_t delta);

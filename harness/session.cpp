@@ -307,9 +307,12 @@ std::unique_ptr<BlendDocuments> blend_documents(const LlamaModel& model, const R
   }
   const auto start = Clock::now();
   int64_t begin = tokens.head_tokens;
+  const std::vector<int32_t> head(tokens.context.begin(), tokens.context.begin() + tokens.head_tokens);
+  const bool after_head = params->get("chunks") == "after_head";
   for (int64_t end : tokens.document_ends) {
-    blend->chunks.push_back(prefill_chunk(
-        model, std::vector<int32_t>(tokens.context.begin() + begin, tokens.context.begin() + end)));
+    const std::vector<int32_t> document(tokens.context.begin() + begin, tokens.context.begin() + end);
+    blend->chunks.push_back(after_head ? prefill_chunk_after(model, head, document)
+                                       : prefill_chunk(model, document));
     blend->bytes += blend->chunks.back().bytes();
     begin = end;
   }

@@ -56,6 +56,9 @@ MethodInfo cacheblend_method() {
   m.params = {
       float_param("ratio", "0.15", 0, 1, "fraction of the documents' tokens recomputed"),
       int_param("select_layer", 1, 0, 1000, "layer whose key deviation picks them"),
+      choice_param("chunks", "alone", {"alone", "after_head"},
+                   "each document prefilled alone (positions from 0), or after the chat header "
+                   "a request starts with"),
   };
   return m;
 }

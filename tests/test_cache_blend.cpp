@@ -267,3 +267,26 @@ TEST_CASE("cache blend: bad ratio, layer or empty input is an InputError", "[uni
   CHECK(cache.next_position() == 0);
   CHECK(chunk.bytes() == static_cast<int64_t>(chunk.tokens.size() * 4 + chunk.k.size() * 8));
 }
+
+TEST_CASE("cache blend: a chunk prefilled after a header, rotated back to position 0",
+          "[unit]") {
+  // Layer 0's keys and values depend on a token and its position only: after rotating back
+  // they equal a standalone prefill's; deeper layers saw the header, so they differ.
+  const LlamaModel& model = tiny_model();
+  const std::vector<int32_t> header = encode("<|im_start|>user\n");
+  const std::vector<int32_t> tokens = encode("the access code of project maple is 4417.");
+  const CachedChunk alone = prefill_chunk(model, tokens);
+  const CachedChunk after = prefill_chunk_after(model, header, tokens);
+  REQUIRE(after.tokens == tokens);
+  REQUIRE(after.k.size() == alone.k.size());
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t layer_floats = n * model.config().n_kv_heads * model.config().head_dim;
+  float first = 0, deeper = 0;
+  for (int64_t i = 0; i < layer_floats; ++i) {
+    first = std::max({first, std::abs(after.k[i] - alone.k[i]), std::abs(after.v[i] - alone.v[i])});
+    deeper = std::max(deeper, std::abs(after.v[layer_floats + i] - alone.v[layer_floats + i]));
+  }
+  CHECK(first < 1e-4f);
+  CHECK(deeper > 1e-3f);
+  CHECK(prefill_chunk_after(model, {}, tokens).k == alone.k);
+}
