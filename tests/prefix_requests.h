@@ -14,6 +14,7 @@
 
 #include "gguf_writer.h"
 #include "harness/model/llama_model.h"
+#include "harness/session.h"
 #include "reuse/prefix_cache.h"
 
 namespace kvbench::testing {
@@ -54,6 +55,28 @@ inline std::vector<float> request(PrefixCache& reuse, KvCache& cache,
       std::vector<int32_t>(prompt.begin() + loaded, prompt.end()), cache);
   reuse.store(cache, turn);
   return logits;
+}
+
+// A sample of three questions over one context of `filler` characters and a few keys, and
+// the options of a multi-request run over it: what the session reuse tests drive.
+inline Sample shared_context_sample(const std::string& id, size_t filler, char fill = 'a') {
+  Sample sample;
+  sample.id = id;
+  sample.context = std::string(filler, fill) + " keys: abc = 12, def = 34, ghi = 56.";
+  for (const char* q : {"what is abc?", "and def?", "what about ghi?"}) {
+    SampleTurn turn;
+    turn.input = q;
+    turn.answers = {"12"};
+    sample.turns.push_back(turn);
+  }
+  return sample;
+}
+
+inline SessionOptions multi_request_options() {
+  SessionOptions options;
+  options.mode = SessionMode::MultiRequest;
+  options.max_new_tokens = 4;
+  return options;
 }
 
 }  // namespace kvbench::testing

@@ -236,18 +236,8 @@ TEST_CASE("prefix cache: blocks go through the disk tier, and a corrupt file is 
 
 TEST_CASE("session: multi-request reuses the shared context's blocks", "[unit]") {
   const LlamaModel& model = tiny_model();
-  Sample sample;
-  sample.id = "reuse-1";
-  sample.context = std::string(300, 'a') + " keys: abc = 12, def = 34, ghi = 56.";
-  for (const char* q : {"what is abc?", "and def?", "what about ghi?"}) {
-    SampleTurn turn;
-    turn.input = q;
-    turn.answers = {"12"};
-    sample.turns.push_back(turn);
-  }
-  SessionOptions options;
-  options.mode = SessionMode::MultiRequest;
-  options.max_new_tokens = 4;
+  const Sample sample = testing::shared_context_sample("reuse-1", 300);
+  const SessionOptions options = testing::multi_request_options();
   const SessionResult full = run_session(model, sample, "full", options, nullptr);
   const SampleReference reference = reference_of(full);
   const SessionResult reused = run_session(model, sample, "prefix:block=16", options, &reference);
@@ -277,18 +267,8 @@ TEST_CASE("session: multi-request reuses the shared context's blocks", "[unit]")
 
 TEST_CASE("session: an eviction method's compressed context is reused whole", "[unit]") {
   const LlamaModel& model = tiny_model();
-  Sample sample;
-  sample.id = "snapshot-1";
-  sample.context = std::string(200, 'b') + " keys: abc = 12, def = 34, ghi = 56.";
-  for (const char* q : {"what is abc?", "and def?", "what about ghi?"}) {
-    SampleTurn turn;
-    turn.input = q;
-    turn.answers = {"12"};
-    sample.turns.push_back(turn);
-  }
-  SessionOptions options;
-  options.mode = SessionMode::MultiRequest;
-  options.max_new_tokens = 4;
+  const Sample sample = testing::shared_context_sample("snapshot-1", 200, 'b');
+  const SessionOptions options = testing::multi_request_options();
   const SampleReference reference = reference_of(run_session(model, sample, "full", options, nullptr));
   for (const std::string method : {"snapkv:budget=48", "h2o:budget=48"}) {
     INFO(method);

@@ -48,18 +48,7 @@ void start(RedisServer& server) {
   REQUIRE(server.start());
 }
 
-Sample shared_context_sample() {
-  Sample sample;
-  sample.id = "reuse-redis";
-  sample.context = std::string(300, 'a') + " keys: abc = 12, def = 34, ghi = 56.";
-  for (const char* q : {"what is abc?", "and def?", "what about ghi?"}) {
-    SampleTurn turn;
-    turn.input = q;
-    turn.answers = {"12"};
-    sample.turns.push_back(turn);
-  }
-  return sample;
-}
+Sample shared_context_sample() { return testing::shared_context_sample("reuse-redis", 300); }
 
 std::string spec_for(const std::string& address) {
   return "prefix:block=16+tiers:device=1KB,redis=" + address;
@@ -132,9 +121,7 @@ TEST_CASE("session through redis: nothing listening costs the reuse, a live serv
           "[redis]") {
   const LlamaModel& model = tiny_model();
   const Sample sample = shared_context_sample();
-  SessionOptions options;
-  options.mode = SessionMode::MultiRequest;
-  options.max_new_tokens = 4;
+  const SessionOptions options = testing::multi_request_options();
   const SessionResult full = run_session(model, sample, "full", options, nullptr);
   const SampleReference reference = reference_of(full);
 
