@@ -18,6 +18,7 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/block_matvec.h"
+#include "kernels/cpu/gather.h"
 #include "kernels/cpu/kivi_attention.h"
 #include "kernels/cpu/quest.h"
 #include "kernels/cpu/scores.h"
@@ -186,6 +187,40 @@ BENCHMARK(BM_AttentionScores)
     ->Args({4096, 4096})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+
+// The k highest scores per KV head (an eviction's choice: range(1) kept of range(0) scores
+// per head, SnapKV's and H2O's shape): GB/s of the scores read.
+void BM_TopK(benchmark::State& state) {
+  const int64_t n = state.range(0), k = state.range(1);
+  const std::vector<float> scores = random_floats(kKvHeads * n, 7);
+  std::vector<int32_t> kept(kKvHeads * k);
+  for (auto _ : state) {
+    kvbench::top_k_indices_cpu(scores.data(), kKvHeads, n, k, kept.data());
+    benchmark::DoNotOptimize(kept.data());
+  }
+  state.SetBytesProcessed(state.iterations() * kKvHeads * n * static_cast<int64_t>(sizeof(float)));
+}
+BENCHMARK(BM_TopK)->Args({8192, 1024})->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// Applying a retain plan out of place (gather_rows_cpu): range(1) of range(0) tokens per KV
+// head, spread evenly, copied compacted from cold KV. GB/s of the bytes read and written.
+void BM_GatherRows(benchmark::State& state) {
+  const int64_t n = state.range(0), keep = state.range(1);
+  const KvLayers kv(n);
+  std::vector<int32_t> slots(kKvHeads * keep);
+  for (int64_t i = 0; i < kKvHeads * keep; ++i) slots[i] = static_cast<int32_t>((i % keep) * (n / keep));
+  std::vector<float> k(kKvHeads * keep * kHeadDim), v(k.size());
+  std::vector<int32_t> positions(kKvHeads * keep);
+  const kvbench::GatherTarget out{k.data(), v.data(), positions.data(), keep};
+  size_t l = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(kvbench::gather_rows_cpu(kv.layer(l), slots.data(), keep, out));
+    l = (l + 1) % kv.k.size();
+  }
+  const int64_t row_bytes = 2 * kHeadDim * static_cast<int64_t>(sizeof(float)) + sizeof(int32_t);
+  state.SetBytesProcessed(state.iterations() * 2 * kKvHeads * keep * row_bytes);
+}
+BENCHMARK(BM_GatherRows)->Args({8192, 1024})->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // y[n, rows] = x[n, cols] W^T with W streamed from memory: GB/s of weight bytes.
 void BM_BlockMatmul(benchmark::State& state, BlockFormat f, int64_t rows, int64_t cols) {
