@@ -3,20 +3,12 @@
 #include <algorithm>
 #include <chrono>
 
+#include "harness/elapsed.h"
 #include "harness/input_error.h"
 #include "kernels/cpu/layer_ops.h"
 #include "methods/full_cache.h"
 
 namespace kvbench {
-
-namespace {
-
-double ms_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-      .count();
-}
-
-}  // namespace
 
 int64_t CachedChunk::bytes() const {
   return static_cast<int64_t>(tokens.size() * sizeof(int32_t) +

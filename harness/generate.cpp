@@ -5,18 +5,11 @@
 #include <cmath>
 #include <random>
 
+#include "harness/elapsed.h"
 #include "harness/model/llama_model.h"
 #include "harness/model/tokenizer.h"
 
 namespace kvbench {
-
-namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-}  // namespace
 
 int32_t sample_token(const std::vector<float>& logits, float temperature, uint64_t& rng_state) {
   const auto best = std::max_element(logits.begin(), logits.end());

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "harness/cache_blend.h"
+#include "harness/elapsed.h"
 #include "harness/fidelity.h"
 #include "harness/generate.h"
 #include "harness/input_error.h"
@@ -42,10 +43,6 @@ AnswerSource parse_answer_source(const std::string& text) {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // The pieces of the chat template a session is cut into, taken from render_chat with
 // marker contents so that any template (ChatML, Llama-3) lays out the same way:
@@ -321,9 +318,9 @@ std::unique_ptr<BlendDocuments> blend_documents(const LlamaModel& model, const R
 }
 
 // The context through CacheBlend: the chat head prefilled, then the documents' cached KV
-// blended in; what it reused goes in `turn`.
-void feed_blended_context(const LlamaModel& model, KvCache& cache, const SessionTokens& tokens,
-                          const BlendDocuments& blend, ReuseTurn& turn) {
+// blended in. Returns what it reused.
+ReuseTurn feed_blended_context(const LlamaModel& model, KvCache& cache,
+                               const SessionTokens& tokens, const BlendDocuments& blend) {
   cache.reserve_more(static_cast<int64_t>(tokens.context.size()));
   model.forward(std::vector<int32_t>(tokens.context.begin(), tokens.context.begin() + tokens.head_tokens),
                 cache);
@@ -331,12 +328,14 @@ void feed_blended_context(const LlamaModel& model, KvCache& cache, const Session
   for (const CachedChunk& chunk : blend.chunks) chunks.push_back(&chunk);
   const BlendStats stats = blend_chunks(model, chunks, blend.ratio, cache, blend.select_layer);
   cache.end_context();
+  ReuseTurn turn;
   turn.tokens_reused = stats.tokens - stats.recomputed;
   turn.blocks_hit = static_cast<int64_t>(blend.chunks.size());
   turn.bytes_loaded = blend.bytes;
   turn.load_ms = stats.rotate_ms;
   turn.served_by = "device";
   turn.documents = true;
+  return turn;
 }
 
 // One request with prefix reuse: the longest cached prefix of context + query is loaded,
@@ -464,14 +463,13 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
   }
 
   const std::unique_ptr<BlendDocuments> blend = blend_documents(model, spec, sample, tokens);
-  ReuseTurn context_reuse;  // multi-turn CacheBlend: the context's blend (in context_prefill_ms)
 
   std::optional<KvCache> shared;  // multi-turn: the one cache of the conversation
   if (options.mode == SessionMode::MultiTurn) {
     const auto start = Clock::now();
     shared.emplace(make_cache(spec, model.kv_shape()));
     if (blend) {
-      feed_blended_context(model, *shared, tokens, *blend, context_reuse);
+      feed_blended_context(model, *shared, tokens, *blend);  // timed as context_prefill_ms
     } else {
       feed_context(model, *shared, tokens.context);
     }
@@ -523,7 +521,7 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
                                        turn.query, room, record.reuse, logits, to_store);
       } else {
         if (blend) {
-          feed_blended_context(model, cache, tokens, *blend, record.reuse);
+          record.reuse = feed_blended_context(model, cache, tokens, *blend);
           record.reuse.tokens_looked_up = static_cast<int64_t>(tokens.context.size()) + query_n;
           if (t == 0) {  // the documents' own prefills, done once before the first request
             record.reuse.blocks_stored = static_cast<int64_t>(blend->chunks.size());

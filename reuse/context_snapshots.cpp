@@ -2,18 +2,10 @@
 
 #include <chrono>
 
+#include "harness/elapsed.h"
 #include "results/sha256.h"
 
 namespace kvbench {
-
-namespace {
-
-double ms_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-      .count();
-}
-
-}  // namespace
 
 ContextSnapshots::ContextSnapshots(int64_t capacity_bytes, Replacement policy, double ttl_s)
     : index_(policy, ttl_s) {

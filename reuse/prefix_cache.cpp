@@ -3,6 +3,7 @@
 #include <chrono>
 #include <stdexcept>
 
+#include "harness/elapsed.h"
 #include "methods/registry.h"
 #include "reuse/block_key.h"
 #include "reuse/kv_block.h"
@@ -12,10 +13,6 @@ namespace kvbench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
 
 void add_fault(std::string& faults, const std::string& what) {
   faults += (faults.empty() ? "" : "; ") + what;

@@ -4,6 +4,7 @@
 #include <cassert>
 #include <chrono>
 
+#include "harness/elapsed.h"
 #include "harness/input_error.h"
 #include "reuse/disk_tier.h"
 #include "reuse/memory_tier.h"
@@ -11,14 +12,6 @@
 #include "reuse/replacement.h"
 
 namespace kvbench {
-namespace {
-
-double ms_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-      .count();
-}
-
-}  // namespace
 
 // One level of the hierarchy: the bytes (tier) and what the policy knows of them (index).
 struct TieredStore::Level {
