@@ -289,14 +289,12 @@ ResolvedSpec resolve_method_spec(const std::string& text) {
       fail_spec(text, "cacheblend recomputes tokens into a context an eviction method has not "
                       "seen; it composes with full, storage and retrieval caches");
     }
-    for (const auto& [info, params] : resolved.components) {
-      if (info->kind != MethodKind::Tiers) continue;
-      for (const char* lower : {"cpu", "disk", "redis"}) {
-        if (params.given(lower)) {
-          fail_spec(text, "with an eviction method the compressed context is reused whole from "
-                          "device memory; the '" + std::string(lower) +
-                          "' tier holds prefix blocks only");
-        }
+    const MethodParams* tiers = resolved.find(MethodKind::Tiers);
+    for (const char* lower : {"cpu", "disk", "redis"}) {
+      if (tiers && tiers->given(lower)) {
+        fail_spec(text, "with an eviction method the compressed context is reused whole from "
+                        "device memory; the '" + std::string(lower) +
+                        "' tier holds prefix blocks only");
       }
     }
   }
