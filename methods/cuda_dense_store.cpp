@@ -1,0 +1,213 @@
+#include "methods/cuda_dense_store.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/gather.h"
+#include "methods/full_cache.h"
+
+namespace kvbench {
+namespace {
+
+constexpr const char* kWho = "CudaDenseLayerKv";
+
+void check(cudaError_t err, const char* what) { cuda_check(err, kWho, what); }
+
+// Buffers are only dropped after this, so no queued copy or kernel still reads them.
+void wait_default_stream() { check(cudaStreamSynchronize(nullptr), "synchronize"); }
+
+// Throws unless plan is one LayerKv::retain accepts: n_keep of the stored slots per head,
+// ascending (the in-order gather relies on it for the slot contract), merged rows sized.
+void check_plan(const RetainPlan& plan, int32_t n_kv_heads, int32_t head_dim, int64_t n_tokens) {
+  auto fail = [](const std::string& what) {
+    throw std::invalid_argument(std::string(kWho) + "::retain: " + what);
+  };
+  if (plan.n_keep < 0 || plan.n_keep > n_tokens) fail("n_keep outside [0, n_tokens]");
+  if (static_cast<int64_t>(plan.slots.size()) != plan.n_keep * n_kv_heads) {
+    fail("slots must hold n_keep per KV head");
+  }
+  const size_t merged = plan.slots.size() * head_dim;
+  if (!plan.k.empty() && (plan.k.size() != merged || plan.v.size() != merged)) {
+    fail("merged k and v must hold head_dim values per kept slot");
+  }
+  for (int32_t h = 0; h < n_kv_heads; ++h) {
+    const int32_t* keep = plan.slots.data() + static_cast<int64_t>(h) * plan.n_keep;
+    for (int64_t j = 0; j < plan.n_keep; ++j) {
+      if (keep[j] < 0 || keep[j] >= n_tokens || (j > 0 && keep[j] <= keep[j - 1])) {
+        fail("each head's slots must be ascending and within the stored tokens");
+      }
+    }
+  }
+}
+
+// True when every head keeps exactly its first n_keep slots: nothing has to move.
+bool keeps_prefix(const RetainPlan& plan, int32_t n_kv_heads) {
+  for (int32_t h = 0; h < n_kv_heads; ++h) {
+    // Ascending and distinct, so the prefix is kept iff the last kept slot is n_keep - 1.
+    if (plan.n_keep > 0 &&
+        plan.slots[(static_cast<int64_t>(h) + 1) * plan.n_keep - 1] != plan.n_keep - 1) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+CudaDenseLayerKv::CudaDenseLayerKv(int32_t n_kv_heads, int32_t head_dim)
+    : n_kv_heads_(n_kv_heads), head_dim_(head_dim) {}
+
+CudaDenseLayerKv::Rows CudaDenseLayerKv::allocate(int64_t capacity) const {
+  const int64_t slots = static_cast<int64_t>(n_kv_heads_) * capacity;
+  return Rows{DeviceBuffer<float>(slots * head_dim_), DeviceBuffer<float>(slots * head_dim_),
+              DeviceBuffer<int32_t>(slots)};
+}
+
+void CudaDenseLayerKv::copy_rows(const Rows& from, int64_t from_capacity, Rows& to,
+                                 int64_t to_capacity, int64_t n_rows) const {
+  if (n_rows <= 0 || n_kv_heads_ <= 0) return;
+  // One strided copy per array: a head's rows in use are contiguous in both buffers.
+  const size_t row_bytes = static_cast<size_t>(head_dim_) * sizeof(float);
+  check(cudaMemcpy2DAsync(to.k.data(), to_capacity * row_bytes, from.k.data(),
+                          from_capacity * row_bytes, n_rows * row_bytes, n_kv_heads_,
+                          cudaMemcpyDeviceToDevice, nullptr),
+        "copy keys");
+  check(cudaMemcpy2DAsync(to.v.data(), to_capacity * row_bytes, from.v.data(),
+                          from_capacity * row_bytes, n_rows * row_bytes, n_kv_heads_,
+                          cudaMemcpyDeviceToDevice, nullptr),
+        "copy values");
+  check(cudaMemcpy2DAsync(to.positions.data(), to_capacity * sizeof(int32_t), from.positions.data(),
+                          from_capacity * sizeof(int32_t), n_rows * sizeof(int32_t), n_kv_heads_,
+                          cudaMemcpyDeviceToDevice, nullptr),
+        "copy positions");
+}
+
+void CudaDenseLayerKv::reallocate(int64_t new_capacity) {
+  Rows moved = allocate(new_capacity);
+  copy_rows(rows_, capacity_, moved, new_capacity, n_tokens_);
+  wait_default_stream();
+  rows_ = std::move(moved);
+  capacity_ = new_capacity;
+}
+
+void CudaDenseLayerKv::reserve(int64_t n_tokens) {
+  if (n_tokens > capacity_) reallocate(n_tokens);
+}
+
+void CudaDenseLayerKv::append(const float* k, const float* v, const int32_t* positions,
+                              int64_t n_new) {
+  if (n_new <= 0) return;
+  const int64_t need = n_tokens_ + n_new;
+  if (need > capacity_) {
+    // DenseLayerKv's growth, so both stores hold the same bytes for the same tokens.
+    reallocate(evicted_ ? need + kEvictionSlack : std::max(need, capacity_ + capacity_ / 2 + 64));
+  }
+  // Projection layout to per-head rows: for head h, a row every n_kv_heads rows of the input.
+  const size_t row_bytes = static_cast<size_t>(head_dim_) * sizeof(float);
+  for (int32_t h = 0; h < n_kv_heads_; ++h) {
+    const int64_t first = static_cast<int64_t>(h) * capacity_ + n_tokens_;
+    const int64_t column = static_cast<int64_t>(h) * head_dim_;
+    check(cudaMemcpy2DAsync(rows_.k.data() + first * head_dim_, row_bytes, k + column,
+                            n_kv_heads_ * row_bytes, row_bytes, n_new, cudaMemcpyDeviceToDevice,
+                            nullptr),
+          "append keys");
+    check(cudaMemcpy2DAsync(rows_.v.data() + first * head_dim_, row_bytes, v + column,
+                            n_kv_heads_ * row_bytes, row_bytes, n_new, cudaMemcpyDeviceToDevice,
+                            nullptr),
+          "append values");
+    check(cudaMemcpyAsync(rows_.positions.data() + first, positions, n_new * sizeof(int32_t),
+                          cudaMemcpyDeviceToDevice, nullptr),
+          "append positions");
+  }
+  n_tokens_ = need;
+}
+
+int64_t CudaDenseLayerKv::attend(const AttentionQuery& query, const PageSelection* pages) const {
+  const int64_t token_bytes = 2LL * head_dim_ * sizeof(float) + sizeof(int32_t);
+  if (!pages) {
+    attention_dense_cuda(query, view(), nullptr);
+    return token_bytes * n_kv_heads_ * n_tokens_;
+  }
+  // The page ids are few ([n_kv_heads, n_selected]): a host copy lets selected_slots count
+  // exactly what DenseLayerKv counts (partial last pages included).
+  const int64_t n_ids = static_cast<int64_t>(n_kv_heads_) * std::max(pages->n_selected, 0);
+  std::vector<int32_t> host_pages(static_cast<size_t>(n_ids));
+  if (n_ids > 0) {
+    check(cudaMemcpy(host_pages.data(), pages->pages, n_ids * sizeof(int32_t),
+                     cudaMemcpyDeviceToHost),
+          "download page ids");
+  }
+  attention_pages_cuda(query, view(), *pages, nullptr);
+  const PageSelection host_selection{host_pages.data(), pages->n_selected, pages->page_tokens};
+  return token_bytes * selected_slots(host_selection, n_kv_heads_, n_tokens_);
+}
+
+void CudaDenseLayerKv::retain(RetainPlan& plan) {
+  check_plan(plan, n_kv_heads_, head_dim_, n_tokens_);
+  const int64_t n_keep = plan.n_keep;
+  // DenseLayerKv's sizing: a compression gives its memory back, a decode-step eviction keeps
+  // the capacity (here the buffers are fresh either way: the gather cannot work in place).
+  const int64_t idle = capacity_ - n_keep;
+  const int64_t new_capacity = idle > 2 * kEvictionSlack || idle > n_keep ? n_keep : capacity_;
+  if (keeps_prefix(plan, n_kv_heads_)) {
+    n_tokens_ = n_keep;
+    if (new_capacity != capacity_) reallocate(new_capacity);
+  } else {
+    const DeviceBuffer<int32_t> slots(plan.slots.data(), static_cast<int64_t>(plan.slots.size()));
+    Rows kept = allocate(new_capacity);
+    gather_rows_cuda(
+        view(), slots.data(), n_keep,
+        GatherTarget{kept.k.data(), kept.v.data(), kept.positions.data(), new_capacity}, nullptr);
+    wait_default_stream();
+    rows_ = std::move(kept);
+    capacity_ = new_capacity;
+    n_tokens_ = n_keep;
+  }
+  // Kept slot j now sits at row j, in plan order: merged rows go in as one strided copy.
+  if (!plan.k.empty() && n_keep > 0) {
+    const size_t row_bytes = static_cast<size_t>(head_dim_) * sizeof(float);
+    check(cudaMemcpy2D(rows_.k.data(), capacity_ * row_bytes, plan.k.data(), n_keep * row_bytes,
+                       n_keep * row_bytes, n_kv_heads_, cudaMemcpyHostToDevice),
+          "upload merged keys");
+    check(cudaMemcpy2D(rows_.v.data(), capacity_ * row_bytes, plan.v.data(), n_keep * row_bytes,
+                       n_keep * row_bytes, n_kv_heads_, cudaMemcpyHostToDevice),
+          "upload merged values");
+  }
+  evicted_ = true;
+}
+
+DenseKv CudaDenseLayerKv::view() const {
+  return DenseKv{rows_.k.data(), rows_.v.data(), rows_.positions.data(), n_kv_heads_, head_dim_,
+                 capacity_,      n_tokens_};
+}
+
+std::unique_ptr<LayerKv> CudaDenseLayerKv::clone() const {
+  auto copy = std::make_unique<CudaDenseLayerKv>(n_kv_heads_, head_dim_);
+  copy->rows_ = allocate(capacity_);
+  copy_rows(rows_, capacity_, copy->rows_, capacity_, n_tokens_);
+  wait_default_stream();
+  copy->capacity_ = capacity_;
+  copy->n_tokens_ = n_tokens_;
+  copy->evicted_ = evicted_;
+  return copy;
+}
+
+int64_t CudaDenseLayerKv::bytes_resident() const {
+  return rows_.k.bytes() + rows_.v.bytes() + rows_.positions.bytes();
+}
+
+std::vector<std::unique_ptr<LayerKv>> make_cuda_dense_layers(const KvShape& shape) {
+  std::vector<std::unique_ptr<LayerKv>> layers;
+  for (int32_t i = 0; i < shape.n_layers; ++i) {
+    layers.push_back(std::make_unique<CudaDenseLayerKv>(shape.n_kv_heads, shape.head_dim));
+  }
+  return layers;
+}
+
+KvCache make_cuda_full_cache(const KvShape& shape) {
+  return KvCache(shape, make_cuda_dense_layers(shape));
+}
+
+}  // namespace kvbench

@@ -1,0 +1,75 @@
+// The full dense cache in device memory: DenseLayerKv's twin for a model whose forward runs
+// on a GPU. Same semantics (fp32 per KV head, DenseKv's layout, the same growth and the same
+// bytes resident), but the storage and EVERY pointer crossing the interface are on the device.
+// Work goes on the default stream (nullptr), so it is ordered with the caller's kernels there.
+// Host code (compiled by the C++ compiler); pulls in <cuda_runtime.h>.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/cuda/device_buffer.h"
+#include "methods/kv_cache.h"
+
+namespace kvbench {
+
+class CudaDenseLayerKv : public LayerKv {
+ public:
+  CudaDenseLayerKv(int32_t n_kv_heads, int32_t head_dim);
+
+  void reserve(int64_t n_tokens) override;
+  // k, v: DEVICE [n_new, n_kv_heads, head_dim]; positions: DEVICE [n_new]. Enqueued on the
+  // default stream: the caller may reuse the inputs once its next work there is ordered after.
+  void append(const float* k, const float* v, const int32_t* positions, int64_t n_new) override;
+  // query.q, query.q_positions, query.out: DEVICE pointers; head_dim 64 or 128 (the CUDA
+  // kernel's). pages->pages: a DEVICE [n_kv_heads, n_selected] array; it is copied to the host
+  // (a small synchronous copy) to count the slots read, so the bytes returned are exactly
+  // DenseLayerKv's. The attention itself is left running on the default stream.
+  int64_t attend(const AttentionQuery& query, const PageSelection* pages) const override;
+  // plan is on the host, as for every store. The kept rows are gathered, compacted in order,
+  // into fresh buffers, so new slot j of head h holds old slot plan.slots[h * n_keep + j]:
+  // plan.slots is left as it came (ascending, hence >= j), which is LayerKv::retain's
+  // contract. Merged contents (plan.k, plan.v) are supported. Synchronous.
+  void retain(RetainPlan& plan) override;
+  // DEVICE pointers: a policy or read policy that reads the view on the host cannot run on
+  // this store (KvCache with this store takes no policy, reader or tap that reads on the host).
+  DenseKv view() const override;
+  // A deep copy in device memory.
+  std::unique_ptr<LayerKv> clone() const override;
+  int64_t n_tokens() const override { return n_tokens_; }
+  // Device bytes the buffers hold: k, v and positions at capacity.
+  int64_t bytes_resident() const override;
+
+  int64_t capacity() const { return capacity_; }
+
+ private:
+  // Buffers for `capacity` rows per head, in DenseKv's layout.
+  struct Rows {
+    DeviceBuffer<float> k, v;         // [n_kv_heads, capacity, head_dim]
+    DeviceBuffer<int32_t> positions;  // [n_kv_heads, capacity]
+  };
+  Rows allocate(int64_t capacity) const;
+  // Copies the first n_rows rows of every head from `from` (capacity from_capacity) to `to`
+  // (capacity to_capacity); enqueued on the default stream.
+  void copy_rows(const Rows& from, int64_t from_capacity, Rows& to, int64_t to_capacity,
+                 int64_t n_rows) const;
+  // Moves the rows in use into buffers of exactly new_capacity (>= n_tokens) rows per head.
+  void reallocate(int64_t new_capacity);
+
+  int32_t n_kv_heads_;
+  int32_t head_dim_;
+  int64_t capacity_ = 0;
+  int64_t n_tokens_ = 0;
+  bool evicted_ = false;  // a plan has dropped slots: growth is by kEvictionSlack
+  Rows rows_;
+};
+
+// A device dense store per layer, empty.
+std::vector<std::unique_ptr<LayerKv>> make_cuda_dense_layers(const KvShape& shape);
+
+// Device dense stores for every layer and no policy: the plain model path on a GPU. Its
+// append/attend take device pointers; stats() still names the tier "ram" (KvCache decides).
+KvCache make_cuda_full_cache(const KvShape& shape);
+
+}  // namespace kvbench
