@@ -3,7 +3,8 @@
 // decode at 0, 2K and 4K tokens of context, reported as tokens/s. Then CacheBlend side by
 // side with the full prefill it replaces: a 4K-token docs_kv context (8 documents) prefilled
 // in full, and blended from its documents' cached KV (computed before timing) at 15%
-// recompute and at 0% (naive reuse: gathering and re-rotation alone).
+// recompute and at 0% (naive reuse: gathering and re-rotation alone). In a CUDA build,
+// prefill and decode again with the model on a GPU (skipped without a device).
 // Model: $KVBENCH_MODEL, else the bundled SmolLM2-135M-Instruct Q4_1.
 #include <benchmark/benchmark.h>
 
@@ -21,6 +22,7 @@
 #include "harness/model/llama_model.h"
 #include "harness/model/tokenizer.h"
 #include "methods/full_cache.h"
+#include "methods/registry.h"
 
 using namespace kvbench;
 using kvbench::bench::model_or_skip;
@@ -28,12 +30,17 @@ using kvbench::bench::some_tokens;
 
 namespace {
 
-void BM_Prefill(benchmark::State& state) {
-  const LlamaModel* model = model_or_skip(state);
+// The full cache where `model` runs: host stores on the CPU, device stores on a GPU.
+KvCache full_cache_for(const LlamaModel& model) {
+  return model.new_cache(resolve_method_spec("full"));
+}
+
+void prefill(benchmark::State& state, ModelDevice device) {
+  const LlamaModel* model = model_or_skip(state, device);
   if (!model) return;
   const auto tokens = some_tokens(state.range(0), 1);
   for (auto _ : state) {
-    KvCache cache = make_full_cache(model->kv_shape());
+    KvCache cache = full_cache_for(*model);
     cache.reserve(tokens.size());
     benchmark::DoNotOptimize(model->forward(tokens, cache));
   }
@@ -41,12 +48,12 @@ void BM_Prefill(benchmark::State& state) {
                                                benchmark::Counter::kIsIterationInvariantRate);
 }
 
-void BM_Decode(benchmark::State& state) {
-  const LlamaModel* model = model_or_skip(state);
+void decode(benchmark::State& state, ModelDevice device) {
+  const LlamaModel* model = model_or_skip(state, device);
   if (!model) return;
   const int64_t context = state.range(0);
   constexpr int kSteps = 16;
-  KvCache cache = make_full_cache(model->kv_shape());
+  KvCache cache = full_cache_for(*model);
   cache.reserve(context + 1 + kSteps * 64);
   if (context > 0) model->forward(some_tokens(context, 2), cache);
   const auto next = some_tokens(kSteps, 3);
@@ -59,6 +66,12 @@ void BM_Decode(benchmark::State& state) {
       benchmark::Counter(kSteps, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["ctx"] = static_cast<double>(cache.next_position());
 }
+
+void BM_Prefill(benchmark::State& state) { prefill(state, ModelDevice::Cpu); }
+void BM_Decode(benchmark::State& state) { decode(state, ModelDevice::Cpu); }
+// The same on a GPU (--device cuda: the full cache; skipped without a device).
+void BM_PrefillCuda(benchmark::State& state) { prefill(state, ModelDevice::Cuda); }
+void BM_DecodeCuda(benchmark::State& state) { decode(state, ModelDevice::Cuda); }
 
 // A docs_kv context of about `tokens` tokens: its documents (each with its trailing blank
 // line) tokenized apart and prefilled alone, as a document cache would hold them.
@@ -134,6 +147,12 @@ void BM_DocsBlend(benchmark::State& state) {
 BENCHMARK(BM_Prefill)->Arg(64)->Arg(512)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Decode)->Arg(0)->Arg(2048)->Arg(4096)->Iterations(8)->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+#ifdef KVBENCH_WITH_CUDA
+BENCHMARK(BM_PrefillCuda)->Arg(64)->Arg(512)->Arg(2048)->Arg(8000)->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_DecodeCuda)->Arg(0)->Arg(2048)->Arg(4096)->Arg(8000)->Iterations(8)
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+#endif
 // Full prefill first: BM_DocsBlend reports its time as a fraction of it (x_full).
 BENCHMARK(BM_DocsFullPrefill)->Arg(4096)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_DocsBlend)->Args({4096, 15})->Args({4096, 0})->Unit(benchmark::kMillisecond)

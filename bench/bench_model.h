@@ -14,21 +14,27 @@
 
 namespace kvbench::bench {
 
-// $KVBENCH_MODEL, else the bundled SmolLM2-135M-Instruct Q4_1, loaded once; null (and the
-// benchmark marked skipped with the load error) when it cannot be loaded.
-inline const LlamaModel* model_or_skip(benchmark::State& state) {
-  static std::unique_ptr<LlamaModel> model;
-  static std::string error;
-  if (!model && error.empty()) {
+// $KVBENCH_MODEL, else the bundled SmolLM2-135M-Instruct Q4_1, loaded once per device; null
+// (and the benchmark marked skipped with the load error, e.g. no CUDA device) when it cannot
+// be loaded.
+inline const LlamaModel* model_or_skip(benchmark::State& state,
+                                       ModelDevice device = ModelDevice::Cpu) {
+  struct Loaded {
+    std::unique_ptr<LlamaModel> model;
+    std::string error;
+  };
+  static Loaded on_cpu, on_cuda;
+  Loaded& loaded = device == ModelDevice::Cpu ? on_cpu : on_cuda;
+  if (!loaded.model && loaded.error.empty()) {
     const char* env = std::getenv("KVBENCH_MODEL");
     try {
-      model = LlamaModel::load(env && *env ? env : KVBENCH_DEFAULT_MODEL);
+      loaded.model = LlamaModel::load(env && *env ? env : KVBENCH_DEFAULT_MODEL, device);
     } catch (const std::exception& e) {
-      error = e.what();
+      loaded.error = e.what();
     }
   }
-  if (!model) state.SkipWithError(error.c_str());
-  return model.get();
+  if (!loaded.model) state.SkipWithError(loaded.error.c_str());
+  return loaded.model.get();
 }
 
 // Deterministic ordinary-text-like ids (no control tokens).

@@ -467,7 +467,7 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
   std::optional<KvCache> shared;  // multi-turn: the one cache of the conversation
   if (options.mode == SessionMode::MultiTurn) {
     const auto start = Clock::now();
-    shared.emplace(make_cache(spec, model.kv_shape()));
+    shared.emplace(model.new_cache(spec));
     if (blend) {
       feed_blended_context(model, *shared, tokens, *blend);  // timed as context_prefill_ms
     } else {
@@ -504,7 +504,7 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
       // A request: a fresh cache, the context prefilled (or its cached prefix loaded) and
       // compressed, then the query; all of it counts towards TTFT.
       const auto start = Clock::now();
-      KvCache cache = make_cache(spec, model.kv_shape());
+      KvCache cache = model.new_cache(spec);
       const auto tiers_now = [&] {
         return reuse       ? reuse->tier_stats()
                : snapshots ? std::vector<TierStats>{snapshots->stats()}

@@ -40,6 +40,7 @@ class CudaDenseLayerKv : public LayerKv {
   int64_t n_tokens() const override { return n_tokens_; }
   // Device bytes the buffers hold: k, v and positions at capacity.
   int64_t bytes_resident() const override;
+  const char* tier() const override { return "device"; }
 
   int64_t capacity() const { return capacity_; }
 
@@ -69,7 +70,7 @@ class CudaDenseLayerKv : public LayerKv {
 std::vector<std::unique_ptr<LayerKv>> make_cuda_dense_layers(const KvShape& shape);
 
 // Device dense stores for every layer and no policy: the plain model path on a GPU. Its
-// append/attend take device pointers; stats() still names the tier "ram" (KvCache decides).
+// append/attend take device pointers; stats() counts its bytes in the "device" tier.
 KvCache make_cuda_full_cache(const KvShape& shape);
 
 }  // namespace kvbench

@@ -113,7 +113,18 @@ CacheStats KvCache::stats() const {
     stats.bytes_per_layer.push_back(bytes);
     stats.bytes_resident += bytes;
   }
-  stats.tiers.push_back(TierBytes{"ram", stats.bytes_resident});
+  // Each store's bytes in its tier; policy state and read metadata live on the host.
+  const auto add = [&](const std::string& tier, int64_t bytes) {
+    auto it = std::find_if(stats.tiers.begin(), stats.tiers.end(),
+                           [&](const TierBytes& t) { return t.tier == tier; });
+    if (it == stats.tiers.end()) it = stats.tiers.insert(stats.tiers.end(), TierBytes{tier, 0});
+    it->bytes += bytes;
+  };
+  for (int32_t l = 0; l < shape_.n_layers; ++l) {
+    const int64_t store = layers_[l]->bytes_resident();
+    add(layers_[l]->tier(), store);
+    if (stats.bytes_per_layer[l] > store) add("ram", stats.bytes_per_layer[l] - store);
+  }
   stats.bytes_peak = std::max(bytes_peak_, stats.bytes_resident);
   stats.tokens_seen = next_position_;
   stats.tokens_evicted = tokens_evicted_;

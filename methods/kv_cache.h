@@ -31,8 +31,7 @@ struct KvShape {
   int32_t head_dim = 0;
 };
 
-// Bytes a cache holds in one storage tier ("ram" for host memory; later "device",
-// "disk", "redis").
+// Bytes a cache holds in one storage tier: "ram" (host memory) or "device" (GPU memory).
 struct TierBytes {
   std::string tier;
   int64_t bytes = 0;
@@ -95,6 +94,8 @@ class LayerKv {
   virtual std::unique_ptr<LayerKv> clone() const = 0;
   virtual int64_t n_tokens() const = 0;
   virtual int64_t bytes_resident() const = 0;  // bytes this layer's storage really holds
+  // The memory tier those bytes live in: "ram" (host memory) or "device" (GPU memory).
+  virtual const char* tier() const { return "ram"; }
 };
 
 // The cache of one sequence: a store per layer, the method's policy (none for the full

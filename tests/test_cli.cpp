@@ -99,6 +99,19 @@ TEST_CASE("cli: a prompt longer than the context is refused", "[unit]") {
   require_clear_error(run, "context of 64 tokens");
 }
 
+TEST_CASE("cli: --device cuda is refused for methods it cannot run and without a GPU", "[unit]") {
+  require_clear_error(run_kvbench("--device cuda generate --prompt hi --method snapkv:budget=64"),
+                      "does not run on --device cuda yet: only 'full' does");
+  require_clear_error(run_kvbench("--device tpu generate --prompt hi"), "--device");
+  // With a GPU it generates; without one (or in a build without CUDA) one clear line.
+  const std::string path = testing::temp_path("tiny_cli_cuda.gguf");
+  testing::write_tiny_llama_gguf(path);
+  const Run run = run_kvbench("--model " + path + " --device cuda generate --prompt hi");
+  INFO(run.output);
+  CHECK((run.exit_code == 0 || run.exit_code == 2));
+  if (run.exit_code == 2) require_clear_error(run, "--device cuda");
+}
+
 TEST_CASE("cli: bad options exit 2 with one line", "[unit]") {
   require_clear_error(run_kvbench("generate --prompt hi --max-new -3"), "max-new");
   require_clear_error(run_kvbench("frobnicate"), "frobnicate");

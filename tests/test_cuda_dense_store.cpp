@@ -492,6 +492,9 @@ TEST_CASE("cuda dense store: make_cuda_full_cache runs a forward as make_full_ca
     CHECK(b.tokens_per_layer == a.tokens_per_layer);
     CHECK(b.bytes_per_layer == a.bytes_per_layer);
     CHECK(b.bytes_read_last_forward == a.bytes_read_last_forward);
+    REQUIRE(b.tiers.size() == 1);  // every byte in device memory
+    CHECK(b.tiers[0].tier == "device");
+    CHECK(b.tiers[0].bytes == a.bytes_resident);
   }
   KvCache branch = gpu.clone();
   CHECK(branch.bytes_resident() == gpu.bytes_resident());

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "harness/model/llama_model.h"
+
 namespace CLI {
 class App;
 }
@@ -15,7 +17,11 @@ namespace kvbench {
 struct ModelOptions {
   std::string model_path;  // --model; empty: $KVBENCH_MODEL, else the bundled default
   int threads = 0;         // --threads; 0: OpenMP's default
+  std::string device = "cpu";  // --device: cpu or cuda
 };
+
+// --device as the model's device.
+ModelDevice model_device(const ModelOptions& options);
 
 // Sets the compute thread count from --threads (before any kernel runs).
 void apply_thread_option(const ModelOptions& options);

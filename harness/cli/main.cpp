@@ -45,6 +45,10 @@ void set_command_line(int argc, char** argv) {
 
 const std::string& command_line() { return recorded_command_line(); }
 
+ModelDevice model_device(const ModelOptions& options) {
+  return options.device == "cuda" ? ModelDevice::Cuda : ModelDevice::Cpu;
+}
+
 void apply_thread_option(const ModelOptions& options) {
   if (options.threads > 0) omp_set_num_threads(options.threads);
 }
@@ -63,6 +67,10 @@ int main(int argc, char** argv) {
                  "Compute threads (default: $OMP_NUM_THREADS, else one per core); on a machine "
                  "shared with other busy processes, fewer threads avoid waiting on preempted ones")
       ->check(CLI::Range(1, 1024));
+  app.add_option("--device", model.device,
+                 "Where the model runs and its KV cache lives: cpu, or cuda in a CUDA build "
+                 "(the full cache only, so far)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   kvbench::add_generate_command(app, model);
   kvbench::add_list_command(app, model);
   kvbench::add_session_command(app, model);

@@ -82,7 +82,11 @@ void run_run_command(const ModelOptions& model_options, const RunArgs& args,
   evaluation.session.max_new_tokens = args.max_new;
   evaluation.fidelity = !args.no_fidelity;
   std::vector<std::string> methods;
-  for (const std::string& m : args.methods) methods.push_back(resolve_method_spec(m).canonical);
+  for (const std::string& m : args.methods) {
+    const ResolvedSpec spec = resolve_method_spec(m);
+    LlamaModel::check_runs_on(spec, model_device(model_options));
+    methods.push_back(spec.canonical);
+  }
   const auto knobs = parse_knobs(args.knobs);
 
   std::vector<std::string> generated;
@@ -116,7 +120,7 @@ void run_run_command(const ModelOptions& model_options, const RunArgs& args,
                      " is generated (see kvbench list tasks)");
   }
 
-  auto model = LlamaModel::load(resolve_model_path(model_options));
+  auto model = LlamaModel::load(resolve_model_path(model_options), model_device(model_options));
   const int64_t window = model->config().context_length;
   GeneratorOptions defaults;
   for (const std::string& task : generated) {

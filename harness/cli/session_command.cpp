@@ -42,7 +42,10 @@ void run_session_command(const ModelOptions& model_options, const SessionArgs& a
   options.max_new_tokens = args.max_new;
   options.max_turns = args.turns;
   std::vector<ResolvedSpec> specs;
-  for (const std::string& method : args.methods) specs.push_back(resolve_method_spec(method));
+  for (const std::string& method : args.methods) {
+    specs.push_back(resolve_method_spec(method));
+    LlamaModel::check_runs_on(specs.back(), model_device(model_options));
+  }
   std::vector<Sample> samples = load_samples_jsonl(args.sample_path);
   if (!args.sample_id.empty()) {
     const auto it = std::find_if(samples.begin(), samples.end(),
@@ -52,7 +55,7 @@ void run_session_command(const ModelOptions& model_options, const SessionArgs& a
     }
     samples = {*it};
   }
-  auto model = LlamaModel::load(resolve_model_path(model_options));
+  auto model = LlamaModel::load(resolve_model_path(model_options), model_device(model_options));
   EvaluationOptions evaluation;
   evaluation.session = options;
   evaluation.fidelity = !args.no_fidelity;

@@ -11,6 +11,7 @@
 #include "harness/input_error.h"
 #include "harness/model/llama_model.h"
 #include "harness/sweep.h"
+#include "methods/registry.h"
 #include "results/results_db.h"
 #include "results/sha256.h"
 
@@ -76,7 +77,10 @@ void run_sweep_into(const ModelOptions& model_options, const SweepConfig& config
   apply_thread_option(model_options);
   const std::string model_path = resolve_model_path(model_options);
   auto db = ResultsDb::open(db_path);  // an unwritable or corrupt db fails before the model loads
-  auto model = LlamaModel::load(model_path);
+  for (const std::string& method : config.methods) {
+    LlamaModel::check_runs_on(resolve_method_spec(method), model_device(model_options));
+  }
+  auto model = LlamaModel::load(model_path, model_device(model_options));
   RunRecord run;
   run.kvbench_version = KVBENCH_VERSION;
   run.git_sha = trimmed_output("git -C '" KVBENCH_SOURCE_DIR

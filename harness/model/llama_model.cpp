@@ -17,6 +17,12 @@
 #include "harness/model/tokenizer.h"
 #include "kernels/cpu/block_matvec.h"
 #include "kernels/cpu/layer_ops.h"
+#include "methods/registry.h"
+
+#ifdef KVBENCH_WITH_CUDA
+#include "harness/model/cuda_forward.h"
+#include "methods/cuda_dense_store.h"
+#endif
 
 namespace kvbench {
 
@@ -163,6 +169,10 @@ std::vector<int64_t> most_deviating_rows(const float* fresh_k, const float* cach
 
 struct LlamaModel::Impl {
   std::unique_ptr<GgufFile> file;
+  ModelDevice device = ModelDevice::Cpu;
+#ifdef KVBENCH_WITH_CUDA
+  std::unique_ptr<CudaForward> cuda;  // the forward pass on a GPU (ModelDevice::Cuda)
+#endif
   ModelConfig config;
   std::unique_ptr<Tokenizer> tokenizer;
   const GgufTensorInfo* token_embd = nullptr;
@@ -238,12 +248,18 @@ struct LlamaModel::Impl {
   void forward_chunk(const int32_t* tokens, int64_t n, KvCache& cache, bool all_logits,
                      float* logits) const {
     const ModelConfig& c = config;
-    std::vector<int32_t> positions(n);
-    for (int64_t i = 0; i < n; ++i) positions[i] = cache.next_position() + static_cast<int32_t>(i);
 
     std::vector<float> x(n * c.n_embd);
-    LayerScratch s(c, n);
     embed(tokens, n, x.data());
+#ifdef KVBENCH_WITH_CUDA
+    if (cuda) {
+      cuda->forward_chunk(x.data(), n, cache, all_logits, logits);
+      return;
+    }
+#endif
+    std::vector<int32_t> positions(n);
+    for (int64_t i = 0; i < n; ++i) positions[i] = cache.next_position() + static_cast<int32_t>(i);
+    LayerScratch s(c, n);
     for (int32_t l = 0; l < c.n_layers; ++l) {
       dense_layer(l, x.data(), positions.data(), n, cache, s);
     }
@@ -335,9 +351,44 @@ struct LlamaModel::Impl {
 LlamaModel::LlamaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 LlamaModel::~LlamaModel() = default;
 
-std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path) {
+namespace {
+
+#ifdef KVBENCH_WITH_CUDA
+HostLinear host_view(const Linear& l) {
+  return HostLinear{l.dense.data_ptr<float>(), l.rows, l.cols,
+                    l.bias.empty() ? nullptr : l.bias.data()};
+}
+
+// The model's fp32 weights as the GPU forward copies them.
+HostWeights host_weights(const std::vector<Layer>& layers, const std::vector<float>& output_norm,
+                         const Linear& lm_head) {
+  HostWeights w;
+  for (const Layer& l : layers) {
+    w.layers.push_back(HostLayer{l.attn_norm.data(), l.ffn_norm.data(), host_view(l.q),
+                                 host_view(l.k), host_view(l.v), host_view(l.o),
+                                 host_view(l.gate), host_view(l.up), host_view(l.down)});
+  }
+  w.output_norm = output_norm.data();
+  w.lm_head = host_view(lm_head);
+  return w;
+}
+#endif
+
+}  // namespace
+
+std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, ModelDevice device) {
   use_openmp_threads_only();
+#ifdef KVBENCH_WITH_CUDA
+  if (device == ModelDevice::Cuda && !cuda_device_present()) {
+    throw InputError("--device cuda: no CUDA device is present on this machine");
+  }
+#else
+  if (device == ModelDevice::Cuda) {
+    throw InputError("--device cuda: this kvbench was built without CUDA (nvcc was not found)");
+  }
+#endif
   auto impl = std::make_unique<Impl>();
+  impl->device = device;
   impl->file = std::make_unique<GgufFile>(path);
   const GgufFile& f = *impl->file;
   impl->config = ModelConfig::from_gguf(f);
@@ -373,6 +424,16 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path) {
   impl->output_norm = load_vector(f, "output_norm.weight", c.n_embd);
   impl->lm_head = load_linear(f, c.tied_embeddings ? "token_embd.weight" : "output.weight",
                               c.vocab_size, c.n_embd);
+#ifdef KVBENCH_WITH_CUDA
+  if (device == ModelDevice::Cuda) {
+    if (c.head_dim != 64 && c.head_dim != 128) {
+      throw InputError("--device cuda: " + path + " has head_dim " + std::to_string(c.head_dim) +
+                       "; the CUDA attention kernels take 64 or 128");
+    }
+    impl->cuda = std::make_unique<CudaForward>(
+        c, host_weights(impl->layers, impl->output_norm, impl->lm_head));
+  }
+#endif
   return std::unique_ptr<LlamaModel>(new LlamaModel(std::move(impl)));
 }
 
@@ -382,6 +443,27 @@ const GgufFile& LlamaModel::file() const { return *impl_->file; }
 
 KvShape LlamaModel::kv_shape() const {
   return KvShape{impl_->config.n_layers, impl_->config.n_kv_heads, impl_->config.head_dim};
+}
+
+ModelDevice LlamaModel::device() const { return impl_->device; }
+
+void LlamaModel::check_runs_on(const ResolvedSpec& spec, ModelDevice device) {
+  // The device path has the dense store only: policies, read policies and reuse read the
+  // KV on the host.
+  if (device == ModelDevice::Cuda && spec.canonical != "full") {
+    throw InputError("method '" + spec.canonical +
+                     "' does not run on --device cuda yet: only 'full' does (pass --method full)");
+  }
+}
+
+KvCache LlamaModel::new_cache(const ResolvedSpec& spec) const {
+  check_runs_on(spec, impl_->device);
+  if (impl_->device == ModelDevice::Cpu) return make_cache(spec, kv_shape());
+#ifdef KVBENCH_WITH_CUDA
+  return make_cuda_full_cache(kv_shape());
+#else
+  throw InputError("--device cuda: this kvbench was built without CUDA");
+#endif
 }
 
 std::vector<float> LlamaModel::forward(const std::vector<int32_t>& tokens, KvCache& cache,
@@ -421,6 +503,9 @@ int64_t LlamaModel::forward_blend(const std::vector<int32_t>& tokens, const floa
                                   int32_t select_layer, KvCache& cache) const {
   const ModelConfig& c = impl_->config;
   const int64_t n = static_cast<int64_t>(tokens.size());
+  if (impl_->device != ModelDevice::Cpu) {
+    throw InputError("forward_blend: CacheBlend runs on the CPU only, not on --device cuda");
+  }
   if (n == 0) throw InputError("forward_blend: no tokens to feed");
   if (!(recompute_ratio >= 0 && recompute_ratio <= 1)) {
     throw InputError("forward_blend: recompute ratio must be in [0, 1], not " +

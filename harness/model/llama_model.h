@@ -1,5 +1,6 @@
 // A llama-family transformer (RMSNorm, RoPE, GQA, SwiGLU, optional q/k/v bias, tied or
-// separate LM head) loaded from GGUF and run on libtorch tensors on the CPU.
+// separate LM head) loaded from GGUF and run on the CPU (libtorch GEMMs and the kernels of
+// kernels/cpu) or, in a CUDA build, on a GPU (harness/model/cuda_forward.h).
 // Attention never reads K/V directly: it goes through the sequence's KvCache (methods/).
 // libtorch stays out of this header so that including it is cheap.
 #pragma once
@@ -16,18 +17,34 @@ namespace kvbench {
 
 class GgufFile;
 class Tokenizer;
+struct ResolvedSpec;
+
+// Where the forward pass runs and the KV cache lives.
+enum class ModelDevice { Cpu, Cuda };
 
 class LlamaModel {
  public:
-  // Maps the GGUF file and prepares the weights. Throws InputError naming the file when it
-  // is missing, corrupt, of an unsupported architecture, or lacks a tensor.
-  static std::unique_ptr<LlamaModel> load(const std::string& path);
+  // Maps the GGUF file and prepares the weights (on `device`: Cuda copies them to the GPU
+  // as fp32). Throws InputError naming the file when it is missing, corrupt, of an
+  // unsupported architecture, or lacks a tensor, and for Cuda in a build without CUDA or on
+  // a machine without a CUDA device.
+  static std::unique_ptr<LlamaModel> load(const std::string& path,
+                                          ModelDevice device = ModelDevice::Cpu);
   ~LlamaModel();
 
   const ModelConfig& config() const;
   const Tokenizer& tokenizer() const;
   const GgufFile& file() const;
   KvShape kv_shape() const;
+  ModelDevice device() const;
+
+  // An empty cache for `spec` where this model's forward can use it: host stores on the
+  // CPU; device stores on a GPU, where only the full cache runs so far (InputError naming
+  // the method otherwise).
+  KvCache new_cache(const ResolvedSpec& spec) const;
+  // Throws InputError naming the method when `spec` cannot run on `device` (checked before
+  // a model loads, and by new_cache).
+  static void check_runs_on(const ResolvedSpec& spec, ModelDevice device);
 
   // Feeds `tokens` at positions cache.next_position() onwards, in chunks of at most
   // prefill_chunk tokens, storing their keys and values in `cache`. Returns the logits of
@@ -44,7 +61,8 @@ class LlamaModel {
   // through the later layers, their fresh KV replacing the cached one there (the others
   // keep theirs). Ratio 0 is naive reuse: no layer is computed. Ratio 1 is a full prefill.
   // Returns the tokens recomputed; computes no logits. Throws InputError for no tokens, a
-  // ratio outside [0, 1], a select_layer that is not a layer, or a context overrun.
+  // ratio outside [0, 1], a select_layer that is not a layer, a context overrun, or a
+  // model on a GPU (CacheBlend runs on the CPU only).
   int64_t forward_blend(const std::vector<int32_t>& tokens, const float* cached_k,
                         const float* cached_v, double recompute_ratio, int32_t select_layer,
                         KvCache& cache) const;

@@ -1,0 +1,83 @@
+// The real model's forward pass on a GPU against the same model on the CPU: logits of a
+// prompt longer than one prefill chunk, greedy decoding, and the cache's bytes (the same
+// stores' growth, in the "device" tier). Without a CUDA device every case prints "no CUDA
+// device: skipped" and exits 77 (ctest SKIP); without the model file, 77 as well.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "cuda_device.h"
+#include "harness/generate.h"
+#include "harness/model/llama_model.h"
+#include "harness/model/tokenizer.h"
+#include "methods/registry.h"
+#include "model_path.h"
+
+using namespace kvbench;
+
+namespace {
+
+std::vector<int32_t> long_prompt(const LlamaModel& model) {
+  std::string text;
+  for (int i = 0; i < 60; ++i) {
+    text += "Note " + std::to_string(i) + ": the access code of room " + std::to_string(100 + i) +
+            " is " + std::to_string(7919 * (i + 3) % 10000) + ". ";
+  }
+  return model.tokenizer().encode(text);  // about 1000 tokens: two prefill chunks
+}
+
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  float worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("the model on a GPU gives the CPU's logits and greedy tokens", "[gpu]") {
+  testing::require_device();
+  const std::string path = testing::model_path_or_skip();
+  const auto cpu = LlamaModel::load(path);
+  const auto gpu = LlamaModel::load(path, ModelDevice::Cuda);
+  REQUIRE(gpu->device() == ModelDevice::Cuda);
+  const ResolvedSpec full = resolve_method_spec("full");
+  const std::vector<int32_t> prompt = long_prompt(*cpu);
+  REQUIRE(prompt.size() > 600);
+
+  KvCache cpu_cache = cpu->new_cache(full);
+  KvCache gpu_cache = gpu->new_cache(full);
+  const std::vector<float> cpu_logits = cpu->forward(prompt, cpu_cache, true);
+  const std::vector<float> gpu_logits = gpu->forward(prompt, gpu_cache, true);
+  REQUIRE(gpu_logits.size() == cpu_logits.size());
+  // fp32 on both, summed in different orders (cuBLAS vs OpenBLAS): logits of about 10-30.
+  CHECK(max_abs_diff(gpu_logits, cpu_logits) < 2e-2f);
+
+  const CacheStats cpu_stats = cpu_cache.stats(), gpu_stats = gpu_cache.stats();
+  CHECK(gpu_stats.bytes_resident == cpu_stats.bytes_resident);
+  CHECK(gpu_stats.tokens_per_layer == cpu_stats.tokens_per_layer);
+  REQUIRE(gpu_stats.tiers.size() == 1);
+  CHECK(gpu_stats.tiers[0].tier == "device");
+
+  // Decoding from the cache: the same greedy tokens.
+  GenerateOptions options;
+  options.max_new_tokens = 24;
+  KvCache a = cpu->new_cache(full), b = gpu->new_cache(full);
+  const GenerateResult on_cpu = generate(*cpu, a, prompt, options);
+  const GenerateResult on_gpu = generate(*gpu, b, prompt, options);
+  CHECK(on_gpu.tokens == on_cpu.tokens);
+  CHECK(on_gpu.text == on_cpu.text);
+}
+
+TEST_CASE("a model on a GPU refuses what it cannot run", "[gpu]") {
+  testing::require_device();
+  const auto gpu = LlamaModel::load(testing::model_path_or_skip(), ModelDevice::Cuda);
+  CHECK_THROWS_WITH(gpu->new_cache(resolve_method_spec("snapkv:budget=64")),
+                    Catch::Contains("does not run on --device cuda"));
+  KvCache cache = gpu->new_cache(resolve_method_spec("full"));
+  const std::vector<float> k(10 * 576);
+  CHECK_THROWS_WITH(gpu->forward_blend({1, 2, 3}, k.data(), k.data(), 0.15, 1, cache),
+                    Catch::Contains("CPU only"));
+}
