@@ -306,17 +306,20 @@ ResolvedSpec resolve_method_spec(const std::string& text) {
   return resolved;
 }
 
-KvCache make_cache(const ResolvedSpec& spec, const KvShape& shape) {
-  std::unique_ptr<TokenPolicy> policy;
-  std::unique_ptr<ReadPolicy> reader;
-  std::vector<std::unique_ptr<LayerKv>> layers;
+CacheParts make_cache_parts(const ResolvedSpec& spec, const KvShape& shape) {
+  CacheParts parts;
   for (const auto& [info, params] : spec.components) {
-    if (info->kind == MethodKind::Eviction) policy = info->make_policy(params, shape);
-    if (info->kind == MethodKind::Retrieval) reader = info->make_reader(params, shape);
-    if (info->kind == MethodKind::Storage) layers = info->make_layers(params, shape);
+    if (info->kind == MethodKind::Eviction) parts.policy = info->make_policy(params, shape);
+    if (info->kind == MethodKind::Retrieval) parts.reader = info->make_reader(params, shape);
+    if (info->kind == MethodKind::Storage) parts.layers = info->make_layers(params, shape);
   }
-  if (layers.empty()) layers = make_dense_layers(shape);
-  return KvCache(shape, std::move(layers), std::move(policy), std::move(reader));
+  return parts;
+}
+
+KvCache make_cache(const ResolvedSpec& spec, const KvShape& shape) {
+  CacheParts parts = make_cache_parts(spec, shape);
+  if (parts.layers.empty()) parts.layers = make_dense_layers(shape);
+  return KvCache(shape, std::move(parts.layers), std::move(parts.policy), std::move(parts.reader));
 }
 
 KvCache make_cache(const std::string& spec, const KvShape& shape) {

@@ -128,6 +128,15 @@ struct ResolvedSpec {
 // without a reuse method.
 ResolvedSpec resolve_method_spec(const std::string& spec);
 
+// What the per-sequence components of `spec` build: a policy (Eviction), stores (Storage;
+// empty without one) and a read policy (Retrieval); nullptr where none is given.
+struct CacheParts {
+  std::unique_ptr<TokenPolicy> policy;
+  std::vector<std::unique_ptr<LayerKv>> layers;
+  std::unique_ptr<ReadPolicy> reader;
+};
+CacheParts make_cache_parts(const ResolvedSpec& spec, const KvShape& shape);
+
 // The cache of one sequence for `spec`: each component fills its part (dense fp32 stores
 // unless a storage method is given; Reuse and Tiers components are the session's).
 KvCache make_cache(const ResolvedSpec& spec, const KvShape& shape);

@@ -100,8 +100,10 @@ TEST_CASE("cli: a prompt longer than the context is refused", "[unit]") {
 }
 
 TEST_CASE("cli: --device cuda is refused for methods it cannot run and without a GPU", "[unit]") {
-  require_clear_error(run_kvbench("--device cuda generate --prompt hi --method snapkv:budget=64"),
-                      "does not run on --device cuda yet: only 'full' does");
+  require_clear_error(run_kvbench("--device cuda generate --prompt hi --method kivi:bits=2"),
+                      "method 'kivi' in 'kivi:bits=2");
+  require_clear_error(run_kvbench("--device cuda generate --prompt hi --method prefix"),
+                      "does not run on --device cuda yet");
   require_clear_error(run_kvbench("--device tpu generate --prompt hi"), "--device");
   // With a GPU it generates; without one (or in a build without CUDA) one clear line.
   const std::string path = testing::temp_path("tiny_cli_cuda.gguf");

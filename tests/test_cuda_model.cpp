@@ -71,10 +71,34 @@ TEST_CASE("the model on a GPU gives the CPU's logits and greedy tokens", "[gpu]"
   CHECK(on_gpu.text == on_cpu.text);
 }
 
+TEST_CASE("eviction methods and Quest on a GPU decide as on the CPU", "[gpu]") {
+  testing::require_device();
+  const std::string path = testing::model_path_or_skip();
+  const auto cpu = LlamaModel::load(path);
+  const auto gpu = LlamaModel::load(path, ModelDevice::Cuda);
+  const std::vector<int32_t> prompt = long_prompt(*cpu);
+  // Once-only (snapkv), every step (h2o, streamingllm) and decode-time retrieval (quest).
+  for (const char* method : {"snapkv:budget=256", "h2o:budget=256", "streamingllm:budget=128",
+                             "quest:page=16,budget=128"}) {
+    INFO(method);
+    const ResolvedSpec spec = resolve_method_spec(method);
+    KvCache a = cpu->new_cache(spec), b = gpu->new_cache(spec);
+    GenerateOptions options;
+    options.max_new_tokens = 12;
+    const GenerateResult on_cpu = generate(*cpu, a, prompt, options);
+    const GenerateResult on_gpu = generate(*gpu, b, prompt, options);
+    CHECK(on_gpu.tokens == on_cpu.tokens);
+    CHECK(on_gpu.cache.tokens_per_layer == on_cpu.cache.tokens_per_layer);
+    CHECK(on_gpu.cache.bytes_read_last_forward == on_cpu.cache.bytes_read_last_forward);
+  }
+}
+
 TEST_CASE("a model on a GPU refuses what it cannot run", "[gpu]") {
   testing::require_device();
   const auto gpu = LlamaModel::load(testing::model_path_or_skip(), ModelDevice::Cuda);
-  CHECK_THROWS_WITH(gpu->new_cache(resolve_method_spec("snapkv:budget=64")),
+  CHECK_THROWS_WITH(gpu->new_cache(resolve_method_spec("kivi:bits=2")),
+                    Catch::Contains("does not run on --device cuda"));
+  CHECK_THROWS_WITH(gpu->new_cache(resolve_method_spec("snapkv:budget=64+prefix")),
                     Catch::Contains("does not run on --device cuda"));
   KvCache cache = gpu->new_cache(resolve_method_spec("full"));
   const std::vector<float> k(10 * 576);

@@ -21,7 +21,7 @@
 
 #ifdef KVBENCH_WITH_CUDA
 #include "harness/model/cuda_forward.h"
-#include "methods/cuda_dense_store.h"
+#include "methods/cuda_host_policies.h"
 #endif
 
 namespace kvbench {
@@ -448,11 +448,16 @@ KvShape LlamaModel::kv_shape() const {
 ModelDevice LlamaModel::device() const { return impl_->device; }
 
 void LlamaModel::check_runs_on(const ResolvedSpec& spec, ModelDevice device) {
-  // The device path has the dense store only: policies, read policies and reuse read the
-  // KV on the host.
-  if (device == ModelDevice::Cuda && spec.canonical != "full") {
-    throw InputError("method '" + spec.canonical +
-                     "' does not run on --device cuda yet: only 'full' does (pass --method full)");
+  if (device != ModelDevice::Cuda) return;
+  // On a GPU the KV lives in device dense stores; policies and read policies plan on host
+  // copies (methods/cuda_host_policies.h). Storage methods and reuse hold host memory.
+  for (const auto& [info, params] : spec.components) {
+    if (info->kind == MethodKind::Storage || info->kind == MethodKind::Reuse ||
+        info->kind == MethodKind::Tiers) {
+      throw InputError("method '" + info->name + "' in '" + spec.canonical +
+                       "' does not run on --device cuda yet: the full cache, eviction "
+                       "methods and quest do");
+    }
   }
 }
 
@@ -460,7 +465,7 @@ KvCache LlamaModel::new_cache(const ResolvedSpec& spec) const {
   check_runs_on(spec, impl_->device);
   if (impl_->device == ModelDevice::Cpu) return make_cache(spec, kv_shape());
 #ifdef KVBENCH_WITH_CUDA
-  return make_cuda_full_cache(kv_shape());
+  return make_cuda_cache(spec, kv_shape());
 #else
   throw InputError("--device cuda: this kvbench was built without CUDA");
 #endif
