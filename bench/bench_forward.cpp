@@ -3,8 +3,9 @@
 // decode at 0, 2K and 4K tokens of context, reported as tokens/s. Then CacheBlend side by
 // side with the full prefill it replaces: a 4K-token docs_kv context (8 documents) prefilled
 // in full, and blended from its documents' cached KV (computed before timing) at 15%
-// recompute and at 0% (naive reuse: gathering and re-rotation alone). In a CUDA build,
-// prefill and decode again with the model on a GPU (skipped without a device).
+// recompute and at 0% (naive reuse: gathering and re-rotation alone). decode_method: decode
+// at a 4K context with full, snapkv, kivi and quest. In a CUDA build, prefill, decode and
+// decode_method again with the model on a GPU (skipped without a device).
 // Model: $KVBENCH_MODEL, else the bundled SmolLM2-135M-Instruct Q4_1.
 #include <benchmark/benchmark.h>
 
@@ -48,14 +49,17 @@ void prefill(benchmark::State& state, ModelDevice device) {
                                                benchmark::Counter::kIsIterationInvariantRate);
 }
 
-void decode(benchmark::State& state, ModelDevice device) {
+// One-token decode after `context` tokens fed to a cache of `spec` (compressed at the end of
+// the context, as a session does).
+void decode(benchmark::State& state, ModelDevice device, const char* spec = "full") {
   const LlamaModel* model = model_or_skip(state, device);
   if (!model) return;
   const int64_t context = state.range(0);
   constexpr int kSteps = 16;
-  KvCache cache = full_cache_for(*model);
+  KvCache cache = model->new_cache(resolve_method_spec(spec));
   cache.reserve(context + 1 + kSteps * 64);
   if (context > 0) model->forward(some_tokens(context, 2), cache);
+  cache.end_context();
   const auto next = some_tokens(kSteps, 3);
   // Each iteration decodes kSteps tokens; the context grows by kSteps per iteration,
   // so state.iterations() is capped to keep it near `context`.
@@ -65,6 +69,13 @@ void decode(benchmark::State& state, ModelDevice device) {
   state.counters["tok/s"] =
       benchmark::Counter(kSteps, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["ctx"] = static_cast<double>(cache.next_position());
+  state.counters["KV_MiB"] = static_cast<double>(cache.bytes_resident()) / (1 << 20);
+  state.counters["read_KiB"] = static_cast<double>(cache.stats().bytes_read_last_forward) / 1024;
+}
+
+// The end-to-end set side by side, on the CPU and (in a CUDA build) on a GPU.
+void decode_method(benchmark::State& state, ModelDevice device, const char* spec) {
+  decode(state, device, spec);
 }
 
 void BM_Prefill(benchmark::State& state) { prefill(state, ModelDevice::Cpu); }
@@ -147,7 +158,23 @@ void BM_DocsBlend(benchmark::State& state) {
 BENCHMARK(BM_Prefill)->Arg(64)->Arg(512)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Decode)->Arg(0)->Arg(2048)->Arg(4096)->Iterations(8)->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+BENCHMARK_CAPTURE(decode_method, cpu_full, ModelDevice::Cpu, "full")
+    ->Arg(4096)->Iterations(8)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(decode_method, cpu_snapkv, ModelDevice::Cpu, "snapkv:budget=512")
+    ->Arg(4096)->Iterations(8)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(decode_method, cpu_kivi, ModelDevice::Cpu, "kivi:bits=2")
+    ->Arg(4096)->Iterations(8)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(decode_method, cpu_quest, ModelDevice::Cpu, "quest:page=16,budget=512")
+    ->Arg(4096)->Iterations(8)->Unit(benchmark::kMillisecond)->UseRealTime();
 #ifdef KVBENCH_WITH_CUDA
+BENCHMARK_CAPTURE(decode_method, cuda_full, ModelDevice::Cuda, "full")
+    ->Arg(4096)->Iterations(8)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(decode_method, cuda_snapkv, ModelDevice::Cuda, "snapkv:budget=512")
+    ->Arg(4096)->Iterations(8)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(decode_method, cuda_kivi, ModelDevice::Cuda, "kivi:bits=2")
+    ->Arg(4096)->Iterations(8)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(decode_method, cuda_quest, ModelDevice::Cuda, "quest:page=16,budget=512")
+    ->Arg(4096)->Iterations(8)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_PrefillCuda)->Arg(64)->Arg(512)->Arg(2048)->Arg(8000)->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_DecodeCuda)->Arg(0)->Arg(2048)->Arg(4096)->Arg(8000)->Iterations(8)
