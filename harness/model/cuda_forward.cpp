@@ -152,15 +152,4 @@ void CudaForward::forward_chunk(const float* x, int64_t n, KvCache& cache, bool 
   m.s.logits.download(logits, (n - first) * c.vocab_size);  // waits for the chunk
 }
 
-int64_t CudaForward::weight_bytes() const {
-  const Impl& m = *impl_;
-  const auto linear = [](const DeviceLinear& l) { return l.w.bytes() + l.bias.bytes(); };
-  int64_t bytes = m.output_norm.bytes() + linear(m.lm_head) + m.inv_freq.bytes();
-  for (const DeviceLayer& d : m.layers) {
-    bytes += d.attn_norm.bytes() + d.ffn_norm.bytes() + linear(d.q) + linear(d.k) + linear(d.v) +
-             linear(d.o) + linear(d.gate) + linear(d.up) + linear(d.down);
-  }
-  return bytes;
-}
-
 }  // namespace kvbench

@@ -47,9 +47,6 @@ class CudaForward {
   void forward_chunk(const float* x, int64_t n, KvCache& cache, bool all_logits,
                      float* logits) const;
 
-  // Bytes of device memory the weights take.
-  int64_t weight_bytes() const;
-
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
