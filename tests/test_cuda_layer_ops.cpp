@@ -1,9 +1,15 @@
-// The CUDA twins of the block's per-token operations and the cuBLAS linear layer against
-// the CPU versions on the same inputs, over odd sizes. Without a CUDA device every case
-// prints "no CUDA device: skipped" and exits 77 (ctest SKIP).
+// The CUDA twins of the block's per-token operations (kernels/cuda/layer_ops.h) against the
+// CPU versions, and the cuBLAS linear layer against a double-precision product, on the same
+// seeded inputs over odd sizes (rows 1, 3, 17; dims 63 and 576; head_dim 64 and 128;
+// positions up to 8000). Without a CUDA device every case prints "no CUDA device: skipped"
+// and exits 77 (ctest SKIP).
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "cuda_device.h"
@@ -18,7 +24,10 @@ using kvbench::testing::Device;
 using kvbench::testing::random_floats;
 using kvbench::testing::require_device;
 
-// Largest |a - b| / (1 + |b|).
+constexpr int64_t kRows[] = {1, 3, 17};
+constexpr int64_t kDims[] = {63, 576};
+
+// Largest |a - b| / (1 + |b|): relative for large values, absolute near zero.
 double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
   REQUIRE(a.size() == b.size());
   double worst = 0;
@@ -28,77 +37,209 @@ double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return worst;
 }
 
+// A non-default stream for the duration of a case: the kernels must honour `stream`. A
+// blocking one, so its work waits for Device's copies on the default stream.
+class Stream {
+ public:
+  Stream() { REQUIRE(cudaStreamCreate(&stream_) == cudaSuccess); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  ~Stream() { cudaStreamDestroy(stream_); }
+  cudaStream_t get() const { return stream_; }
+  void sync() const { REQUIRE(cudaStreamSynchronize(stream_) == cudaSuccess); }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
 }  // namespace
 
-TEST_CASE("rms_norm_cuda equals the CPU, also in place", "[gpu]") {
+TEST_CASE("rms_norm_cuda equals the CPU, out of place and in place", "[gpu]") {
   require_device();
-  for (const int64_t rows : {1, 3, 17}) {
-    for (const int64_t dim : {63, 576}) {
-      const std::vector<float> x = random_floats(rows * dim, 1), w = random_floats(dim, 2);
-      std::vector<float> want(x.size());
-      kvbench::rms_norm_cpu(x.data(), w.data(), want.data(), rows, dim, 1e-5f);
-      Device<float> dx(x), dw(w), dy(std::vector<float>(x.size()));
-      kvbench::rms_norm_cuda(dx.get(), dw.get(), dy.get(), rows, dim, 1e-5f, nullptr);
-      CHECK(max_rel_diff(dy.host(), want) < 1e-5);
-      kvbench::rms_norm_cuda(dx.get(), dw.get(), dx.get(), rows, dim, 1e-5f, nullptr);
-      CHECK(max_rel_diff(dx.host(), want) < 1e-5);
+  Stream stream;
+  for (const int64_t rows : kRows) {
+    for (const int64_t dim : kDims) {
+      for (const float eps : {1e-5f, 1e-6f}) {
+        INFO("rows " << rows << " dim " << dim << " eps " << eps);
+        std::vector<float> x = random_floats(rows * dim, static_cast<uint32_t>(rows * dim));
+        const std::vector<float> w = random_floats(dim, 2);
+        // A zero row (eps alone in the root) and a large one (the scale far from 1).
+        if (rows >= 3) {
+          std::fill(x.begin() + dim, x.begin() + 2 * dim, 0.f);
+          for (int64_t i = 2 * dim; i < 3 * dim; ++i) x[i] *= 1e3f;
+        }
+        std::vector<float> want(x.size());
+        kvbench::rms_norm_cpu(x.data(), w.data(), want.data(), rows, dim, eps);
+
+        Device<float> dx(x), dw(w), dy(std::vector<float>(x.size(), 99.f));
+        kvbench::rms_norm_cuda(dx.get(), dw.get(), dy.get(), rows, dim, eps, stream.get());
+        stream.sync();
+        CHECK(max_rel_diff(dy.host(), want) < 1e-5);
+        CHECK(dx.host() == x);  // the input is untouched
+
+        kvbench::rms_norm_cuda(dx.get(), dw.get(), dx.get(), rows, dim, eps, nullptr);
+        CHECK(max_rel_diff(dx.host(), want) < 1e-5);
+      }
     }
   }
 }
 
-TEST_CASE("rope_interleaved_cuda equals the CPU at long positions", "[gpu]") {
+TEST_CASE("rope_interleaved_cuda equals the CPU up to position 8000", "[gpu]") {
   require_device();
+  Stream stream;
   for (const int head_dim : {64, 128}) {
-    const int64_t n = 17;
-    const int heads = 9;
-    std::vector<int32_t> positions(n);
-    for (int64_t t = 0; t < n; ++t) positions[t] = static_cast<int32_t>(t * 487);  // up to ~8K
-    std::vector<float> inv_freq(head_dim / 2);
-    for (int i = 0; i < head_dim / 2; ++i) inv_freq[i] = std::pow(10000.f, -2.f * i / head_dim);
-    std::vector<float> x = random_floats(n * heads * head_dim, 3);
-    Device<float> dx(x), df(inv_freq);
-    Device<int32_t> dp(positions);
-    kvbench::rope_interleaved_cpu(x.data(), positions.data(), n, heads, head_dim, inv_freq.data());
-    kvbench::rope_interleaved_cuda(dx.get(), dp.get(), n, heads, head_dim, df.get(), nullptr);
-    CHECK(max_rel_diff(dx.host(), x) < 1e-5);
+    for (const int n_heads : {9, 3}) {
+      for (const int64_t n_tokens : kRows) {
+        for (const float theta : {1e4f, 5e5f}) {
+          INFO("head_dim " << head_dim << " heads " << n_heads << " tokens " << n_tokens
+                           << " theta " << theta);
+          // Out of order, from 0 to 8000 exactly (the first and last token).
+          std::vector<int32_t> positions(n_tokens);
+          for (int64_t t = 0; t < n_tokens; ++t) {
+            positions[t] = static_cast<int32_t>((t * 4729) % 8001);
+          }
+          if (n_tokens > 1) positions.back() = 8000;
+          std::vector<float> inv_freq(head_dim / 2);
+          for (int i = 0; i < head_dim / 2; ++i) {
+            inv_freq[i] = std::pow(theta, -2.f * static_cast<float>(i) / head_dim);
+          }
+          std::vector<float> x = random_floats(n_tokens * n_heads * head_dim,
+                                               static_cast<uint32_t>(n_tokens * head_dim));
+          Device<float> dx(x), df(inv_freq);
+          Device<int32_t> dp(positions);
+          kvbench::rope_interleaved_cpu(x.data(), positions.data(), n_tokens, n_heads, head_dim,
+                                        inv_freq.data());
+          kvbench::rope_interleaved_cuda(dx.get(), dp.get(), n_tokens, n_heads, head_dim,
+                                         df.get(), stream.get());
+          stream.sync();
+          // Both take the angle in double and round its sine and cosine to float, so they
+          // differ by a few fp32 roundings; a float angle would be ~5e-4 off at 8000.
+          CHECK(max_rel_diff(dx.host(), x) < 1e-5);
+        }
+      }
+    }
   }
 }
 
-TEST_CASE("silu_mul, add and bias on the GPU equal the CPU", "[gpu]") {
+TEST_CASE("silu_mul_cuda equals the CPU, also into gate or up", "[gpu]") {
   require_device();
-  const int64_t rows = 5, dim = 1537;
-  const std::vector<float> gate = random_floats(rows * dim, 4), up = random_floats(rows * dim, 5);
-  const std::vector<float> bias = random_floats(dim, 6);
-  std::vector<float> want(gate.size());
-  kvbench::silu_mul_cpu(gate.data(), up.data(), want.data(), rows * dim);
-  Device<float> dg(gate), du(up), db(bias);
-  kvbench::silu_mul_cuda(dg.get(), du.get(), dg.get(), rows * dim, nullptr);
-  CHECK(max_rel_diff(dg.host(), want) < 1e-5);
+  Stream stream;
+  for (const int64_t rows : kRows) {
+    for (const int64_t dim : kDims) {
+      INFO("rows " << rows << " dim " << dim);
+      const int64_t n = rows * dim;
+      std::vector<float> gate = random_floats(n, 4), up = random_floats(n, 5);
+      for (float& g : gate) g *= 8.f;  // reach silu's saturated tails
+      std::vector<float> want(n);
+      kvbench::silu_mul_cpu(gate.data(), up.data(), want.data(), n);
 
-  kvbench::add_in_place_cuda(dg.get(), du.get(), rows * dim, nullptr);
-  kvbench::add_bias_rows_cuda(dg.get(), db.get(), rows, dim, nullptr);
-  for (int64_t i = 0; i < rows * dim; ++i) want[i] += up[i] + bias[i % dim];
-  CHECK(max_rel_diff(dg.host(), want) < 1e-5);
+      Device<float> dg(gate), du(up), dout(std::vector<float>(n, 99.f));
+      kvbench::silu_mul_cuda(dg.get(), du.get(), dout.get(), n, stream.get());
+      stream.sync();
+      CHECK(max_rel_diff(dout.host(), want) < 1e-5);
+
+      kvbench::silu_mul_cuda(dg.get(), du.get(), du.get(), n, nullptr);
+      CHECK(max_rel_diff(du.host(), want) < 1e-5);
+      Device<float> du2(up);
+      kvbench::silu_mul_cuda(dg.get(), du2.get(), dg.get(), n, nullptr);
+      CHECK(max_rel_diff(dg.host(), want) < 1e-5);
+    }
+  }
 }
+
+TEST_CASE("add_in_place_cuda and add_bias_rows_cuda equal the CPU's float adds exactly", "[gpu]") {
+  require_device();
+  Stream stream;
+  for (const int64_t rows : kRows) {
+    for (const int64_t dim : kDims) {
+      INFO("rows " << rows << " dim " << dim);
+      const int64_t n = rows * dim;
+      const std::vector<float> x = random_floats(n, 6), y = random_floats(n, 7);
+      const std::vector<float> bias = random_floats(dim, 8);
+
+      std::vector<float> sum(n), biased(n);
+      for (int64_t i = 0; i < n; ++i) sum[i] = x[i] + y[i];
+      for (int64_t i = 0; i < n; ++i) biased[i] = x[i] + bias[i % dim];
+
+      Device<float> dx(x), dy(y), db(bias);
+      kvbench::add_in_place_cuda(dx.get(), dy.get(), n, stream.get());
+      stream.sync();
+      CHECK(dx.host() == sum);
+      CHECK(dy.host() == y);
+
+      Device<float> dz(x);
+      kvbench::add_bias_rows_cuda(dz.get(), db.get(), rows, dim, stream.get());
+      stream.sync();
+      CHECK(dz.host() == biased);
+    }
+  }
+}
+
+TEST_CASE("the layer ops accept empty sizes without touching memory", "[gpu]") {
+  require_device();
+  // Null pointers: an empty call must launch nothing that reads them.
+  CHECK_NOTHROW(kvbench::rms_norm_cuda(nullptr, nullptr, nullptr, 0, 576, 1e-5f, nullptr));
+  CHECK_NOTHROW(kvbench::rope_interleaved_cuda(nullptr, nullptr, 0, 9, 64, nullptr, nullptr));
+  CHECK_NOTHROW(kvbench::silu_mul_cuda(nullptr, nullptr, nullptr, 0, nullptr));
+  CHECK_NOTHROW(kvbench::add_in_place_cuda(nullptr, nullptr, 0, nullptr));
+  CHECK_NOTHROW(kvbench::add_bias_rows_cuda(nullptr, nullptr, 0, 576, nullptr));
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+}
+
+static_assert(!std::is_copy_constructible_v<kvbench::CublasHandle>);
+static_assert(std::is_nothrow_move_constructible_v<kvbench::CublasHandle>);
+static_assert(std::is_nothrow_move_assignable_v<kvbench::CublasHandle>);
 
 TEST_CASE("linear_cuda equals a double-precision product", "[gpu]") {
   require_device();
+  Stream stream;
   kvbench::CublasHandle cublas;
+  cublas.set_stream(stream.get());
   struct Shape {
-    int64_t rows, cols, n;
+    int64_t rows, cols;
   };
-  for (const Shape s : {Shape{576, 1536, 1}, Shape{1536, 576, 5}, Shape{33, 70, 37}}) {
-    const std::vector<float> w = random_floats(s.rows * s.cols, 7), x = random_floats(s.n * s.cols, 8);
-    std::vector<float> want(s.n * s.rows);
-    for (int64_t r = 0; r < s.n; ++r) {
-      for (int64_t o = 0; o < s.rows; ++o) {
-        double sum = 0;
-        for (int64_t c = 0; c < s.cols; ++c) sum += double{x[r * s.cols + c]} * w[o * s.cols + c];
-        want[r * s.rows + o] = static_cast<float>(sum);
+  for (const Shape s : {Shape{576, 1536}, Shape{1536, 576}, Shape{33, 70}}) {
+    for (const int64_t n : {1, 5, 37}) {
+      INFO("w [" << s.rows << ", " << s.cols << "], n " << n);
+      const std::vector<float> w = random_floats(s.rows * s.cols, 9);
+      const std::vector<float> x = random_floats(n * s.cols, static_cast<uint32_t>(n));
+      std::vector<float> want(n * s.rows);
+      for (int64_t r = 0; r < n; ++r) {
+        for (int64_t o = 0; o < s.rows; ++o) {
+          double sum = 0;
+          for (int64_t c = 0; c < s.cols; ++c) sum += double{x[r * s.cols + c]} * w[o * s.cols + c];
+          want[r * s.rows + o] = static_cast<float>(sum);
+        }
       }
+      // y starts as NaN: the GEMM must overwrite it (beta 0), never read it.
+      Device<float> dw(w), dx(x);
+      Device<float> dy(std::vector<float>(want.size(), std::numeric_limits<float>::quiet_NaN()));
+      kvbench::linear_cuda(cublas.get(), dw.get(), s.rows, s.cols, dx.get(), n, dy.get());
+      stream.sync();
+      CHECK(max_rel_diff(dy.host(), want) < 1e-4);
     }
-    Device<float> dw(w), dx(x), dy(std::vector<float>(want.size()));
-    kvbench::linear_cuda(cublas.get(), dw.get(), s.rows, s.cols, dx.get(), s.n, dy.get());
-    CHECK(max_rel_diff(dy.host(), want) < 1e-4);
   }
+}
+
+TEST_CASE("linear_cuda: a moved handle, no inputs, and sizes past int", "[gpu]") {
+  require_device();
+  kvbench::CublasHandle first;
+  kvbench::CublasHandle second(std::move(first));
+  CHECK(first.get() == nullptr);
+  CHECK(second.get() != nullptr);
+  kvbench::CublasHandle third;
+  third = std::move(second);
+  CHECK(second.get() == nullptr);
+
+  // cols 0: the empty sum, zeros.
+  const int64_t rows = 7, n = 3;
+  Device<float> dy(std::vector<float>(rows * n, 5.f));
+  Device<float> dummy(std::vector<float>(1, 1.f));
+  kvbench::linear_cuda(third.get(), dummy.get(), rows, 0, dummy.get(), n, dy.get());
+  CHECK(dy.host() == std::vector<float>(rows * n, 0.f));
+
+  const int64_t too_big = int64_t{1} << 31;
+  CHECK_THROWS_AS(
+      kvbench::linear_cuda(third.get(), dummy.get(), too_big, 1, dummy.get(), 1, dy.get()),
+      std::invalid_argument);
 }

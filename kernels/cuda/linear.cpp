@@ -1,5 +1,6 @@
 #include "kernels/cuda/linear.h"
 
+#include <climits>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -10,15 +11,22 @@ namespace {
 
 void check(cublasStatus_t status, const std::string& what) {
   if (status != CUBLAS_STATUS_SUCCESS) {
-    throw std::runtime_error(what + ": " + cublasGetStatusString(status));
+    throw std::runtime_error(what + ": " + cublasGetStatusName(status) + " (" +
+                             cublasGetStatusString(status) + ")");
   }
+}
+
+std::string sizes(int64_t rows, int64_t cols, int64_t n) {
+  return "x [" + std::to_string(n) + ", " + std::to_string(cols) + "] . w [" +
+         std::to_string(rows) + ", " + std::to_string(cols) + "]^T";
 }
 
 }  // namespace
 
 CublasHandle::CublasHandle() {
   check(cublasCreate(&handle_), "cublasCreate");
-  // The default math mode keeps SGEMM in fp32 (TF32 tensor cores only when asked for).
+  // Explicit, though it is cuBLAS's default: SGEMM stays fp32 (TF32 only when asked for),
+  // so the GPU forward agrees with the CPU's.
   check(cublasSetMathMode(handle_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
 }
 
@@ -30,7 +38,10 @@ CublasHandle::CublasHandle(CublasHandle&& other) noexcept
     : handle_(std::exchange(other.handle_, nullptr)) {}
 
 CublasHandle& CublasHandle::operator=(CublasHandle&& other) noexcept {
-  std::swap(handle_, other.handle_);
+  if (this != &other) {
+    if (handle_) cublasDestroy(handle_);
+    handle_ = std::exchange(other.handle_, nullptr);
+  }
   return *this;
 }
 
@@ -41,14 +52,26 @@ void CublasHandle::set_stream(cudaStream_t stream) {
 void linear_cuda(cublasHandle_t handle, const float* w, int64_t rows, int64_t cols, const float* x,
                  int64_t n, float* y) {
   if (n <= 0 || rows <= 0) return;
-  // Column-major view of the row-major arrays: w is [cols, rows], x is [cols, n] and y is
-  // [rows, n], so y = w^T x is one GEMM with w transposed.
-  const float one = 1.f, zero = 0.f;
-  check(cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows), static_cast<int>(n),
-                    static_cast<int>(cols), &one, w, static_cast<int>(cols), x,
-                    static_cast<int>(cols), &zero, y, static_cast<int>(rows)),
-        "linear_cuda: cublasSgemm of [" + std::to_string(n) + ", " + std::to_string(cols) +
-            "] x [" + std::to_string(rows) + ", " + std::to_string(cols) + "]^T");
+  if (rows > INT_MAX || cols > INT_MAX || n > INT_MAX) {
+    throw std::invalid_argument("linear_cuda: " + sizes(rows, cols, n) +
+                                " exceeds cuBLAS's int sizes");
+  }
+  if (cols <= 0) {  // an empty sum; cuBLAS refuses a leading dimension of 0
+    cudaStream_t stream = nullptr;
+    check(cublasGetStream(handle, &stream), "linear_cuda: cublasGetStream");
+    const cudaError_t err = cudaMemsetAsync(y, 0, n * rows * sizeof(float), stream);
+    if (err != cudaSuccess) {
+      throw std::runtime_error("linear_cuda: cudaMemsetAsync of " + sizes(rows, cols, n) + ": " +
+                               cudaGetErrorString(err));
+    }
+    return;
+  }
+  // cuBLAS is column-major: the same bytes read as w^T [cols, rows], x^T [cols, n] and
+  // y^T [rows, n], so y^T = w . x^T is one GEMM with the first operand transposed back.
+  const float one = 1.f, zero = 0.f;  // host scalars: the handle's default pointer mode
+  const int m = static_cast<int>(rows), k = static_cast<int>(cols), nn = static_cast<int>(n);
+  check(cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, nn, k, &one, w, k, x, k, &zero, y, m),
+        "linear_cuda: cublasSgemm of " + sizes(rows, cols, n));
 }
 
 }  // namespace kvbench

@@ -1,14 +1,16 @@
-// The model's linear layers on a GPU: fp32 GEMMs through cuBLAS. Host code; pulls in
-// <cublas_v2.h>.
+// The model's linear layers on a GPU: fp32 GEMMs through cuBLAS. Host code (compiled by the
+// C++ compiler, not nvcc); pulls in <cublas_v2.h> and <cuda_runtime.h>.
 #pragma once
 
 #include <cublas_v2.h>
+#include <cuda_runtime.h>
 
 #include <cstdint>
 
 namespace kvbench {
 
-// Owns a cuBLAS handle (created on the current device, on the default stream).
+// Owns a cuBLAS handle, created on the current device with the default stream and the
+// default (full fp32, no TF32) math mode. Move-only; a moved-from handle holds nothing.
 class CublasHandle {
  public:
   CublasHandle();  // throws std::runtime_error naming cuBLAS's status
@@ -19,15 +21,20 @@ class CublasHandle {
   CublasHandle& operator=(const CublasHandle&) = delete;
 
   cublasHandle_t get() const { return handle_; }
+  // Every later call on this handle is enqueued on `stream` (nullptr: the default stream).
+  // Throws std::runtime_error naming cuBLAS's status.
   void set_stream(cudaStream_t stream);
 
  private:
   cublasHandle_t handle_ = nullptr;
 };
 
-// y [n, rows] = x [n, cols] . w [rows, cols]^T, all row-major fp32 device pointers, on the
-// handle's stream. Full fp32 (no TF32), so it agrees with the CPU GEMM to rounding. Throws
-// std::runtime_error naming the sizes on a cuBLAS error.
+// y [n, rows] = x [n, cols] . w [rows, cols]^T, all row-major fp32 device pointers,
+// enqueued on the handle's stream (asynchronous). y is overwritten, never read (cols == 0
+// gives zeros); it must not overlap w or x. Runs in the handle's math mode: CublasHandle's
+// full fp32, so it agrees with a CPU fp32 GEMM to rounding (~1e-6 relative). Throws
+// std::invalid_argument for sizes past cuBLAS's int range, std::runtime_error naming the
+// call and the sizes on a cuBLAS or CUDA error.
 void linear_cuda(cublasHandle_t handle, const float* w, int64_t rows, int64_t cols, const float* x,
                  int64_t n, float* y);
 
