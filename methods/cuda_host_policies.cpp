@@ -4,6 +4,8 @@
 
 #include "harness/input_error.h"
 #include "methods/cuda_dense_store.h"
+#include "methods/cuda_kivi_store.h"
+#include "methods/kivi.h"
 #include "methods/registry.h"
 
 namespace kvbench {
@@ -110,9 +112,13 @@ const PageSelection* HostReaderOnDevice::select(int32_t layer, const AttentionQu
 
 KvCache make_cuda_cache(const ResolvedSpec& spec, const KvShape& shape) {
   CacheParts parts = make_cache_parts(spec, shape);
-  if (!parts.layers.empty()) {
-    throw InputError("method '" + spec.canonical +
-                     "' does not run on --device cuda yet: its storage is host memory");
+  std::vector<std::unique_ptr<LayerKv>> layers = make_cuda_dense_layers(shape);
+  for (const auto& [info, params] : spec.components) {
+    if (info->kind != MethodKind::Storage) continue;
+    if (info->name != "kivi") {
+      throw InputError("method '" + info->name + "' does not run on --device cuda yet");
+    }
+    layers = make_cuda_kivi_layers(shape, kivi_config_from(params));
   }
   std::unique_ptr<TokenPolicy> policy;
   if (parts.policy) policy = std::make_unique<HostPolicyOnDevice>(std::move(parts.policy));
@@ -121,7 +127,7 @@ KvCache make_cuda_cache(const ResolvedSpec& spec, const KvShape& shape) {
     reader = std::make_unique<HostReaderOnDevice>(std::move(parts.reader), shape.n_kv_heads,
                                                   shape.head_dim);
   }
-  return KvCache(shape, make_cuda_dense_layers(shape), std::move(policy), std::move(reader));
+  return KvCache(shape, std::move(layers), std::move(policy), std::move(reader));
 }
 
 }  // namespace kvbench

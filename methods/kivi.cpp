@@ -308,12 +308,16 @@ MethodInfo kivi_method() {
       throw InputError("kivi packs channels in groups of 32, but head_dim is " +
                        std::to_string(shape.head_dim));
     }
-    KiviConfig config;
-    config.bits = static_cast<int32_t>(params.get_int("bits"));
-    config.residual = params.get_int("residual");
-    return make_kivi_layers(shape, config);
+    return make_kivi_layers(shape, kivi_config_from(params));
   };
   return info;
+}
+
+KiviConfig kivi_config_from(const MethodParams& params) {
+  KiviConfig config;
+  config.bits = static_cast<int32_t>(params.get_int("bits"));
+  config.residual = params.get_int("residual");
+  return config;
 }
 
 }  // namespace kvbench

@@ -69,6 +69,11 @@ class KiviLayerKv : public LayerKv {
   mutable std::vector<int32_t> view_positions_;
 };
 
+class MethodParams;
+
+// The store's configuration from a `kivi:` spec's parameters.
+KiviConfig kivi_config_from(const MethodParams& params);
+
 // A KIVI store per layer, empty.
 std::vector<std::unique_ptr<LayerKv>> make_kivi_layers(const KvShape& shape,
                                                        const KiviConfig& config);

@@ -100,8 +100,8 @@ TEST_CASE("cli: a prompt longer than the context is refused", "[unit]") {
 }
 
 TEST_CASE("cli: --device cuda is refused for methods it cannot run and without a GPU", "[unit]") {
-  require_clear_error(run_kvbench("--device cuda generate --prompt hi --method kivi:bits=2"),
-                      "method 'kivi' in 'kivi:bits=2");
+  require_clear_error(run_kvbench("--device cuda generate --prompt hi --method cacheblend"),
+                      "method 'cacheblend' in 'cacheblend:");
   require_clear_error(run_kvbench("--device cuda generate --prompt hi --method prefix"),
                       "does not run on --device cuda yet");
   require_clear_error(run_kvbench("--device tpu generate --prompt hi"), "--device");

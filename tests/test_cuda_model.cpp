@@ -71,15 +71,17 @@ TEST_CASE("the model on a GPU gives the CPU's logits and greedy tokens", "[gpu]"
   CHECK(on_gpu.text == on_cpu.text);
 }
 
-TEST_CASE("eviction methods and Quest on a GPU decide as on the CPU", "[gpu]") {
+TEST_CASE("eviction methods, Quest and KIVI on a GPU decide as on the CPU", "[gpu]") {
   testing::require_device();
   const std::string path = testing::model_path_or_skip();
   const auto cpu = LlamaModel::load(path);
   const auto gpu = LlamaModel::load(path, ModelDevice::Cuda);
   const std::vector<int32_t> prompt = long_prompt(*cpu);
-  // Once-only (snapkv), every step (h2o, streamingllm) and decode-time retrieval (quest).
+  // Once-only (snapkv), every step (h2o, streamingllm), decode-time retrieval (quest), packed
+  // storage (kivi) and eviction before packing.
   for (const char* method : {"snapkv:budget=256", "h2o:budget=256", "streamingllm:budget=128",
-                             "quest:page=16,budget=128"}) {
+                             "quest:page=16,budget=128", "kivi:bits=4",
+                             "snapkv:budget=256+kivi:bits=2"}) {
     INFO(method);
     const ResolvedSpec spec = resolve_method_spec(method);
     KvCache a = cpu->new_cache(spec), b = gpu->new_cache(spec);
@@ -96,8 +98,6 @@ TEST_CASE("eviction methods and Quest on a GPU decide as on the CPU", "[gpu]") {
 TEST_CASE("a model on a GPU refuses what it cannot run", "[gpu]") {
   testing::require_device();
   const auto gpu = LlamaModel::load(testing::model_path_or_skip(), ModelDevice::Cuda);
-  CHECK_THROWS_WITH(gpu->new_cache(resolve_method_spec("kivi:bits=2")),
-                    Catch::Contains("does not run on --device cuda"));
   CHECK_THROWS_WITH(gpu->new_cache(resolve_method_spec("snapkv:budget=64+prefix")),
                     Catch::Contains("does not run on --device cuda"));
   KvCache cache = gpu->new_cache(resolve_method_spec("full"));

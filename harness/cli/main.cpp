@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1024));
   app.add_option("--device", model.device,
                  "Where the model runs and its KV cache lives: cpu, or cuda in a CUDA build "
-                 "(full, the eviction methods and quest so far)")
+                 "(full, the eviction methods, quest and kivi so far)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   kvbench::add_generate_command(app, model);
   kvbench::add_list_command(app, model);

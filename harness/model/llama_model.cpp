@@ -449,14 +449,13 @@ ModelDevice LlamaModel::device() const { return impl_->device; }
 
 void LlamaModel::check_runs_on(const ResolvedSpec& spec, ModelDevice device) {
   if (device != ModelDevice::Cuda) return;
-  // On a GPU the KV lives in device dense stores; policies and read policies plan on host
-  // copies (methods/cuda_host_policies.h). Storage methods and reuse hold host memory.
+  // On a GPU the KV lives in device stores (dense or KIVI's); policies and read policies
+  // plan on host copies (methods/cuda_host_policies.h). Reuse keeps host memory.
   for (const auto& [info, params] : spec.components) {
-    if (info->kind == MethodKind::Storage || info->kind == MethodKind::Reuse ||
-        info->kind == MethodKind::Tiers) {
+    if (info->kind == MethodKind::Reuse || info->kind == MethodKind::Tiers) {
       throw InputError("method '" + info->name + "' in '" + spec.canonical +
                        "' does not run on --device cuda yet: the full cache, eviction "
-                       "methods and quest do");
+                       "methods, quest and kivi do");
     }
   }
 }

@@ -39,9 +39,9 @@ class LlamaModel {
   ModelDevice device() const;
 
   // An empty cache for `spec` where this model's forward can use it: host stores on the
-  // CPU; on a GPU device stores, with an eviction method's or Quest's decisions made on
-  // host copies (methods/cuda_host_policies.h). KIVI and reuse do not run on a GPU yet
-  // (InputError naming the method).
+  // CPU; on a GPU device stores (dense or KIVI's), with an eviction method's or Quest's
+  // decisions made on host copies (methods/cuda_host_policies.h). Reuse across requests
+  // does not run on a GPU yet (InputError naming the method).
   KvCache new_cache(const ResolvedSpec& spec) const;
   // Throws InputError naming the method when `spec` cannot run on `device` (checked before
   // a model loads, and by new_cache).
