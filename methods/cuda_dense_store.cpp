@@ -7,6 +7,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/gather.h"
 #include "methods/full_cache.h"
+#include "methods/plan_helpers.h"
 
 namespace kvbench {
 namespace {
@@ -17,30 +18,6 @@ void check(cudaError_t err, const char* what) { cuda_check(err, kWho, what); }
 
 // Buffers are only dropped after this, so no queued copy or kernel still reads them.
 void wait_default_stream() { check(cudaStreamSynchronize(nullptr), "synchronize"); }
-
-// Throws unless plan is one LayerKv::retain accepts: n_keep of the stored slots per head,
-// ascending (the in-order gather relies on it for the slot contract), merged rows sized.
-void check_plan(const RetainPlan& plan, int32_t n_kv_heads, int32_t head_dim, int64_t n_tokens) {
-  auto fail = [](const std::string& what) {
-    throw std::invalid_argument(std::string(kWho) + "::retain: " + what);
-  };
-  if (plan.n_keep < 0 || plan.n_keep > n_tokens) fail("n_keep outside [0, n_tokens]");
-  if (static_cast<int64_t>(plan.slots.size()) != plan.n_keep * n_kv_heads) {
-    fail("slots must hold n_keep per KV head");
-  }
-  const size_t merged = plan.slots.size() * head_dim;
-  if (!plan.k.empty() && (plan.k.size() != merged || plan.v.size() != merged)) {
-    fail("merged k and v must hold head_dim values per kept slot");
-  }
-  for (int32_t h = 0; h < n_kv_heads; ++h) {
-    const int32_t* keep = plan.slots.data() + static_cast<int64_t>(h) * plan.n_keep;
-    for (int64_t j = 0; j < plan.n_keep; ++j) {
-      if (keep[j] < 0 || keep[j] >= n_tokens || (j > 0 && keep[j] <= keep[j - 1])) {
-        fail("each head's slots must be ascending and within the stored tokens");
-      }
-    }
-  }
-}
 
 // True when every head keeps exactly its first n_keep slots: nothing has to move.
 bool keeps_prefix(const RetainPlan& plan, int32_t n_kv_heads) {
@@ -145,7 +122,7 @@ int64_t CudaDenseLayerKv::attend(const AttentionQuery& query, const PageSelectio
 }
 
 void CudaDenseLayerKv::retain(RetainPlan& plan) {
-  check_plan(plan, n_kv_heads_, head_dim_, n_tokens_);
+  check_retain_plan(plan, n_kv_heads_, head_dim_, n_tokens_, kWho);
   const int64_t n_keep = plan.n_keep;
   // DenseLayerKv's sizing: a compression gives its memory back, a decode-step eviction keeps
   // the capacity (here the buffers are fresh either way: the gather cannot work in place).

@@ -10,6 +10,7 @@
 #include "kernels/cuda/kivi_attention.h"
 #include "kernels/cuda/quantize.h"
 #include "methods/full_cache.h"  // selected_slots
+#include "methods/plan_helpers.h"
 
 namespace kvbench {
 namespace {
@@ -23,31 +24,6 @@ void wait_default_stream() { check(cudaStreamSynchronize(nullptr), "synchronize"
 
 // KiviLayerKv's growth: blocks past what is needed (an eighth, at least one).
 int64_t block_slack(int64_t n_blocks) { return std::max<int64_t>(1, n_blocks / 8); }
-
-// Throws unless plan is one LayerKv::retain accepts: n_keep of the stored slots per head,
-// ascending, merged rows sized. (The CPU store only asserts; here a bad slot would make the
-// device gather skip rows silently.)
-void check_plan(const RetainPlan& plan, int32_t n_kv_heads, int32_t head_dim, int64_t n_tokens) {
-  auto fail = [](const std::string& what) {
-    throw std::invalid_argument(std::string(kWho) + "::retain: " + what);
-  };
-  if (plan.n_keep < 0 || plan.n_keep > n_tokens) fail("n_keep outside [0, n_tokens]");
-  if (static_cast<int64_t>(plan.slots.size()) != plan.n_keep * n_kv_heads) {
-    fail("slots must hold n_keep per KV head");
-  }
-  const size_t merged = plan.slots.size() * head_dim;
-  if (!plan.k.empty() && (plan.k.size() != merged || plan.v.size() != merged)) {
-    fail("merged k and v must hold head_dim values per kept slot");
-  }
-  for (int32_t h = 0; h < n_kv_heads; ++h) {
-    const int32_t* keep = plan.slots.data() + static_cast<int64_t>(h) * plan.n_keep;
-    for (int64_t j = 0; j < plan.n_keep; ++j) {
-      if (keep[j] < 0 || keep[j] >= n_tokens || (j > 0 && keep[j] <= keep[j - 1])) {
-        fail("each head's slots must be ascending and within the stored tokens");
-      }
-    }
-  }
-}
 
 // The placement the CPU stores give a plan (retain_rows_in_place): kept slots below n_keep
 // stay, the holes there take the kept slots at or past n_keep, in order. For new slot j of
@@ -449,7 +425,7 @@ void CudaKiviLayerKv::drop_view() const {
 // tokens or contents changed packed again, and the kept rows past the last whole block that
 // was packed before become the new tail.
 void CudaKiviLayerKv::retain(RetainPlan& plan) {
-  check_plan(plan, n_kv_heads_, head_dim_, n_tokens());
+  check_retain_plan(plan, n_kv_heads_, head_dim_, n_tokens(), kWho);
   const int64_t g = config_.group, d = head_dim_, n_keep = plan.n_keep;
   const bool merged = !plan.k.empty();
   const std::vector<int32_t> order = hole_filling_order(plan, n_kv_heads_, n_tokens());

@@ -1,6 +1,7 @@
 #include "methods/plan_helpers.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "kernels/cpu/scores.h"
 
@@ -53,6 +54,29 @@ void plan_top_k_same(const float* scores, int64_t n_tokens, int64_t k, int32_t n
   std::vector<int32_t> keep(static_cast<size_t>(k));
   top_k_indices_cpu(scores, 1, n_tokens, k, keep.data());
   plan_same_slots(keep, n_kv_heads, plan);
+}
+
+void check_retain_plan(const RetainPlan& plan, int32_t n_kv_heads, int32_t head_dim,
+                       int64_t n_tokens, const std::string& store) {
+  const auto fail = [&](const std::string& what) {
+    throw std::invalid_argument(store + "::retain: " + what);
+  };
+  if (plan.n_keep < 0 || plan.n_keep > n_tokens) fail("n_keep outside [0, n_tokens]");
+  if (static_cast<int64_t>(plan.slots.size()) != plan.n_keep * n_kv_heads) {
+    fail("slots must hold n_keep per KV head");
+  }
+  const size_t merged = plan.slots.size() * head_dim;
+  if (!plan.k.empty() && (plan.k.size() != merged || plan.v.size() != merged)) {
+    fail("merged k and v must hold head_dim values per kept slot");
+  }
+  for (int32_t h = 0; h < n_kv_heads; ++h) {
+    const int32_t* keep = plan.slots.data() + static_cast<int64_t>(h) * plan.n_keep;
+    for (int64_t j = 0; j < plan.n_keep; ++j) {
+      if (keep[j] < 0 || keep[j] >= n_tokens || (j > 0 && keep[j] <= keep[j - 1])) {
+        fail("each head's slots must be ascending and within the stored tokens");
+      }
+    }
+  }
 }
 
 }  // namespace kvbench

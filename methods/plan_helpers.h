@@ -5,6 +5,7 @@
 
 #include <cassert>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "methods/budget.h"
@@ -80,5 +81,12 @@ template <typename T>
 int64_t vector_bytes(const std::vector<T>& v) {
   return static_cast<int64_t>(v.capacity() * sizeof(T));
 }
+
+// Throws std::invalid_argument "<store>::retain: ..." unless `plan` is one LayerKv::retain
+// accepts for a store of n_tokens: n_keep of the stored slots per KV head, each head's
+// ascending, merged rows (if any) head_dim values per kept slot. The device stores check
+// it: a bad slot would make their gathers skip rows silently.
+void check_retain_plan(const RetainPlan& plan, int32_t n_kv_heads, int32_t head_dim,
+                       int64_t n_tokens, const std::string& store);
 
 }  // namespace kvbench

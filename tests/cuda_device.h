@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -18,6 +19,17 @@ inline void require_device() {
     std::fflush(stdout);
     std::exit(77);
   }
+}
+
+// n elements at a device pointer, copied to the host after the device has finished.
+template <typename T>
+std::vector<T> download(const T* device, int64_t n) {
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  std::vector<T> host(static_cast<size_t>(n));
+  if (n > 0) {
+    REQUIRE(cudaMemcpy(host.data(), device, n * sizeof(T), cudaMemcpyDeviceToHost) == cudaSuccess);
+  }
+  return host;
 }
 
 // A device copy of a host vector (one spare byte so an empty one still allocates), freed with it.

@@ -35,15 +35,7 @@ using kvbench::testing::require_device;
 constexpr int32_t kKvHeads = 3;
 constexpr int32_t kGroup = 2;  // query heads per KV head
 
-template <typename T>
-std::vector<T> download(const T* device, int64_t n) {
-  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-  std::vector<T> host(static_cast<size_t>(n));
-  if (n > 0) {
-    REQUIRE(cudaMemcpy(host.data(), device, n * sizeof(T), cudaMemcpyDeviceToHost) == cudaSuccess);
-  }
-  return host;
-}
+using kvbench::testing::download;
 
 // A store's rows on the host, whichever memory it keeps them in.
 struct HostRows {

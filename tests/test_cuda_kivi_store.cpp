@@ -47,15 +47,7 @@ KiviConfig kivi_config(int32_t bits, int64_t residual) {
   return config;
 }
 
-template <typename T>
-std::vector<T> download(const T* device, int64_t n) {
-  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-  std::vector<T> host(static_cast<size_t>(n));
-  if (n > 0) {
-    REQUIRE(cudaMemcpy(host.data(), device, n * sizeof(T), cudaMemcpyDeviceToHost) == cudaSuccess);
-  }
-  return host;
-}
+using kvbench::testing::download;
 
 // A store's view on the host, whichever memory it is in (slots in use only: the rest of a
 // device buffer is uninitialised).
