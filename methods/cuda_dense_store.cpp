@@ -81,23 +81,8 @@ void CudaDenseLayerKv::append(const float* k, const float* v, const int32_t* pos
     // DenseLayerKv's growth, so both stores hold the same bytes for the same tokens.
     reallocate(evicted_ ? need + kEvictionSlack : std::max(need, capacity_ + capacity_ / 2 + 64));
   }
-  // Projection layout to per-head rows: for head h, a row every n_kv_heads rows of the input.
-  const size_t row_bytes = static_cast<size_t>(head_dim_) * sizeof(float);
-  for (int32_t h = 0; h < n_kv_heads_; ++h) {
-    const int64_t first = static_cast<int64_t>(h) * capacity_ + n_tokens_;
-    const int64_t column = static_cast<int64_t>(h) * head_dim_;
-    check(cudaMemcpy2DAsync(rows_.k.data() + first * head_dim_, row_bytes, k + column,
-                            n_kv_heads_ * row_bytes, row_bytes, n_new, cudaMemcpyDeviceToDevice,
-                            nullptr),
-          "append keys");
-    check(cudaMemcpy2DAsync(rows_.v.data() + first * head_dim_, row_bytes, v + column,
-                            n_kv_heads_ * row_bytes, row_bytes, n_new, cudaMemcpyDeviceToDevice,
-                            nullptr),
-          "append values");
-    check(cudaMemcpyAsync(rows_.positions.data() + first, positions, n_new * sizeof(int32_t),
-                          cudaMemcpyDeviceToDevice, nullptr),
-          "append positions");
-  }
+  append_projection_rows(rows_.k.data(), rows_.v.data(), rows_.positions.data(), n_kv_heads_,
+                         head_dim_, capacity_, n_tokens_, k, v, positions, n_new);
   n_tokens_ = need;
 }
 
@@ -173,6 +158,29 @@ std::unique_ptr<LayerKv> CudaDenseLayerKv::clone() const {
 
 int64_t CudaDenseLayerKv::bytes_resident() const {
   return rows_.k.bytes() + rows_.v.bytes() + rows_.positions.bytes();
+}
+
+void append_projection_rows(float* k_rows, float* v_rows, int32_t* position_rows,
+                            int32_t n_kv_heads, int32_t head_dim, int64_t capacity,
+                            int64_t n_tokens, const float* k, const float* v,
+                            const int32_t* positions, int64_t n_new) {
+  // For head h, a row every n_kv_heads rows of the input: one strided copy per head.
+  const size_t row_bytes = static_cast<size_t>(head_dim) * sizeof(float);
+  for (int32_t h = 0; h < n_kv_heads; ++h) {
+    const int64_t first = static_cast<int64_t>(h) * capacity + n_tokens;
+    const int64_t column = static_cast<int64_t>(h) * head_dim;
+    cuda_check(cudaMemcpy2DAsync(k_rows + first * head_dim, row_bytes, k + column,
+                            n_kv_heads * row_bytes, row_bytes, n_new, cudaMemcpyDeviceToDevice,
+                            nullptr),
+          "append_projection_rows", "keys");
+    cuda_check(cudaMemcpy2DAsync(v_rows + first * head_dim, row_bytes, v + column,
+                            n_kv_heads * row_bytes, row_bytes, n_new, cudaMemcpyDeviceToDevice,
+                            nullptr),
+          "append_projection_rows", "values");
+    cuda_check(cudaMemcpyAsync(position_rows + first, positions, n_new * sizeof(int32_t),
+                          cudaMemcpyDeviceToDevice, nullptr),
+          "append_projection_rows", "positions");
+  }
 }
 
 std::vector<std::unique_ptr<LayerKv>> make_cuda_dense_layers(const KvShape& shape) {

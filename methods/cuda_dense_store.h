@@ -66,6 +66,16 @@ class CudaDenseLayerKv : public LayerKv {
   Rows rows_;
 };
 
+// Appends n_new tokens given in the projection layout (DEVICE k, v [n_new, n_kv_heads,
+// head_dim], positions [n_new]) to per-head rows on the device (k_rows, v_rows
+// [n_kv_heads, capacity, head_dim], position_rows [n_kv_heads, capacity]) after the first
+// n_tokens of each head; the room must be there. Enqueued on the default stream. The dense
+// store and KIVI's fp32 tail share it (HeadRows::append on the host).
+void append_projection_rows(float* k_rows, float* v_rows, int32_t* position_rows,
+                            int32_t n_kv_heads, int32_t head_dim, int64_t capacity,
+                            int64_t n_tokens, const float* k, const float* v,
+                            const int32_t* positions, int64_t n_new);
+
 // A device dense store per layer, empty.
 std::vector<std::unique_ptr<LayerKv>> make_cuda_dense_layers(const KvShape& shape);
 

@@ -9,6 +9,7 @@
 #include "kernels/cuda/gather.h"
 #include "kernels/cuda/kivi_attention.h"
 #include "kernels/cuda/quantize.h"
+#include "methods/cuda_dense_store.h"  // append_projection_rows
 #include "methods/full_cache.h"  // selected_slots
 #include "methods/plan_helpers.h"
 
@@ -240,23 +241,8 @@ void CudaKiviLayerKv::append(const float* k, const float* v, const int32_t* posi
   if (tail_tokens_ + n_new > tail_capacity_) {
     reallocate_tail(std::max(tail_tokens_ + n_new, tail_capacity_ + tail_capacity_ / 2 + 64));
   }
-  // Projection layout to per-head rows: for head h, a row every n_kv_heads rows of the input.
-  const size_t row_bytes = static_cast<size_t>(head_dim_) * sizeof(float);
-  for (int32_t h = 0; h < n_kv_heads_; ++h) {
-    const int64_t first = static_cast<int64_t>(h) * tail_capacity_ + tail_tokens_;
-    const int64_t column = static_cast<int64_t>(h) * head_dim_;
-    check(cudaMemcpy2DAsync(tail_.k.data() + first * head_dim_, row_bytes, k + column,
-                            n_kv_heads_ * row_bytes, row_bytes, n_new, cudaMemcpyDeviceToDevice,
-                            nullptr),
-          "append keys");
-    check(cudaMemcpy2DAsync(tail_.v.data() + first * head_dim_, row_bytes, v + column,
-                            n_kv_heads_ * row_bytes, row_bytes, n_new, cudaMemcpyDeviceToDevice,
-                            nullptr),
-          "append values");
-    check(cudaMemcpyAsync(tail_.positions.data() + first, positions, n_new * sizeof(int32_t),
-                          cudaMemcpyDeviceToDevice, nullptr),
-          "append positions");
-  }
+  append_projection_rows(tail_.k.data(), tail_.v.data(), tail_.positions.data(), n_kv_heads_,
+                         head_dim_, tail_capacity_, tail_tokens_, k, v, positions, n_new);
   tail_tokens_ += n_new;
 }
 
