@@ -509,21 +509,10 @@ TEST_CASE("cuda kivi store: whole caches equal the CPU's (kivi, snapkv+kivi, que
     INFO(spec);
     const ResolvedSpec resolved = resolve_method_spec(spec);
     KvCache cpu = make_cache(resolved, shape);
-    // The device cache as a --device cuda run would build it: the spec's policy and reader
-    // on host copies, the KIVI stores on the device.
-    CacheParts parts = make_cache_parts(resolved, shape);
-    const MethodParams* storage = resolved.find(MethodKind::Storage);
-    REQUIRE(storage != nullptr);
-    const KiviConfig config = kivi_config(static_cast<int32_t>(storage->get_int("bits")),
-                                          storage->get_int("residual"));
-    std::unique_ptr<TokenPolicy> policy;
-    if (parts.policy) policy = std::make_unique<HostPolicyOnDevice>(std::move(parts.policy));
-    std::unique_ptr<ReadPolicy> reader;
-    if (parts.reader) {
-      reader = std::make_unique<HostReaderOnDevice>(std::move(parts.reader), shape.n_kv_heads,
-                                                    shape.head_dim);
-    }
-    KvCache gpu(shape, make_cuda_kivi_layers(shape, config), std::move(policy), std::move(reader));
+    // The device cache as a --device cuda run builds it: the spec's policy and reader on host
+    // copies, the KIVI stores on the device.
+    REQUIRE(resolved.find(MethodKind::Storage) != nullptr);
+    KvCache gpu = make_cuda_cache(resolved, shape);
 
     std::mt19937 rng(9);
     std::normal_distribution<float> dist(0.f, 1.f);
