@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "datasets/generator.h"
+#include "harness/calibration.h"
 #include "harness/input_error.h"
 #include "harness/model/llama_model.h"
 #include "harness/model/model_config.h"
@@ -221,20 +222,55 @@ std::string SweepTask::label() const {
 }
 
 SweepConfig default_sweep_config() {
-  SweepConfig config;
-  // Multi-turn, so the per-sequence methods; reuse across requests (prefix, tiers,
-  // cacheblend, and docs_kv, the task made for CacheBlend) shows in multi-request runs.
-  for (const TaskInfo& task : task_registry()) {
-    if (task.name != "docs_kv") config.tasks.push_back({task.name, {}, ""});
+  return load_sweep_config(std::string(KVBENCH_SOURCE_DIR) + "/" + kDefaultSweepConfig);
+}
+
+namespace {
+
+std::string percent(double x) {
+  char text[16];
+  std::snprintf(text, sizeof text, "%.0f%%", 100 * x);
+  return text;
+}
+
+}  // namespace
+
+void apply_calibration(SweepConfig& config, const Calibration& calibration,
+                       const std::string& model_sha256, const std::string& calibration_file) {
+  if (config.min_full_accuracy <= 0) return;
+  if (calibration.model_sha256 != model_sha256) {
+    throw InputError(calibration_file + ": calibrated on another file of " + calibration.model +
+                     " (sha256 " + calibration.model_sha256.substr(0, 12) + ", this one " +
+                     model_sha256.substr(0, 12) + "); rerun kvbench calibrate");
   }
-  for (const MethodInfo& method : method_registry()) {
-    if (method.kind != MethodKind::Reuse && method.kind != MethodKind::Tiers) {
-      config.methods.push_back(method.name);
+  std::vector<SweepTask> kept;
+  for (SweepTask& task : config.tasks) {
+    if (!task.data.empty()) {  // an SCBench file is the user's choice, not a generated setting
+      kept.push_back(std::move(task));
+      continue;
+    }
+    const CalibrationCell* cell = calibration.find(task.label(), config.context_tokens);
+    const std::string at = " at " + std::to_string(config.context_tokens) + " tokens";
+    if (!cell) {
+      config.excluded_tasks.push_back(
+          {task.label(), "not calibrated" + at + " (kvbench calibrate --task " + task.label() +
+                             " --lengths " + std::to_string(config.context_tokens) + ")"});
+    } else if (cell->accuracy < config.min_full_accuracy) {
+      config.excluded_tasks.push_back(
+          {task.label(), "full cache " + percent(cell->accuracy) + " (95% interval " +
+                             percent(cell->low) + "-" + percent(cell->high) + ", " +
+                             std::to_string(cell->samples * cell->turns) + " turns)" + at +
+                             " in calibration, below " + percent(config.min_full_accuracy)});
+    } else {
+      kept.push_back(std::move(task));
     }
   }
-  config.budgets = {"budget=64", "budget=128"};
-  config.turns = 3;  // 75 units in about 7 minutes on 2 cores (5 turns: over 10)
-  return config;
+  if (kept.empty()) {
+    throw InputError(calibration_file + ": the full cache scores below " +
+                     percent(config.min_full_accuracy) + " on every task of the sweep at " +
+                     std::to_string(config.context_tokens) + " tokens; nothing to run");
+  }
+  config.tasks = std::move(kept);
 }
 
 SweepConfig parse_sweep_config(const std::string& json_text, const std::string& source) {
@@ -296,9 +332,20 @@ SweepConfig parse_sweep_config(const std::string& json_text, const std::string& 
     } else if (key == "fidelity") {
       if (!v.is_boolean()) fail(source, "fidelity must be true or false");
       config.fidelity = v.get<bool>();
+    } else if (key == "model") {
+      if (!v.is_string() || v.get<std::string>().empty()) {
+        fail(source, "model must be a short name (kvbench list models) or a GGUF path");
+      }
+      config.model = v.get<std::string>();
+    } else if (key == "min_full_accuracy") {
+      if (!v.is_number() || !(v.get<double>() >= 0 && v.get<double>() <= 1)) {
+        fail(source, "min_full_accuracy must be a number in [0, 1]");
+      }
+      config.min_full_accuracy = v.get<double>();
     } else {
       fail(source, "unknown key '" + key + "' (keys: tasks, methods, budgets, modes, seeds, "
-                   "samples, turns, context_tokens, max_new, fidelity)");
+                   "samples, turns, context_tokens, max_new, fidelity, model, "
+                   "min_full_accuracy)");
     }
   }
   if (!has_tasks) fail(source, "missing 'tasks'");
@@ -332,7 +379,7 @@ std::string canonical_config_json(const SweepConfig& config) {
   }
   json methods = json::array();
   for (const SweepMethod& m : sweep_methods(config)) methods.push_back(m.spec);
-  const json root = {{"tasks", tasks},
+  json root = {{"tasks", tasks},
                      {"methods", methods},
                      {"modes", config.modes},
                      {"seeds", config.seeds},
@@ -341,6 +388,15 @@ std::string canonical_config_json(const SweepConfig& config) {
                      {"context_tokens", config.context_tokens},
                      {"max_new", config.max_new},
                      {"fidelity", config.fidelity}};
+  if (!config.model.empty()) root["model"] = config.model;
+  if (config.min_full_accuracy > 0) root["min_full_accuracy"] = config.min_full_accuracy;
+  if (!config.excluded_tasks.empty()) {
+    json excluded = json::array();
+    for (const ExcludedTask& t : config.excluded_tasks) {
+      excluded.push_back({{"task", t.task}, {"reason", t.reason}});
+    }
+    root["excluded_tasks"] = excluded;
+  }
   return root.dump();  // nlohmann's object keys are sorted
 }
 

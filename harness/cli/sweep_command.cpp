@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "harness/cli/commands.h"
+#include "harness/calibration.h"
 #include "harness/input_error.h"
+#include "harness/model/known_models.h"
 #include "harness/model/llama_model.h"
 #include "harness/sweep.h"
 #include "methods/registry.h"
@@ -71,23 +73,40 @@ void print_progress(const SweepProgress& p) {
 
 }  // namespace
 
-void run_sweep_into(const ModelOptions& model_options, const SweepConfig& config,
-                    const Shard& shard, const std::string& db_path,
+void run_sweep_into(const ModelOptions& model_options, SweepConfig config, const Shard& shard,
+                    const std::string& db_path,
                     const std::function<void(const UnitResult&)>& on_unit) {
   apply_thread_option(model_options);
-  const std::string model_path = resolve_model_path(model_options);
+  ModelOptions options = model_options;
+  if (!config.model.empty()) {
+    if (!options.model_path.empty() &&
+        model_path_of(options.model_path) != model_path_of(config.model)) {
+      throw InputError("the sweep config runs model " + config.model + ", --model " +
+                       options.model_path + " another: give one of them");
+    }
+    options.model_path = config.model;
+  }
+  const std::string model_path = resolve_model_path(options);
   auto db = ResultsDb::open(db_path);  // an unwritable or corrupt db fails before the model loads
   for (const std::string& method : config.methods) {
-    LlamaModel::check_runs_on(resolve_method_spec(method), model_device(model_options));
+    LlamaModel::check_runs_on(resolve_method_spec(method), model_device(options));
   }
-  auto model = LlamaModel::load(model_path, model_device(model_options));
   RunRecord run;
+  run.model_path = model_path;
+  run.model_sha256 = sha256_file(model_path);
+  if (config.min_full_accuracy > 0) {
+    const std::string file = calibration_path(model_path);
+    apply_calibration(config, load_calibration(file), run.model_sha256, file);
+    for (const ExcludedTask& t : config.excluded_tasks) {
+      std::printf("sweep: left out %s: %s\n", t.task.c_str(), t.reason.c_str());
+    }
+    std::fflush(stdout);
+  }
+  auto model = LlamaModel::load(model_path, model_device(options));
   run.kvbench_version = KVBENCH_VERSION;
   run.git_sha = trimmed_output("git -C '" KVBENCH_SOURCE_DIR
                                "' describe --always --dirty --abbrev=12 2>/dev/null");
   if (run.git_sha.empty()) run.git_sha = "unknown";
-  run.model_path = model_path;
-  run.model_sha256 = sha256_file(model_path);
   run.host = host_name();
   run.command_line = command_line();
   const size_t before = db->finished_unit_keys().size();

@@ -12,7 +12,7 @@ namespace kvbench {
 
 namespace {
 
-constexpr int kQK = 32;    // elements per Q4_0 / Q4_1 / Q8_0 block
+constexpr int kQK = 32;    // elements per Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 block
 constexpr int kQKK = 256;  // elements per K-quant super-block
 
 // Block layouts as in ggml-common.h (all fields byte-packed without padding; fp16 values are
@@ -26,6 +26,17 @@ struct BlockQ4_1 {
   uint16_t m;           // fp16 minimum
   uint8_t qs[kQK / 2];  // nibbles as in Q4_0, unsigned
 };
+struct BlockQ5_0 {
+  uint16_t d;           // fp16 scale
+  uint8_t qh[4];        // fifth bits: bit j of element j (j < 32), little-endian
+  uint8_t qs[kQK / 2];  // low four bits as Q4_0's nibbles
+};
+struct BlockQ5_1 {
+  uint16_t d;           // fp16 scale
+  uint16_t m;           // fp16 minimum
+  uint8_t qh[4];        // fifth bits as in Q5_0
+  uint8_t qs[kQK / 2];  // low four bits as Q4_0's nibbles, unsigned
+};
 struct BlockQ8_0 {
   uint16_t d;  // fp16 scale
   int8_t qs[kQK];
@@ -36,6 +47,13 @@ struct BlockQ4_K {
   uint8_t scales[12];    // 8 scales + 8 minimums, 6 bits each
   uint8_t qs[kQKK / 2];  // 4-bit quants, 64 elements per 32 bytes
 };
+struct BlockQ5_K {
+  uint16_t d;            // fp16 super-block scale for the 6-bit scales
+  uint16_t dmin;         // fp16 super-block scale for the 6-bit minimums
+  uint8_t scales[12];    // as Q4_K's
+  uint8_t qh[kQKK / 8];  // fifth bits: bit 2c of qh[l] for chunk c's low nibbles, 2c+1 high
+  uint8_t qs[kQKK / 2];  // low four bits as Q4_K's
+};
 struct BlockQ6_K {
   uint8_t ql[kQKK / 2];  // low 4 bits
   uint8_t qh[kQKK / 4];  // high 2 bits
@@ -44,7 +62,10 @@ struct BlockQ6_K {
 };
 static_assert(sizeof(BlockQ4_0) == 18, "Q4_0 block is 18 bytes");
 static_assert(sizeof(BlockQ4_1) == 20, "Q4_1 block is 20 bytes");
+static_assert(sizeof(BlockQ5_0) == 22, "Q5_0 block is 22 bytes");
+static_assert(sizeof(BlockQ5_1) == 24, "Q5_1 block is 24 bytes");
 static_assert(sizeof(BlockQ8_0) == 34, "Q8_0 block is 34 bytes");
+static_assert(sizeof(BlockQ5_K) == 176, "Q5_K block is 176 bytes");
 static_assert(sizeof(BlockQ4_K) == 144, "Q4_K block is 144 bytes");
 static_assert(sizeof(BlockQ6_K) == 210, "Q6_K block is 210 bytes");
 
@@ -113,6 +134,44 @@ void dequant_q4_1(const uint8_t* src, float* dst, int64_t n) {
   }
 }
 
+// The 5-bit quant of element j of a Q5_0/Q5_1 block (0..31): element j < 16 is the low
+// nibble of qs[j] with bit j of qh on top, element j + 16 the high nibble with bit j + 16.
+uint32_t q5_bits(const uint8_t qh[4]) {
+  return static_cast<uint32_t>(qh[0]) | static_cast<uint32_t>(qh[1]) << 8 |
+         static_cast<uint32_t>(qh[2]) << 16 | static_cast<uint32_t>(qh[3]) << 24;
+}
+
+void dequant_q5_0(const uint8_t* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const auto b = load_block<BlockQ5_0>(src, i);
+    const float d = fp16_to_fp32(b.d);
+    const uint32_t qh = q5_bits(b.qh);
+    float* y = dst + i * kQK;
+    for (int j = 0; j < kQK / 2; ++j) {
+      const int lo = static_cast<int>((b.qs[j] & 0x0F) | (((qh >> j) & 1) << 4)) - 16;
+      const int hi = static_cast<int>((b.qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16;
+      y[j] = static_cast<float>(lo) * d;
+      y[j + kQK / 2] = static_cast<float>(hi) * d;
+    }
+  }
+}
+
+void dequant_q5_1(const uint8_t* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const auto b = load_block<BlockQ5_1>(src, i);
+    const float d = fp16_to_fp32(b.d);
+    const float m = fp16_to_fp32(b.m);
+    const uint32_t qh = q5_bits(b.qh);
+    float* y = dst + i * kQK;
+    for (int j = 0; j < kQK / 2; ++j) {
+      const uint32_t lo = (b.qs[j] & 0x0F) | (((qh >> j) & 1) << 4);
+      const uint32_t hi = (b.qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
+      y[j] = static_cast<float>(lo) * d + m;
+      y[j + kQK / 2] = static_cast<float>(hi) * d + m;
+    }
+  }
+}
+
 void dequant_q8_0(const uint8_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n / kQK; ++i) {
     const auto b = load_block<BlockQ8_0>(src, i);
@@ -160,6 +219,36 @@ void dequant_q4_k(const uint8_t* src, float* dst, int64_t n) {
   }
 }
 
+void dequant_q5_k(const uint8_t* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    const auto b = load_block<BlockQ5_K>(src, i);
+    const float d = fp16_to_fp32(b.d);
+    const float dmin = fp16_to_fp32(b.dmin);
+    float* y = dst + i * kQKK;
+    const uint8_t* q = b.qs;
+    // Q4_K's layout, plus a fifth bit per element from qh: two bits of qh[l] per chunk.
+    for (int chunk = 0; chunk < kQKK / 64; ++chunk) {
+      uint8_t sc, mn;
+      q4_k_scale_min(2 * chunk, b.scales, &sc, &mn);
+      const float d1 = d * static_cast<float>(sc);
+      const float m1 = dmin * static_cast<float>(mn);
+      q4_k_scale_min(2 * chunk + 1, b.scales, &sc, &mn);
+      const float d2 = d * static_cast<float>(sc);
+      const float m2 = dmin * static_cast<float>(mn);
+      const uint8_t low_bit = static_cast<uint8_t>(1u << (2 * chunk));
+      const uint8_t high_bit = static_cast<uint8_t>(2u << (2 * chunk));
+      for (int l = 0; l < 32; ++l) {
+        y[l] = d1 * static_cast<float>((q[l] & 0x0F) + (b.qh[l] & low_bit ? 16 : 0)) - m1;
+      }
+      for (int l = 0; l < 32; ++l) {
+        y[32 + l] = d2 * static_cast<float>((q[l] >> 4) + (b.qh[l] & high_bit ? 16 : 0)) - m2;
+      }
+      y += 64;
+      q += 32;
+    }
+  }
+}
+
 void dequant_q6_k(const uint8_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n / kQKK; ++i) {
     const auto b = load_block<BlockQ6_K>(src, i);
@@ -199,7 +288,8 @@ struct DequantEntry {
 constexpr DequantEntry kDequantTable[] = {
     {GgmlType::F32, dequant_f32},   {GgmlType::F16, dequant_f16},   {GgmlType::BF16, dequant_bf16},
     {GgmlType::Q4_0, dequant_q4_0}, {GgmlType::Q4_1, dequant_q4_1}, {GgmlType::Q8_0, dequant_q8_0},
-    {GgmlType::Q4_K, dequant_q4_k}, {GgmlType::Q6_K, dequant_q6_k},
+    {GgmlType::Q5_0, dequant_q5_0}, {GgmlType::Q5_1, dequant_q5_1}, {GgmlType::Q4_K, dequant_q4_k},
+    {GgmlType::Q5_K, dequant_q5_k}, {GgmlType::Q6_K, dequant_q6_k},
 };
 
 }  // namespace
@@ -212,7 +302,7 @@ void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
     }
   }
   throw InputError("cannot dequantize tensor type " + std::to_string(static_cast<uint32_t>(type)) +
-                   " (expected F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K or Q6_K)");
+                   " (expected F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K)");
 }
 
 float fp16_to_fp32(uint16_t h) { return half_to_float(h); }

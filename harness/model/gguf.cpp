@@ -27,11 +27,13 @@ struct TypeTraits {
   int64_t block_bytes;
 };
 
-// Block layouts from ggml-common.h: QK4_0 = QK4_1 = QK8_0 = 32, QK_K = 256.
+// Block layouts from ggml-common.h: QK4_0 = QK4_1 = QK5_0 = QK5_1 = QK8_0 = 32, QK_K = 256.
 constexpr TypeTraits kTypeTraits[] = {
     {GgmlType::F32, "F32", 1, 4},       {GgmlType::F16, "F16", 1, 2},
     {GgmlType::Q4_0, "Q4_0", 32, 18},   {GgmlType::Q4_1, "Q4_1", 32, 20},
+    {GgmlType::Q5_0, "Q5_0", 32, 22},   {GgmlType::Q5_1, "Q5_1", 32, 24},
     {GgmlType::Q8_0, "Q8_0", 32, 34},   {GgmlType::Q4_K, "Q4_K", 256, 144},
+    {GgmlType::Q5_K, "Q5_K", 256, 176},
     {GgmlType::Q6_K, "Q6_K", 256, 210}, {GgmlType::BF16, "BF16", 1, 2},
 };
 
@@ -433,7 +435,7 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
     info.type = static_cast<GgmlType>(raw_type);
     if (!ggml_type_supported(info.type)) {
       r.fail("tensor " + quoted(info.name) + " has unsupported type " + std::to_string(raw_type) +
-             " (expected F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K or Q6_K)");
+             " (expected F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K)");
     }
     const int64_t block = ggml_block_elements(info.type);
     const int64_t row = info.shape.empty() ? 1 : info.shape[0];

@@ -68,6 +68,7 @@ struct Linear {
   int64_t rows = 0;
   int64_t cols = 0;
   BlockMatrix block{};
+  std::vector<uint8_t> reordered_blocks;  // block's rows when they are not the file's order
   at::Tensor dense;         // [rows, cols] fp32
   std::vector<float> bias;  // [rows], or empty
 
@@ -104,7 +105,10 @@ const GgufTensorInfo& checked_tensor(const GgufFile& file, const std::string& na
   return t;
 }
 
-Linear load_linear(const GgufFile& file, const std::string& name, int64_t rows, int64_t cols) {
+// Row r of the returned matrix is row row_order[r] of the file's (all rows in order when
+// row_order is empty).
+Linear load_linear(const GgufFile& file, const std::string& name, int64_t rows, int64_t cols,
+                   const std::vector<int64_t>& row_order = {}) {
   const GgufTensorInfo& t = checked_tensor(file, name, {cols, rows});
   Linear linear;
   linear.rows = rows;
@@ -112,12 +116,22 @@ Linear load_linear(const GgufFile& file, const std::string& name, int64_t rows, 
   linear.dense = at::empty({rows, cols});
   float* dense = linear.dense.data_ptr<float>();
   const int64_t row_bytes = ggml_row_bytes(t.type, cols);
+  const auto file_row = [&](int64_t r) { return row_order.empty() ? r : row_order[r]; };
   for (int64_t r = 0; r < rows; ++r) {
-    dequantize_row(t.type, t.data + r * row_bytes, dense + r * cols, cols);
+    dequantize_row(t.type, t.data + file_row(r) * row_bytes, dense + r * cols, cols);
   }
   BlockFormat format;
   if (block_format_of(t.type, &format)) {
-    linear.block = BlockMatrix{t.data, format, rows, cols, row_bytes};
+    const uint8_t* blocks = t.data;
+    if (!row_order.empty()) {
+      linear.reordered_blocks.resize(rows * row_bytes);
+      for (int64_t r = 0; r < rows; ++r) {
+        std::copy_n(t.data + file_row(r) * row_bytes, row_bytes,
+                    linear.reordered_blocks.data() + r * row_bytes);
+      }
+      blocks = linear.reordered_blocks.data();
+    }
+    linear.block = BlockMatrix{blocks, format, rows, cols, row_bytes};
   } else {
     linear.block = BlockMatrix{dense, BlockFormat::F32, rows, cols,
                                cols * static_cast<int64_t>(sizeof(float))};
@@ -125,11 +139,30 @@ Linear load_linear(const GgufFile& file, const std::string& name, int64_t rows, 
   return linear;
 }
 
-std::vector<float> load_vector(const GgufFile& file, const std::string& name, int64_t n) {
+std::vector<float> load_vector(const GgufFile& file, const std::string& name, int64_t n,
+                               const std::vector<int64_t>& order = {}) {
   const GgufTensorInfo& t = checked_tensor(file, name, {n});
+  std::vector<float> values(n);
+  dequantize_row(t.type, t.data, values.data(), n);
+  if (order.empty()) return values;
   std::vector<float> out(n);
-  dequantize_row(t.type, t.data, out.data(), n);
+  for (int64_t i = 0; i < n; ++i) out[i] = values[order[i]];
   return out;
+}
+
+// The order of Q or K rows (n_heads heads of head_dim) that turns NeoX RoPE pairs (i, i + d/2)
+// into interleaved pairs (2i, 2i + 1): row 2i of a head is its row i, row 2i + 1 its row
+// i + d/2. Q and K get the same order, so every q.k is unchanged; V and O are untouched.
+std::vector<int64_t> neox_to_interleaved_rows(int64_t n_heads, int64_t head_dim) {
+  std::vector<int64_t> order(n_heads * head_dim);
+  const int64_t half = head_dim / 2;
+  for (int64_t h = 0; h < n_heads; ++h) {
+    for (int64_t i = 0; i < half; ++i) {
+      order[h * head_dim + 2 * i] = h * head_dim + i;
+      order[h * head_dim + 2 * i + 1] = h * head_dim + i + half;
+    }
+  }
+  return order;
 }
 
 struct Layer {
@@ -402,17 +435,22 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, ModelDevic
   impl->token_embd = &checked_tensor(f, "token_embd.weight", {c.n_embd, c.vocab_size});
   const int64_t q_width = static_cast<int64_t>(c.n_heads) * c.head_dim;
   const int64_t kv_width = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
+  std::vector<int64_t> q_order, k_order;  // empty: the file's order
+  if (c.rope_neox) {
+    q_order = neox_to_interleaved_rows(c.n_heads, c.head_dim);
+    k_order = neox_to_interleaved_rows(c.n_kv_heads, c.head_dim);
+  }
   for (int32_t l = 0; l < c.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     Layer layer;
     layer.attn_norm = load_vector(f, p + "attn_norm.weight", c.n_embd);
     layer.ffn_norm = load_vector(f, p + "ffn_norm.weight", c.n_embd);
-    layer.q = load_linear(f, p + "attn_q.weight", q_width, c.n_embd);
-    layer.k = load_linear(f, p + "attn_k.weight", kv_width, c.n_embd);
+    layer.q = load_linear(f, p + "attn_q.weight", q_width, c.n_embd, q_order);
+    layer.k = load_linear(f, p + "attn_k.weight", kv_width, c.n_embd, k_order);
     layer.v = load_linear(f, p + "attn_v.weight", kv_width, c.n_embd);
     if (c.qkv_bias) {
-      layer.q.bias = load_vector(f, p + "attn_q.bias", q_width);
-      layer.k.bias = load_vector(f, p + "attn_k.bias", kv_width);
+      layer.q.bias = load_vector(f, p + "attn_q.bias", q_width, q_order);
+      layer.k.bias = load_vector(f, p + "attn_k.bias", kv_width, k_order);
       layer.v.bias = load_vector(f, p + "attn_v.bias", kv_width);
     }
     layer.o = load_linear(f, p + "attn_output.weight", c.n_embd, q_width);

@@ -10,10 +10,12 @@ namespace kvbench {
 ModelConfig ModelConfig::from_gguf(const GgufFile& file) {
   ModelConfig c;
   c.architecture = file.get_string("general.architecture");
-  if (c.architecture != "llama") {
+  if (c.architecture != "llama" && c.architecture != "qwen2") {
     throw InputError(file.path() + ": unsupported architecture '" + c.architecture +
-                     "' (kvbench runs llama-family models: general.architecture = llama)");
+                     "' (kvbench runs llama-family models: general.architecture llama or qwen2)");
   }
+  // llama.cpp's rope type for the architecture (llama_model_rope_type): NEOX for qwen2.
+  c.rope_neox = c.architecture == "qwen2";
   const std::string a = c.architecture + ".";
   c.name = file.get_string("general.name", file.path());
   c.n_layers = static_cast<int32_t>(file.get_int(a + "block_count"));
@@ -26,7 +28,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& file) {
   c.rope_theta = static_cast<float>(file.get_float(a + "rope.freq_base", 10000.0));
   if (c.n_layers <= 0 || c.n_embd <= 0 || c.n_heads <= 0 || c.n_kv_heads <= 0 ||
       c.n_heads % c.n_kv_heads != 0 || c.n_ff <= 0 || c.context_length <= 0) {
-    throw InputError(file.path() + ": inconsistent llama hyper-parameters (block_count, "
+    throw InputError(file.path() + ": inconsistent " + c.architecture + " hyper-parameters (block_count, "
                      "embedding_length, head_count, head_count_kv must be positive and "
                      "head_count a multiple of head_count_kv)");
   }

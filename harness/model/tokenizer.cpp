@@ -22,6 +22,7 @@ enum SplitStep : uint8_t {
   kGpt2,          // 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
   kLlama3,        // (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
                   //  ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+  kQwen2,         // llama3's with \p{N} for \p{N}{1,3}: every digit alone
 };
 
 struct PreTokenizerSpec {
@@ -45,6 +46,8 @@ bool find_pre_tokenizer(const std::string& pre, PreTokenizerSpec* spec) {
   } else if (in({"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0",
                  "lfm2"})) {
     *spec = {{kLlama3}, true, true};
+  } else if (in({"qwen2", "deepseek-r1-qwen"})) {
+    *spec = {{kQwen2}, false, false};
   } else if (in({"dbrx", "smaug-bpe"})) {
     *spec = {{kLlama3}, false, false};
   } else {
@@ -54,7 +57,7 @@ bool find_pre_tokenizer(const std::string& pre, PreTokenizerSpec* spec) {
 }
 
 const char* kSupportedPre =
-    "default, gpt2, smollm (and the starcoder family), llama3/llama-bpe (and its family)";
+    "default, gpt2, smollm (and the starcoder family), llama3/llama-bpe (and its family), qwen2";
 
 // Class of a code point at a chunk position; kOutside past the chunk end (llama.cpp's empty
 // flags), so that look-ahead never crosses a chunk boundary.
@@ -117,7 +120,9 @@ class Splitter {
       case kGpt2:
         return split_gpt2(c, out);
       case kLlama3:
-        return split_llama3(c, out);
+        return split_llama3(c, out, 3);
+      case kQwen2:
+        return split_llama3(c, out, 1);
     }
   }
 
@@ -199,7 +204,8 @@ class Splitter {
     }
   }
 
-  void split_llama3(Chunk c, std::vector<Chunk>& out) const {
+  // llama3's rule with numbers split into runs of at most max_digits.
+  void split_llama3(Chunk c, std::vector<Chunk>& out, size_t max_digits) const {
     size_t start = c.begin;
     auto emit = [&](size_t end) {
       if (end > start) out.push_back({start, end});
@@ -220,11 +226,11 @@ class Splitter {
         emit(pos);
         continue;
       }
-      // \p{N}{1,3}
+      // \p{N}{1,max_digits}
       if (k == kNumber) {
         size_t group = pos;
         while (cls_at(c, pos) == kNumber) {
-          if (++pos - group >= 3) {
+          if (++pos - group >= max_digits) {
             emit(pos);
             group = pos;
           }

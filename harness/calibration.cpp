@@ -1,0 +1,99 @@
+#include "harness/calibration.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "harness/input_error.h"
+#include "harness/model/known_models.h"
+
+namespace kvbench {
+
+using nlohmann::json;
+
+const CalibrationCell* Calibration::find(const std::string& task, int64_t context_tokens) const {
+  for (const CalibrationCell& c : cells) {
+    if (c.task == task && c.context_tokens == context_tokens) return &c;
+  }
+  return nullptr;
+}
+
+void Calibration::put(const CalibrationCell& cell) {
+  for (CalibrationCell& c : cells) {
+    if (c.task == cell.task && c.context_tokens == cell.context_tokens) {
+      c = cell;
+      return;
+    }
+  }
+  cells.push_back(cell);
+}
+
+std::string calibration_path(const std::string& model_path) {
+  std::string name = known_model_name(model_path);
+  if (name.empty()) name = std::filesystem::path(model_path).stem().string();
+  return std::string(KVBENCH_SOURCE_DIR) + "/configs/calibration/" + name + ".json";
+}
+
+Calibration load_calibration(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot read the calibration file (run kvbench calibrate)");
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    const json root = json::parse(text.str());
+    Calibration c;
+    c.model = root.at("model").get<std::string>();
+    c.model_sha256 = root.at("model_sha256").get<std::string>();
+    c.mode = root.at("mode").get<std::string>();
+    c.seed = root.at("seed").get<uint64_t>();
+    for (const json& cell : root.at("cells")) {
+      CalibrationCell x;
+      x.task = cell.at("task").get<std::string>();
+      x.context_tokens = cell.at("context_tokens").get<int64_t>();
+      x.samples = cell.at("samples").get<int32_t>();
+      x.turns = cell.at("turns").get<int32_t>();
+      x.accuracy = cell.at("accuracy").get<double>();
+      x.low = cell.at("low").get<double>();
+      x.high = cell.at("high").get<double>();
+      x.seconds = cell.value("seconds", 0.0);
+      c.cells.push_back(x);
+    }
+    return c;
+  } catch (const json::exception& e) {
+    throw InputError(path + ": malformed calibration file (" + std::string(e.what()) + ")");
+  }
+}
+
+void save_calibration(const Calibration& c, const std::string& path) {
+  json cells = json::array();
+  for (const CalibrationCell& x : c.cells) {
+    cells.push_back({{"task", x.task},
+                     {"context_tokens", x.context_tokens},
+                     {"samples", x.samples},
+                     {"turns", x.turns},
+                     {"accuracy", x.accuracy},
+                     {"low", x.low},
+                     {"high", x.high},
+                     {"seconds", x.seconds}});
+  }
+  const json root = {{"model", c.model},       {"model_sha256", c.model_sha256},
+                     {"mode", c.mode},         {"seed", c.seed},
+                     {"cells", cells}};
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << root.dump(1) << "\n";
+    if (!out) throw InputError(path + ": cannot write the calibration file");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw InputError(path + ": cannot write the calibration file");
+  }
+}
+
+}  // namespace kvbench

@@ -1,0 +1,111 @@
+// Calibration files and what a sweep with min_full_accuracy does with them: tasks the full
+// cache cannot do are left out with the reason, recorded in the run's config.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "gguf_writer.h"
+#include "harness/calibration.h"
+#include "harness/input_error.h"
+#include "harness/sweep.h"
+
+using namespace kvbench;
+using Catch::Contains;
+
+namespace {
+
+Calibration two_cells() {
+  Calibration c;
+  c.model = "qwen2.5-0.5b";
+  c.model_sha256 = std::string(64, 'a');
+  c.cells.push_back({"retr_kv", 1024, 5, 5, 0.96, 0.80, 0.99, 12.5});
+  c.cells.push_back({"math_find", 1024, 5, 5, 0.40, 0.23, 0.59, 10.0});
+  return c;
+}
+
+SweepConfig three_tasks(double min_full_accuracy) {
+  return parse_sweep_config(
+      R"({"tasks": ["retr_kv", "math_find", "multihop_vt"], "methods": ["full", "snapkv"],
+          "budgets": ["ratio=0.25"], "context_tokens": 1024, "model": "qwen2.5-0.5b",
+          "min_full_accuracy": )" + std::to_string(min_full_accuracy) + "}",
+      "cfg.json");
+}
+
+}  // namespace
+
+TEST_CASE("calibration: a file round-trips, and put replaces a cell of the same setting",
+          "[unit]") {
+  const std::string path = testing::temp_path("calibration.json");
+  Calibration c = two_cells();
+  c.put({"retr_kv", 1024, 2, 3, 0.5, 0.2, 0.8, 1.0});  // same setting: replaced
+  c.put({"retr_kv", 2048, 2, 3, 0.9, 0.6, 0.98, 2.0});  // another length: added
+  save_calibration(c, path);
+  const Calibration back = load_calibration(path);
+  CHECK(back.model == "qwen2.5-0.5b");
+  CHECK(back.model_sha256 == c.model_sha256);
+  REQUIRE(back.cells.size() == 3);
+  REQUIRE(back.find("retr_kv", 1024) != nullptr);
+  CHECK(back.find("retr_kv", 1024)->accuracy == 0.5);
+  CHECK(back.find("retr_kv", 1024)->samples == 2);
+  CHECK(back.find("retr_kv", 2048)->high == 0.98);
+  CHECK(back.find("retr_kv", 512) == nullptr);
+  std::remove(path.c_str());
+}
+
+TEST_CASE("calibration: a malformed or missing file is one line naming it", "[unit]") {
+  const std::string path = testing::temp_path("calibration_bad.json");
+  { std::ofstream(path) << R"({"model": "x", "cells": []})"; }
+  try {
+    load_calibration(path);
+    FAIL("no error");
+  } catch (const InputError& e) {
+    CHECK_THAT(e.what(), Contains(path) && Contains("malformed calibration file"));
+  }
+  std::remove(path.c_str());
+  CHECK_THROWS_WITH(load_calibration(path), Contains("cannot read the calibration file"));
+}
+
+TEST_CASE("calibration: a sweep leaves out tasks below min_full_accuracy, and says why",
+          "[unit]") {
+  SweepConfig config = three_tasks(0.8);
+  CHECK(config.model == "qwen2.5-0.5b");
+  apply_calibration(config, two_cells(), std::string(64, 'a'), "cal.json");
+  REQUIRE(config.tasks.size() == 1);
+  CHECK(config.tasks[0].name == "retr_kv");
+  REQUIRE(config.excluded_tasks.size() == 2);
+  CHECK(config.excluded_tasks[0].task == "math_find");
+  CHECK_THAT(config.excluded_tasks[0].reason,
+             Contains("full cache 40%") && Contains("23%-59%") && Contains("25 turns") &&
+                 Contains("at 1024 tokens") && Contains("below 80%"));
+  CHECK(config.excluded_tasks[1].task == "multihop_vt");
+  CHECK_THAT(config.excluded_tasks[1].reason, Contains("not calibrated at 1024 tokens"));
+  // The run's config records what was left out and why.
+  const std::string json = canonical_config_json(config);
+  CHECK_THAT(json, Contains("\"excluded_tasks\"") && Contains("below 80%") &&
+                       Contains("\"min_full_accuracy\":0.8"));
+
+  SweepConfig lower = three_tasks(0.3);  // math_find's 40% now passes
+  apply_calibration(lower, two_cells(), std::string(64, 'a'), "cal.json");
+  CHECK(lower.tasks.size() == 2);
+}
+
+TEST_CASE("calibration: another model file's calibration, or nothing left, is refused",
+          "[unit]") {
+  SweepConfig config = three_tasks(0.8);
+  CHECK_THROWS_WITH(apply_calibration(config, two_cells(), std::string(64, 'b'), "cal.json"),
+                    Contains("cal.json: calibrated on another file of qwen2.5-0.5b"));
+  SweepConfig strict = three_tasks(0.99);
+  CHECK_THROWS_WITH(apply_calibration(strict, two_cells(), std::string(64, 'a'), "cal.json"),
+                    Contains("below 99% on every task"));
+}
+
+TEST_CASE("calibration: a config's min_full_accuracy must lie in [0, 1]", "[unit]") {
+  CHECK_THROWS_WITH(parse_sweep_config(R"({"tasks": ["retr_kv"], "methods": ["full"],
+                                           "min_full_accuracy": 80})", "cfg.json"),
+                    Contains("min_full_accuracy must be a number in [0, 1]"));
+  CHECK_THROWS_WITH(parse_sweep_config(R"({"tasks": ["retr_kv"], "methods": ["full"],
+                                           "model": ""})", "cfg.json"),
+                    Contains("model must be a short name"));
+}
