@@ -33,15 +33,18 @@ struct AttentionQuery {
 };
 
 // Weights in a ggml block format, row-major: row r starts at data + r * row_bytes.
-enum class BlockFormat : int32_t { F32, Q4_0, Q4_1, Q8_0 };
+enum class BlockFormat : int32_t { F32, Q4_0, Q4_1, Q8_0, Q5_0, Q5_1 };
 
 // Bytes of one 32-element block: Q4_0 fp16 d + 16 nibble bytes; Q4_1 fp16 d, m + 16;
-// Q8_0 fp16 d + 32 int8; F32 32 floats.
+// Q5_0 fp16 d + 4 bytes of fifth bits + 16; Q5_1 fp16 d, m + 4 + 16; Q8_0 fp16 d + 32 int8;
+// F32 32 floats.
 constexpr int64_t block_format_bytes(BlockFormat format) {
   switch (format) {
     case BlockFormat::Q4_0: return 18;
     case BlockFormat::Q4_1: return 20;
     case BlockFormat::Q8_0: return 34;
+    case BlockFormat::Q5_0: return 22;
+    case BlockFormat::Q5_1: return 24;
     case BlockFormat::F32: return 128;
   }
   return 0;

@@ -29,6 +29,10 @@ const char* name(BlockFormat f) {
       return "Q4_1";
     case BlockFormat::Q8_0:
       return "Q8_0";
+    case BlockFormat::Q5_0:
+      return "Q5_0";
+    case BlockFormat::Q5_1:
+      return "Q5_1";
     case BlockFormat::F32:
       return "F32";
   }
@@ -79,16 +83,27 @@ Weights make_weights(BlockFormat f, int64_t rows, int64_t cols, uint32_t seed) {
         }
         continue;
       }
-      const int header = f == BlockFormat::Q4_1 ? 4 : 2;
+      const bool has_min = f == BlockFormat::Q4_1 || f == BlockFormat::Q5_1;
+      const bool five_bit = f == BlockFormat::Q5_0 || f == BlockFormat::Q5_1;
       const uint16_t m = random_half(rng, true);
-      if (f == BlockFormat::Q4_1) std::memcpy(blk + 2, &m, 2);
+      if (has_min) std::memcpy(blk + 2, &m, 2);
+      // Q5: the fifth bit of element e is bit e of a little-endian uint32 before the nibbles.
+      const uint32_t fifth = five_bit ? static_cast<uint32_t>(rng()) : 0;
+      uint8_t* fifth_bytes = blk + (has_min ? 4 : 2);
+      if (five_bit) {
+        for (int k = 0; k < 4; ++k) fifth_bytes[k] = static_cast<uint8_t>(fifth >> (8 * k));
+      }
+      const int header = (has_min ? 4 : 2) + (five_bit ? 4 : 0);
+      const int zero = f == BlockFormat::Q4_0 ? 8 : f == BlockFormat::Q5_0 ? 16 : 0;
       for (int i = 0; i < 16; ++i) {
         const uint8_t byte = static_cast<uint8_t>(rng() & 0xFF);
         blk[header + i] = byte;
-        const int lo = byte & 0x0F, hi = byte >> 4;  // elements i and i + 16
-        if (f == BlockFormat::Q4_0) {
-          out[i] = (lo - 8) * half_value(d);
-          out[i + 16] = (hi - 8) * half_value(d);
+        // Elements i and i + 16.
+        const int lo = (byte & 0x0F) | static_cast<int>(((fifth >> i) & 1) << 4);
+        const int hi = (byte >> 4) | static_cast<int>(((fifth >> (i + 16)) & 1) << 4);
+        if (!has_min) {
+          out[i] = (lo - zero) * half_value(d);
+          out[i + 16] = (hi - zero) * half_value(d);
         } else {
           out[i] = lo * half_value(d) + half_value(m);
           out[i + 16] = hi * half_value(d) + half_value(m);
@@ -98,7 +113,7 @@ Weights make_weights(BlockFormat f, int64_t rows, int64_t cols, uint32_t seed) {
       }
     }
   }
-  if (f != BlockFormat::Q4_1) w.scaled = w.dense;
+  if (f != BlockFormat::Q4_1 && f != BlockFormat::Q5_1) w.scaled = w.dense;
   w.m = BlockMatrix{w.bytes.data(), f, rows, cols, row_bytes};
   return w;
 }
@@ -106,8 +121,8 @@ Weights make_weights(BlockFormat f, int64_t rows, int64_t cols, uint32_t seed) {
 }  // namespace
 
 TEST_CASE("block_matmul matches an independent decoder for every format", "[unit]") {
-  for (BlockFormat f :
-       {BlockFormat::F32, BlockFormat::Q4_0, BlockFormat::Q4_1, BlockFormat::Q8_0}) {
+  for (BlockFormat f : {BlockFormat::F32, BlockFormat::Q4_0, BlockFormat::Q4_1, BlockFormat::Q8_0,
+                        BlockFormat::Q5_0, BlockFormat::Q5_1}) {
     for (int64_t rows : {1, 3, 577}) {
       for (int64_t cols : {32, 576}) {
         for (int64_t n : {1, 2, 5}) {
@@ -147,7 +162,8 @@ TEST_CASE("block_matmul matches an independent decoder for every format", "[unit
 
 TEST_CASE("block_matmul_cpu with a zero x block gives exact zeros", "[unit]") {
   // Exact: with x all zero every format's dot product (and Q4 offsets times sum(x)) is 0.
-  for (BlockFormat f : {BlockFormat::Q4_0, BlockFormat::Q4_1, BlockFormat::Q8_0}) {
+  for (BlockFormat f : {BlockFormat::Q4_0, BlockFormat::Q4_1, BlockFormat::Q8_0,
+                        BlockFormat::Q5_0, BlockFormat::Q5_1}) {
     const Weights w = make_weights(f, 5, 64, 11);
     std::vector<float> x(64, 0.0f), y(5, 1.0f);
     kvbench::block_matmul_cpu(w.m, x.data(), y.data(), 1);

@@ -45,6 +45,23 @@ TEST_CASE("default_system_prompt reads the literal system prompt of a ChatML tem
             .empty());
 }
 
+TEST_CASE("default_system_prompt skips branches that build the system message (Qwen2.5's)",
+          "[unit]") {
+  // Qwen2.5's template, abridged: its tools branch opens the system message first, with the
+  // default inside a Jinja expression; the plain branch then writes it as one literal.
+  const std::string qwen =
+      "{%- if tools %}\n    {{- '<|im_start|>system\\n' }}\n    {%- if messages[0]['role'] == "
+      "'system' %}\n        {{- messages[0]['content'] }}\n    {%- else %}\n        {{- 'You are "
+      "Qwen, created by Alibaba Cloud. You are a helpful assistant.' }}\n    {%- endif %}\n    "
+      "{{- \"\\n\\n# Tools ...</tools><|im_end|>\\n\" }}\n{%- else %}\n    {%- if "
+      "messages[0]['role'] == 'system' %}\n        {{- '<|im_start|>system\\n' + "
+      "messages[0]['content'] + '<|im_end|>\\n' }}\n    {%- else %}\n        {{- "
+      "'<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
+      "assistant.<|im_end|>\\n' }}\n    {%- endif %}\n{%- endif %}";
+  CHECK(default_system_prompt(qwen) ==
+        "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+}
+
 TEST_CASE("ChatML renders as SmolLM2's template does", "[unit]") {
   const std::vector<ChatMessage> user_only = {{"user", "What is 2+2?"}};
   CHECK(render_chat(ChatFormat::ChatML, user_only, true, kSmolSystem) ==

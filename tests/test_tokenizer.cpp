@@ -153,6 +153,16 @@ TEST_CASE("Llama-3 pre-tokenizer splits", "[unit]") {
   CHECK(pre_tokenize("llama-bpe", "  word") == Pieces{" ", " word"});
 }
 
+TEST_CASE("Qwen2 pre-tokenizer: Llama-3's rules with every digit alone", "[unit]") {
+  CHECK(pre_tokenize("qwen2", "1234567") == Pieces{"1", "2", "3", "4", "5", "6", "7"});
+  CHECK(pre_tokenize("qwen2", "abc 12345") == Pieces{"abc", " ", "1", "2", "3", "4", "5"});
+  CHECK(pre_tokenize("qwen2", "v2.5x") == Pieces{"v", "2", ".", "5", "x"});
+  CHECK(pre_tokenize("qwen2", "I'LL go don't") == Pieces{"I", "'LL", " go", " don", "'t"});
+  CHECK(pre_tokenize("qwen2", "x  \n  y") == Pieces{"x", "  \n", " ", " y"});
+  CHECK(pre_tokenize("qwen2", "key-9f3a") == Pieces{"key", "-", "9", "f", "3", "a"});
+  CHECK(pre_tokenize("deepseek-r1-qwen", "42") == Pieces{"4", "2"});
+}
+
 TEST_CASE("Default pre-tokenizer splits punctuation and digit triples", "[unit]") {
   CHECK(pre_tokenize("default", "a+b=c") == Pieces{"a", "+", "b", "=", "c"});
   CHECK(pre_tokenize("default", "12345") == Pieces{"123", "45"});

@@ -55,15 +55,18 @@ std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& messa
 
 std::string default_system_prompt(const std::string& jinja_template) {
   // The newline after the role is a real one in GGUF files, an escaped "\n" in some others.
+  // A template may open the system message in several branches (Qwen's tools branch first);
+  // the default is the first one whose text up to <|im_end|> is a literal.
   for (const std::string open : {"<|im_start|>system\n", "<|im_start|>system\\n"}) {
-    const size_t begin = jinja_template.find(open);
-    if (begin == std::string::npos) continue;
-    const size_t text = begin + open.size();
-    const size_t end = jinja_template.find("<|im_end|>", text);
-    if (end == std::string::npos) return "";
-    const std::string prompt = jinja_template.substr(text, end - text);
-    // A template that builds the system message from variables has no literal default.
-    return prompt.find_first_of("{}'\"+") == std::string::npos ? prompt : "";
+    for (size_t begin = jinja_template.find(open); begin != std::string::npos;
+         begin = jinja_template.find(open, begin + 1)) {
+      const size_t text = begin + open.size();
+      const size_t end = jinja_template.find("<|im_end|>", text);
+      if (end == std::string::npos) break;
+      const std::string prompt = jinja_template.substr(text, end - text);
+      // A template that builds the system message from variables has no literal default.
+      if (prompt.find_first_of("{}'\"+") == std::string::npos) return prompt;
+    }
   }
   return "";
 }

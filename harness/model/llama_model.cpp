@@ -57,6 +57,8 @@ bool block_format_of(GgmlType type, BlockFormat* format) {
   switch (type) {
     case GgmlType::Q4_0: *format = BlockFormat::Q4_0; return true;
     case GgmlType::Q4_1: *format = BlockFormat::Q4_1; return true;
+    case GgmlType::Q5_0: *format = BlockFormat::Q5_0; return true;
+    case GgmlType::Q5_1: *format = BlockFormat::Q5_1; return true;
     case GgmlType::Q8_0: *format = BlockFormat::Q8_0; return true;
     default: return false;
   }

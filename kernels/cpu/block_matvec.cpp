@@ -16,6 +16,8 @@ constexpr int kBlock = 32;
 constexpr int64_t kQ4_0Bytes = block_format_bytes(BlockFormat::Q4_0);
 constexpr int64_t kQ4_1Bytes = block_format_bytes(BlockFormat::Q4_1);
 constexpr int64_t kQ8_0Bytes = block_format_bytes(BlockFormat::Q8_0);
+constexpr int64_t kQ5_0Bytes = block_format_bytes(BlockFormat::Q5_0);
+constexpr int64_t kQ5_1Bytes = block_format_bytes(BlockFormat::Q5_1);
 constexpr int kMaxRowsX = 4;        // x rows sharing one pass over a weight row
 
 inline uint16_t load_u16(const uint8_t* p) {
@@ -49,6 +51,25 @@ void dequant_block(BlockFormat format, const uint8_t* blk, float* out) {
       for (int i = 0; i < 32; ++i) out[i] = static_cast<float>(static_cast<int8_t>(blk[2 + i])) * d;
       break;
     }
+    case BlockFormat::Q5_0:
+    case BlockFormat::Q5_1: {
+      // Q4's nibbles with a fifth bit: bit e of the 32-bit qh is element e's bit 4.
+      const bool q5_1 = format == BlockFormat::Q5_1;
+      const float d = half_to_float(load_u16(blk));
+      const float m = q5_1 ? half_to_float(load_u16(blk + 2)) : 0.0f;
+      const uint8_t* qh = blk + (q5_1 ? 4 : 2);
+      const uint32_t bits = static_cast<uint32_t>(qh[0]) | static_cast<uint32_t>(qh[1]) << 8 |
+                            static_cast<uint32_t>(qh[2]) << 16 | static_cast<uint32_t>(qh[3]) << 24;
+      const uint8_t* qs = qh + 4;
+      const int zero = q5_1 ? 0 : 16;
+      for (int i = 0; i < 16; ++i) {
+        const int lo = static_cast<int>((qs[i] & 0x0F) | (((bits >> i) & 1) << 4)) - zero;
+        const int hi = static_cast<int>((qs[i] >> 4) | (((bits >> (i + 16)) & 1) << 4)) - zero;
+        out[i] = static_cast<float>(lo) * d + m;
+        out[i + 16] = static_cast<float>(hi) * d + m;
+      }
+      break;
+    }
     case BlockFormat::F32:
       std::memcpy(out, blk, kBlock * sizeof(float));
       break;
@@ -78,7 +99,7 @@ inline __m256 dot_block(const __m256 q[4], const float* xb) {
 }
 
 // The integer codes of one weight block as floats, and its scale d and offset
-// (value = q * d + offset: m for Q4_1, -8 d for Q4_0, 0 for Q8_0).
+// (value = q * d + offset: m for Q4_1 and Q5_1, -8 d for Q4_0, -16 d for Q5_0, 0 for Q8_0).
 template <BlockFormat F>
 inline void decode_block(const uint8_t* w, int64_t b, __m256 q[4], float* d, float* offset) {
   if constexpr (F == BlockFormat::Q8_0) {
@@ -88,6 +109,31 @@ inline void decode_block(const uint8_t* w, int64_t b, __m256 q[4], float* d, flo
     for (int g = 0; g < 4; ++g) {
       q[g] = i8x8_to_float(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * g)));
     }
+  } else if constexpr (F == BlockFormat::Q5_0 || F == BlockFormat::Q5_1) {
+    const bool q5_1 = F == BlockFormat::Q5_1;
+    const uint8_t* blk = w + b * (q5_1 ? kQ5_1Bytes : kQ5_0Bytes);
+    *d = half_to_float(load_u16(blk));
+    *offset = q5_1 ? half_to_float(load_u16(blk + 2)) : -16.0f * *d;
+    const uint8_t* qh = blk + (q5_1 ? 4 : 2);
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qh + 4));
+    const __m128i mask = _mm_set1_epi8(0x0F);
+    const __m256i nibbles = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), mask),
+                                             _mm_and_si128(raw, mask));  // element e in byte e
+    // Bit e of qh to byte e: broadcast qh, give byte e its qh byte e / 8, then test bit e % 8.
+    uint32_t bits;
+    std::memcpy(&bits, qh, sizeof(bits));
+    const __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(static_cast<int32_t>(bits)),
+        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
+    const __m256i bit_of_byte = _mm256_set1_epi64x(0x8040201008040201);
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit_of_byte), bit_of_byte);
+    const __m256i codes = _mm256_or_si256(nibbles, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
+    const __m128i lo = _mm256_castsi256_si128(codes);       // elements 0..15
+    const __m128i hi = _mm256_extracti128_si256(codes, 1);  // elements 16..31
+    q[0] = u8x8_to_float(lo);
+    q[1] = u8x8_to_float(_mm_srli_si128(lo, 8));
+    q[2] = u8x8_to_float(hi);
+    q[3] = u8x8_to_float(_mm_srli_si128(hi, 8));
   } else {
     const bool q4_1 = F == BlockFormat::Q4_1;
     const uint8_t* blk = w + b * (q4_1 ? kQ4_1Bytes : kQ4_0Bytes);
@@ -167,6 +213,10 @@ RowDotQ const* row_dot_table(BlockFormat format) {
       return kRowDotQ<BlockFormat::Q4_1>;
     case BlockFormat::Q8_0:
       return kRowDotQ<BlockFormat::Q8_0>;
+    case BlockFormat::Q5_0:
+      return kRowDotQ<BlockFormat::Q5_0>;
+    case BlockFormat::Q5_1:
+      return kRowDotQ<BlockFormat::Q5_1>;
     case BlockFormat::F32:
       break;
   }
