@@ -18,6 +18,7 @@ struct Sums {
   int64_t scored = 0;
   std::vector<double> turn_score_sum;  // by turn index - 1
   std::vector<int64_t> turn_scored;
+  std::vector<std::vector<double>> unit_scores;
   double kl_sum = 0;
   int64_t kl_n = 0;
   double top1_sum = 0;
@@ -54,9 +55,11 @@ std::vector<Aggregate> aggregate_units(const std::vector<UnitRecord>& units) {
   for (const UnitRecord& unit : units) {
     Sums& s = groups[Key(unit.task, unit.mode, unit.method, unit.budget)];
     ++s.units;
+    std::vector<double> scores;
     for (const TurnRow& t : unit.turns) {
       ++s.turns;
       if (t.score) {
+        scores.push_back(*t.score);
         s.score_sum += *t.score;
         ++s.scored;
         if (t.turn >= 1) {
@@ -91,6 +94,7 @@ std::vector<Aggregate> aggregate_units(const std::vector<UnitRecord>& units) {
       s.prompt_tokens += t.prompt_tokens;
       s.tokens_reused += t.tokens_reused;
     }
+    if (!scores.empty()) s.unit_scores.push_back(std::move(scores));
   }
 
   std::vector<Aggregate> out;
@@ -100,7 +104,11 @@ std::vector<Aggregate> aggregate_units(const std::vector<UnitRecord>& units) {
     std::tie(a.task, a.mode, a.method, a.budget) = key;
     a.units = s.units;
     a.turns = s.turns;
-    if (s.scored > 0) a.accuracy = s.score_sum / static_cast<double>(s.scored);
+    if (s.scored > 0) {
+      a.accuracy = s.score_sum / static_cast<double>(s.scored);
+      a.accuracy_ci = accuracy_interval(s.unit_scores);
+      a.unit_scores = s.unit_scores;
+    }
     // A turn index below the largest scored one that has no score itself is NaN (the
     // renderers show it as missing); no scored turn at all leaves the vector empty.
     a.accuracy_by_turn.resize(s.turn_score_sum.size());

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "reports/intervals.h"
 #include "results/results_db.h"
 
 namespace kvbench {
@@ -19,6 +20,8 @@ struct Aggregate {
   int64_t units = 0;
   int64_t turns = 0;
   std::optional<double> accuracy;        // mean score over scored turns, in [0, 1]
+  std::optional<Interval> accuracy_ci;   // its 95% interval (reports/intervals.h)
+  std::vector<std::vector<double>> unit_scores;  // scored turns of each unit (one sample)
   std::vector<double> accuracy_by_turn;  // mean score per turn index (1-based index i at [i-1])
   std::optional<double> first_token_kl;  // mean over turns with fidelity
   std::optional<double> top1_agreement;

@@ -13,6 +13,8 @@
 #include <sstream>
 #include <tuple>
 
+#include <nlohmann/json.hpp>
+
 #include "harness/input_error.h"
 
 namespace kvbench {
@@ -197,6 +199,12 @@ std::string budget_cell(const std::string& budget) {
   return budget;
 }
 
+// "85.0 ±9.1": an accuracy in percent and half its 95% interval's width, in points.
+std::string accuracy_cell(const std::optional<double>& value, const Interval* ci) {
+  if (!value) return kMissing;
+  return fmt(*value * 100, 1) + (ci ? " ±" + fmt(ci->half_width() * 100, 1) : std::string());
+}
+
 std::optional<double> mean_of(const std::vector<double>& v) {
   if (v.empty()) return std::nullopt;
   double s = 0;
@@ -211,7 +219,9 @@ struct Row {
   std::string method, budget, mode;
   std::string family, series;  // series: the spec without its budget
   std::map<std::string, std::optional<double>> accuracy;  // by task (present tasks only)
+  std::map<std::string, Interval> accuracy_ci;            // by task, where scored
   std::optional<double> average;  // mean of the task accuracies present
+  std::optional<Interval> average_ci;
   std::optional<double> kv_vs_full, kl, top1, decode;
   double kv_mib = 0, peak_mib = 0, ttft_ms = 0;
   std::optional<double> read_kib;  // KV KiB read per decode step
@@ -228,6 +238,13 @@ struct Board {
   std::set<std::string> modes;
   int64_t units = 0, turns = 0;
 };
+
+std::string task_accuracy_cell(const Row& r, const std::string& task) {
+  auto it = r.accuracy.find(task);
+  if (it == r.accuracy.end()) return kMissing;
+  auto ci = r.accuracy_ci.find(task);
+  return accuracy_cell(it->second, ci == r.accuracy_ci.end() ? nullptr : &ci->second);
+}
 
 Board build_board(const std::vector<Aggregate>& aggs) {
   Board b;
@@ -248,9 +265,12 @@ Board build_board(const std::vector<Aggregate>& aggs) {
     r.series = strip_budget(r.method);
     std::vector<double> accs, ratios, kls, top1s, decodes, kvs, ttfts, reads, reuses;
     std::vector<std::vector<double>> turn_vals;
+    std::vector<std::vector<std::vector<double>>> task_scores;  // per scored task, per unit
     double peak = 0;
     for (const Aggregate* a : list) {
       r.accuracy[a->task] = a->accuracy;
+      if (a->accuracy_ci) r.accuracy_ci[a->task] = *a->accuracy_ci;
+      if (a->accuracy) task_scores.push_back(a->unit_scores);
       if (a->accuracy) accs.push_back(*a->accuracy);
       if (a->kv_vs_full) ratios.push_back(*a->kv_vs_full);
       if (a->first_token_kl) kls.push_back(*a->first_token_kl);
@@ -269,6 +289,7 @@ Board build_board(const std::vector<Aggregate>& aggs) {
       r.turns += a->turns;
     }
     r.average = mean_of(accs);
+    if (r.average) r.average_ci = average_interval(task_scores);
     r.kv_vs_full = mean_of(ratios);
     r.kl = mean_of(kls);
     r.top1 = mean_of(top1s);
@@ -333,7 +354,23 @@ size_t max_turns(const Board& b) {
 struct Coverage {
   size_t runs = 0, unfinished = 0;
   std::string model_sha, version, git_sha, first, last;
+  std::map<std::string, std::string> left_out;  // task -> why its sweep left it out
 };
+
+// The tasks a run's sweep left out (its config's "excluded_tasks", harness/sweep.h).
+void add_left_out(const std::string& config_json, std::map<std::string, std::string>& out) {
+  const auto root = nlohmann::json::parse(config_json, nullptr, false);
+  if (!root.is_object() || !root.contains("excluded_tasks") ||
+      !root["excluded_tasks"].is_array()) {
+    return;
+  }
+  for (const auto& t : root["excluded_tasks"]) {
+    if (t.is_object() && t.value("task", nlohmann::json()).is_string() &&
+        t.value("reason", nlohmann::json()).is_string()) {
+      out.emplace(t["task"].get<std::string>(), t["reason"].get<std::string>());
+    }
+  }
+}
 
 std::string join_set(const std::set<std::string>& s) {
   std::string out;
@@ -350,6 +387,7 @@ Coverage coverage(const std::vector<RunRecord>& runs) {
     versions.insert(r.kvbench_version);
     gits.insert(r.git_sha.substr(0, 12));
     if (r.finished_at.empty()) ++c.unfinished;
+    add_left_out(r.config_json, c.left_out);
     if (!r.started_at.empty() && (c.first.empty() || r.started_at < c.first)) c.first = r.started_at;
     const std::string& end = r.finished_at.empty() ? r.started_at : r.finished_at;
     if (!end.empty() && end > c.last) c.last = end;
@@ -395,8 +433,10 @@ std::string render_leaderboard_markdown(const std::vector<RunRecord>& runs,
   o << "- Units: " << b.units << ", turns: " << b.turns << "\n\n";
 
   o << "## Accuracy (%)\n\n";
-  o << "Mean score of the scored turns of each task; average: the mean of the task columns "
-       "that have a value. The full cache first, then by average, best first.\n\n";
+  o << "Mean score of the scored turns of each task, ± half its 95% interval (Wilson's over "
+       "turns, or a bootstrap over samples where a task gives partial credit); average: the "
+       "mean of the task columns that have a value, its interval a bootstrap over each task's "
+       "samples. The full cache first, then by average, best first.\n\n";
   {
     std::vector<std::string> head = {"method", "budget", "mode"};
     for (const std::string& t : b.tasks) head.push_back(md_escape(t));
@@ -405,12 +445,17 @@ std::string render_leaderboard_markdown(const std::vector<RunRecord>& runs,
     for (const Row& r : b.rows) {
       std::vector<std::string> cells = {md_escape(r.method), md_escape(budget_cell(r.budget)),
                                         md_escape(r.mode)};
-      for (const std::string& t : b.tasks) {
-        auto it = r.accuracy.find(t);
-        cells.push_back(it == r.accuracy.end() ? std::string(kMissing) : fmt(it->second, 1, 100));
-      }
-      cells.push_back(fmt(r.average, 1, 100));
+      for (const std::string& t : b.tasks) cells.push_back(task_accuracy_cell(r, t));
+      cells.push_back(accuracy_cell(r.average, r.average_ci ? &*r.average_ci : nullptr));
       o << md_row(cells);
+    }
+  }
+
+  if (!c.left_out.empty()) {
+    o << "\n**Left out**, because the model cannot do them with the full cache (so they "
+         "cannot tell methods apart):\n\n";
+    for (const auto& [task, why] : c.left_out) {
+      o << "- " << md_escape(task) << ": " << md_escape(why) << "\n";
     }
   }
 
@@ -509,6 +554,7 @@ struct Series {
   std::string colour;
   std::string dash;     // stroke-dasharray attribute or ""
   std::vector<std::pair<double, double>> points;  // (x, y in [0, 1])
+  std::vector<std::pair<double, double>> bounds;  // per point: its 95% interval; or empty
 };
 
 struct RefLine {
@@ -611,7 +657,13 @@ std::string line_chart(const std::string& aria, const XAxis& x, const std::vecto
       }
       s << "\"/>";
     }
-    for (const auto& [xv, yv] : se.points) {
+    for (size_t p = 0; p < se.points.size(); ++p) {
+      const auto& [xv, yv] = se.points[p];
+      if (p < se.bounds.size()) {  // the error bar: the point's 95% interval
+        s << "<line class=\"err\" x1=\"" << num(pxs(xv)) << "\" y1=\"" << num(py(se.bounds[p].first))
+          << "\" x2=\"" << num(pxs(xv)) << "\" y2=\"" << num(py(se.bounds[p].second))
+          << "\" stroke=\"" << c << "\" stroke-width=\"1.2\"/>";
+      }
       s << "<circle cx=\"" << num(pxs(xv)) << "\" cy=\"" << num(py(yv)) << "\" r=\"3.5\" fill=\""
         << c << "\"/>";
     }
@@ -747,31 +799,37 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
   o << "</table>\n";
 
   // Accuracy table.
-  o << "<h2>Accuracy (%)</h2>\n<p class=\"note\">Mean score of the scored turns of each task; "
-       "average: the mean of the task columns that have a value. The full cache first "
-       "(shaded), then by average, best first.</p>\n";
+  o << "<h2>Accuracy (%)</h2>\n<p class=\"note\">Mean score of the scored turns of each task, "
+       "± half its 95% interval (Wilson's over turns, or a bootstrap over samples where a task "
+       "gives partial credit); average: the mean of the task columns that have a value, its "
+       "interval a bootstrap over each task's samples. The full cache first (shaded), then by "
+       "average, best first.</p>\n";
   o << "<table>\n<tr>" << th("method") << th("budget") << th("mode");
   for (const std::string& t : b.tasks) o << th(h(t), true);
   o << th("average", true) << "</tr>\n";
   for (const Row& r : b.rows) {
     o << tr_open(r) << td(h_spec(r.method), "spec") << td(h(budget_cell(r.budget)), "num")
       << td(h(r.mode), "nw");
-    for (const std::string& t : b.tasks) {
-      auto it = r.accuracy.find(t);
-      o << td(it == r.accuracy.end() ? std::string(kMissing) : fmt(it->second, 1, 100), "num");
-    }
-    o << td("<b>" + fmt(r.average, 1, 100) + "</b>", "num") << "</tr>\n";
+    for (const std::string& t : b.tasks) o << td(h(task_accuracy_cell(r, t)), "num");
+    o << td("<b>" + h(accuracy_cell(r.average, r.average_ci ? &*r.average_ci : nullptr)) + "</b>",
+            "num")
+      << "</tr>\n";
   }
   o << "</table>\n";
+  if (!c.left_out.empty()) {
+    o << "<p class=\"note\"><b>Left out</b>, because the model cannot do them with the full "
+         "cache (so they cannot tell methods apart):</p>\n<ul>\n";
+    for (const auto& [task, why] : c.left_out) o << "<li>" << h(task) << ": " << h(why) << "</li>\n";
+    o << "</ul>\n";
+  }
 
-  // Accuracy vs budget.
-  o << "<h2>Accuracy vs KV budget</h2>\n";
+  // Accuracy vs memory: each row at its KV bytes relative to the full cache.
+  o << "<h2>Accuracy vs KV memory</h2>\n";
   {
-    std::map<std::pair<std::string, std::string>, std::vector<std::pair<double, double>>> pts;
+    std::map<std::pair<std::string, std::string>, std::vector<const Row*>> rows_of;
     std::vector<std::pair<std::string, std::string>> order;  // series in first-seen order
     std::vector<RefLine> refs;
     std::set<double> xs;
-    bool ratio_skipped = false;
     const bool many_modes = b.modes.size() > 1;
     for (const Row& r : b.rows) {
       if (!r.average) continue;
@@ -781,15 +839,11 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
                         *r.average});
         continue;
       }
-      auto tokens = row_budget_tokens(r.budget, r.method);
-      if (!tokens) {
-        ratio_skipped = true;
-        continue;
-      }
+      if (!r.kv_vs_full || *r.kv_vs_full <= 0) continue;
       auto key = std::make_pair(r.series, r.mode);
-      if (!pts.count(key)) order.push_back(key);
-      pts[key].push_back({static_cast<double>(*tokens), *r.average});
-      xs.insert(static_cast<double>(*tokens));
+      if (!rows_of.count(key)) order.push_back(key);
+      rows_of[key].push_back(&r);
+      xs.insert(*r.kv_vs_full);
     }
     // Series order: by family, then spec, then mode (stable across dbs).
     std::sort(order.begin(), order.end(), [](const auto& a, const auto& b2) {
@@ -809,31 +863,38 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
       se.label = variant_name(fam, k.first, variants[fam]);
       if (many_modes) se.label += " (" + k.second + ")";
       se.tooltip = k.first + " (" + k.second + ")";
-      se.points = pts[k];
-      std::sort(se.points.begin(), se.points.end());
+      std::vector<const Row*> rows = rows_of[k];
+      std::sort(rows.begin(), rows.end(),
+                [](const Row* x, const Row* y) { return *x->kv_vs_full < *y->kv_vs_full; });
+      for (const Row* r : rows) {
+        se.points.push_back({*r->kv_vs_full, *r->average});
+        const Interval ci = r->average_ci.value_or(Interval{*r->average, *r->average, *r->average, 0});
+        se.bounds.push_back({ci.low, ci.high});
+      }
       series.push_back(std::move(se));
     }
     if (series.empty() && refs.empty()) {
-      o << "<p class=\"note\">No scored rows with a token budget.</p>\n";
+      o << "<p class=\"note\">No scored rows.</p>\n";
     } else {
       XAxis x;
-      x.title = "KV budget (tokens per layer and head)";
+      x.title = "KV bytes relative to the full cache";
       x.jitter = std::min(2.0, 20.0 / static_cast<double>(std::max<size_t>(series.size(), 1)));
       if (!xs.empty()) {
         x.lo = *xs.begin();
         x.hi = *xs.rbegin();
-        x.log = x.lo > 0 && x.hi / x.lo >= 8;
-        x.ticks.assign(xs.begin(), xs.end());
+        x.log = x.lo > 0 && x.hi / x.lo >= 4;
+        for (double t : {1.0 / 32, 1.0 / 16, 1.0 / 8, 1.0 / 4, 1.0 / 2, 1.0, 2.0}) {
+          if (t >= x.lo * 0.999 && t <= x.hi * 1.001) x.ticks.push_back(t);
+        }
+        if (x.ticks.empty()) x.ticks.assign(xs.begin(), xs.end());
       }
-      o << "<p class=\"note\">y: average accuracy over the tasks; one line per method "
+      o << "<p class=\"note\">y: average accuracy over the tasks, with its 95% interval as a bar; "
+           "x: the row's resident KV bytes over the full cache's (KV vs full); one line per method "
            "(the spec without its budget), its points set a pixel or two apart so that equal values "
            "show; dashed: the full cache."
-        << (x.log ? " x axis logarithmic." : "")
-        << (ratio_skipped ? " Rows with a ratio budget (ratio=r) are not drawn here; see the "
-                            "tables."
-                          : "")
-        << "</p>\n";
-      o << line_chart("accuracy against KV budget per method", x, series, refs);
+        << (x.log ? " x axis logarithmic." : "") << "</p>\n";
+      o << line_chart("accuracy against KV memory relative to the full cache per method", x,
+                      series, refs);
     }
   }
 

@@ -60,6 +60,11 @@ std::string baseline_json(const std::vector<Aggregate>& rows) {
                 {"kv_bytes", a.kv_bytes},      {"decode_tokens_per_s", a.decode_tokens_per_s},
                 {"ttft_ms", a.ttft_ms}};
     row["accuracy"] = a.accuracy ? json(*a.accuracy) : json(nullptr);
+    if (a.accuracy && a.accuracy_ci) {
+      row["accuracy_low"] = a.accuracy_ci->low;
+      row["accuracy_high"] = a.accuracy_ci->high;
+      row["scored_turns"] = a.accuracy_ci->n;
+    }
     row["top1_agreement"] = a.top1_agreement ? json(*a.top1_agreement) : json(nullptr);
     list.push_back(row);
   }
@@ -90,7 +95,16 @@ std::vector<Aggregate> parse_baseline(const std::string& json_text, const std::s
       a.kv_bytes = row.at("kv_bytes").get<double>();
       a.decode_tokens_per_s = row.at("decode_tokens_per_s").get<double>();
       a.ttft_ms = row.at("ttft_ms").get<double>();
-      if (!row.at("accuracy").is_null()) a.accuracy = row.at("accuracy").get<double>();
+      if (!row.at("accuracy").is_null()) {
+        a.accuracy = row.at("accuracy").get<double>();
+        if (!row.contains("accuracy_low")) {
+          throw InputError(where + ": has no accuracy interval (a baseline from before "
+                           "intervals); regenerate it with kvbench check DB --write-baseline");
+        }
+        a.accuracy_ci = Interval{*a.accuracy, row.at("accuracy_low").get<double>(),
+                                 row.at("accuracy_high").get<double>(),
+                                 row.at("scored_turns").get<int64_t>()};
+      }
       if (!row.at("top1_agreement").is_null()) a.top1_agreement = row.at("top1_agreement").get<double>();
       out.push_back(a);
     } catch (const json::exception& e) {
@@ -117,8 +131,10 @@ std::vector<Regression> find_regressions(const std::vector<Aggregate>& current,
     }
     const Aggregate& c = *it->second;
     if (b.accuracy) {
-      const double limit = *b.accuracy - tol.accuracy;
-      const double cur = c.accuracy.value_or(0.0);
+      // Intervals, not means: a regression is when the db's whole 95% interval lies below the
+      // baseline's (less the tolerance), so one flipped answer in a small cell is not one.
+      const double limit = b.accuracy_ci->low - tol.accuracy;
+      const double cur = c.accuracy_ci ? c.accuracy_ci->high : 0.0;
       if (cur < limit - 1e-12) add("accuracy", *b.accuracy, cur, limit);
     }
     if (b.top1_agreement) {
@@ -164,6 +180,12 @@ std::string render_regressions(const std::vector<Regression>& regressions, size_
                     r.metric.c_str(), r.baseline, r.current, r.limit);
     }
     out += line;
+  }
+  for (const Regression& r : regressions) {
+    if (r.metric != "accuracy") continue;
+    out += "accuracy: now is the top of the db's 95% interval, limit the bottom of the "
+           "baseline's less the tolerance\n";
+    break;
   }
   return out;
 }

@@ -1,7 +1,8 @@
 // The CI gate: a results db's aggregates against a baseline written from an earlier db,
-// per (method, task, mode, budget). A regression is accuracy or top-1 agreement lower, KV
-// memory higher, or decode speed / TTFT worse than the baseline by more than a tolerance,
-// or a baseline row the db does not have.
+// per (method, task, mode, budget). A regression is an accuracy whose 95% interval lies
+// wholly below the baseline's (less a tolerance), top-1 agreement lower, KV memory higher,
+// or decode speed / TTFT worse than the baseline by more than a tolerance, or a baseline
+// row the db does not have.
 #pragma once
 
 #include <optional>
@@ -13,7 +14,7 @@
 namespace kvbench {
 
 struct Tolerances {
-  double accuracy = 0.05;  // absolute drop of accuracy in [0, 1]
+  double accuracy = 0.05;  // absolute gap below the baseline's interval, in [0, 1]
   double fidelity = 0.05;  // absolute drop of top-1 agreement
   double memory = 0.05;    // relative growth of mean KV bytes
   double speed = 0.5;      // relative loss of decode tok/s, and growth of TTFT (shared,
@@ -24,8 +25,9 @@ struct Tolerances {
 Tolerances parse_tolerances(const std::string& text);
 
 // The baseline file: {"kvbench_baseline": 1, "rows": [{method, task, mode, budget, accuracy,
-// top1_agreement, kv_bytes, decode_tokens_per_s, ttft_ms}, ...]} (pretty-printed, stable
-// order, so a diff of a committed baseline reads well).
+// accuracy_low, accuracy_high, scored_turns, top1_agreement, kv_bytes, decode_tokens_per_s,
+// ttft_ms}, ...]} (pretty-printed, stable order, so a diff of a committed baseline reads
+// well). A row with an accuracy and no interval (an older baseline) is refused.
 std::string baseline_json(const std::vector<Aggregate>& rows);
 // InputError naming `source` for malformed JSON or a missing field.
 std::vector<Aggregate> parse_baseline(const std::string& json_text, const std::string& source);
@@ -34,8 +36,8 @@ struct Regression {
   std::string method, task, mode, budget;
   std::string metric;  // "accuracy", "top-1", "KV bytes", "decode tok/s", "TTFT ms", "missing"
   double baseline = 0;
-  double current = 0;
-  double limit = 0;  // the value the current one had to reach
+  double current = 0;  // accuracy: the upper bound of the db's interval
+  double limit = 0;    // the value the current one had to reach
 };
 
 std::vector<Regression> find_regressions(const std::vector<Aggregate>& current,

@@ -391,7 +391,7 @@ TEST_CASE("write_reports: a results db to leaderboard.md and leaderboard.html", 
     CHECK(md == render_leaderboard_markdown(db->runs(), rows));
     CHECK(html == render_leaderboard_html(db->runs(), rows));
   }
-  CHECK(md.find("| full | – | multi-turn | 83.3 | 100.0 | 91.7 |") != std::string::npos);
+  CHECK(md.find("| full | – | multi-turn | 83.3 ±25.0 | 100.0 ±28.1 | 91.7 ±12.5 |") != std::string::npos);
   CHECK_FALSE(fs::exists(out / "leaderboard.md.tmp"));
   CHECK_FALSE(fs::exists(out / "leaderboard.html.tmp"));
   // Written again over the old files.
@@ -415,4 +415,26 @@ TEST_CASE("write_reports: a results db to leaderboard.md and leaderboard.html", 
   CHECK(message([&] { write_reports((dir / "missing.sqlite").string(), (dir / "out3").string()); }) !=
         "no InputError");
   fs::remove_all(dir);
+}
+
+TEST_CASE("leaderboard: left-out tasks, intervals and the memory axis", "[reports]") {
+  std::vector<RunRecord> runs = fixed_runs();
+  runs[0].config_json =
+      R"({"tasks": [], "excluded_tasks": [{"task": "math_find", "reason": "full cache 40% (95% )"
+      R"(interval 23%-59%, 25 turns) at 1024 tokens in calibration, below 80%"},)"
+      R"( {"task": "<b>x</b>", "reason": "not calibrated"}]})";
+  const auto rows = aggregate_units(fixed_units());
+  const std::string md = render_leaderboard_markdown(runs, rows);
+  CHECK(md.find("**Left out**") != std::string::npos);
+  CHECK(md.find("- math\\_find: full cache 40% (95% interval 23%-59%, 25 turns) at 1024 tokens "
+                "in calibration, below 80%") != std::string::npos);
+  const std::string html = render_leaderboard_html(runs, rows);
+  CHECK(html.find("<b>Left out</b>") != std::string::npos);
+  CHECK(html.find("<li>&lt;b&gt;x&lt;/b&gt;: not calibrated</li>") != std::string::npos);
+  // Accuracy cells carry ±, the chart error bars, its x axis the memory relative to full.
+  CHECK(html.find(" ±") != std::string::npos);
+  CHECK(html.find("class=\"err\"") != std::string::npos);
+  CHECK(html.find("KV bytes relative to the full cache") != std::string::npos);
+  // Without excluded tasks there is no such section.
+  CHECK(render_leaderboard_markdown(fixed_runs(), rows).find("Left out") == std::string::npos);
 }

@@ -9,14 +9,16 @@ using namespace kvbench;
 
 namespace {
 
+// A row whose accuracy is over `turns` binary turns, with its Wilson interval.
 Aggregate row(const std::string& method, double accuracy, double top1, double kv, double tps,
-              double ttft) {
+              double ttft, int64_t turns = 20) {
   Aggregate a;
   a.method = method;
   a.task = "retr_kv";
   a.mode = "multi-turn";
   a.budget = method == "full" ? "" : "budget=128";
   a.accuracy = accuracy;
+  a.accuracy_ci = wilson_interval(static_cast<int64_t>(accuracy * turns + 0.5), turns);
   a.top1_agreement = top1;
   a.kv_bytes = kv;
   a.decode_tokens_per_s = tps;
@@ -36,8 +38,15 @@ TEST_CASE("check: within tolerance passes, past it fails, per metric", "[unit]")
   const std::vector<Aggregate> base = {row("snapkv", 0.6, 0.9, 1000, 50, 200)};
   const Tolerances tol;  // accuracy 0.05, fidelity 0.05, memory 0.05, speed 0.5
   CHECK(find_regressions({row("snapkv", 0.56, 0.86, 1049, 26, 299)}, base, tol).empty());
-  CHECK(metrics(find_regressions({row("snapkv", 0.54, 0.9, 1000, 50, 200)}, base, tol)) ==
+  // Accuracy is compared by 95% intervals: 12/20 -> 8/20 overlaps (not a regression),
+  // 12/20 -> 2/20 lies wholly below the baseline's interval less 0.05 (a regression).
+  CHECK(find_regressions({row("snapkv", 0.4, 0.9, 1000, 50, 200)}, base, tol).empty());
+  CHECK(metrics(find_regressions({row("snapkv", 0.1, 0.9, 1000, 50, 200)}, base, tol)) ==
         std::vector<std::string>{"accuracy"});
+  const auto collapse = find_regressions({row("snapkv", 0.1, 0.9, 1000, 50, 200)}, base, tol);
+  CHECK(collapse[0].current == Approx(wilson_interval(2, 20).high));
+  CHECK(collapse[0].limit == Approx(wilson_interval(12, 20).low - 0.05));
+  CHECK(render_regressions(collapse, 1).find("top of the db's 95% interval") != std::string::npos);
   CHECK(metrics(find_regressions({row("snapkv", 0.6, 0.8, 1000, 50, 200)}, base, tol)) ==
         std::vector<std::string>{"top-1"});
   CHECK(metrics(find_regressions({row("snapkv", 0.6, 0.9, 1051, 50, 200)}, base, tol)) ==
@@ -54,6 +63,17 @@ TEST_CASE("check: within tolerance passes, past it fails, per metric", "[unit]")
   const std::string table = render_regressions(missing, base.size());
   CHECK(table.find("1 regression in 1 baseline rows") != std::string::npos);
   CHECK(render_regressions({}, 3).find("no regressions in 3 baseline rows") != std::string::npos);
+}
+
+TEST_CASE("check: one flipped answer in a 10-turn cell is not a regression; a collapse is",
+          "[unit]") {
+  const std::vector<Aggregate> base = {row("snapkv", 0.9, 0.9, 1000, 50, 200, 10)};
+  const Tolerances tol;
+  CHECK(find_regressions({row("snapkv", 0.8, 0.9, 1000, 50, 200, 10)}, base, tol).empty());
+  CHECK(find_regressions({row("snapkv", 0.7, 0.9, 1000, 50, 200, 10)}, base, tol).empty());
+  CHECK(metrics(find_regressions({row("snapkv", 0.1, 0.9, 1000, 50, 200, 10)}, base, tol)) ==
+        std::vector<std::string>{"accuracy"});
+  // Without intervals the old mean rule (0.9 - 0.05) would have flagged 0.8.
 }
 
 TEST_CASE("check: tolerances parse, bad ones are named", "[unit]") {
@@ -74,6 +94,9 @@ TEST_CASE("check: the baseline file round-trips; a bad one is named", "[unit]") 
   CHECK(back[0].method == "full");
   CHECK(back[0].budget.empty());
   CHECK(*back[0].accuracy == 0.8);
+  CHECK(back[0].accuracy_ci->low == Approx(rows[0].accuracy_ci->low));
+  CHECK(back[0].accuracy_ci->high == Approx(rows[0].accuracy_ci->high));
+  CHECK(back[0].accuracy_ci->n == 20);
   CHECK_FALSE(back[1].accuracy);
   CHECK(back[1].kv_bytes == 1000);
   CHECK(find_regressions(rows, back, Tolerances{}).empty());
@@ -81,4 +104,9 @@ TEST_CASE("check: the baseline file round-trips; a bad one is named", "[unit]") 
   CHECK_THROWS_WITH(parse_baseline("{\"rows\": []}", "b.json"), Catch::Contains("not a kvbench baseline"));
   CHECK_THROWS_WITH(parse_baseline(R"({"kvbench_baseline": 1, "rows": [{"method": "x"}]})", "b.json"),
                     Catch::Contains("b.json: rows[0]: missing or mistyped field"));
+  CHECK_THROWS_WITH(
+      parse_baseline(R"({"kvbench_baseline": 1, "rows": [{"method": "x", "task": "t", "mode": "m",
+                       "budget": "", "kv_bytes": 1, "decode_tokens_per_s": 1, "ttft_ms": 1,
+                       "accuracy": 0.5, "top1_agreement": null}]})", "b.json"),
+      Catch::Contains("b.json: rows[0]: has no accuracy interval"));
 }

@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
                  "Where the model runs and its KV cache lives: cpu, or cuda in a CUDA build "
                  "(full, the eviction methods, quest and kivi so far)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
-  // kvbench::add_calibrate_command(app, model);
+  kvbench::add_calibrate_command(app, model);
   kvbench::add_generate_command(app, model);
   kvbench::add_list_command(app, model);
   kvbench::add_session_command(app, model);
