@@ -567,10 +567,23 @@ struct XAxis {
   std::vector<double> ticks;  // values with a tick and label
   bool log = false;
   double lo = 0, hi = 1;
+  std::vector<std::string> tick_labels;  // parallel to ticks; empty: the numbers themselves
   // Pixels between neighbouring series' points at the same x, so that equal values stay
   // visible (for a categorical axis such as the turn index); 0: none.
   double jitter = 0;
 };
+
+// A tick of the memory axis as the Cost table writes KV vs full: "1/16x" for the fractions
+// budgets are set at (0.06 would hide which one), else "0.39x".
+std::string ratio_label(double r) {
+  if (r > 0 && r < 1) {
+    const double inv = 1 / r;
+    if (std::abs(inv - std::round(inv)) < 1e-9) {
+      return "1/" + std::to_string(static_cast<long long>(std::round(inv))) + "x";
+    }
+  }
+  return fmt(r, r == std::floor(r) ? 0 : 2) + "x";
+}
 
 constexpr double kWidth = 900;
 constexpr double kPlotLeft = 60, kPlotRight = 560, kPlotTop = 20, kPlotHeight = 260;
@@ -613,13 +626,15 @@ std::string line_chart(const std::string& aria, const XAxis& x, const std::vecto
   s << "<line x1=\"" << num(kPlotLeft) << "\" y1=\"" << num(bottom) << "\" x2=\"" << num(kPlotRight)
     << "\" y2=\"" << num(bottom) << "\" class=\"axisline\"/>\n";
   double last_label = -1e9;
-  for (double t : x.ticks) {
+  for (size_t i = 0; i < x.ticks.size(); ++i) {
+    const double t = x.ticks[i];
     const double xp = px(t);
     s << "<line x1=\"" << num(xp) << "\" y1=\"" << num(bottom) << "\" x2=\"" << num(xp)
       << "\" y2=\"" << num(bottom + 5) << "\" class=\"axisline\"/>";
     if (xp - last_label >= 40) {
       s << "<text x=\"" << num(xp) << "\" y=\"" << num(bottom + 18)
-        << "\" text-anchor=\"middle\" class=\"tick\">" << fmt(t, t == std::floor(t) ? 0 : 2)
+        << "\" text-anchor=\"middle\" class=\"tick\">"
+        << (i < x.tick_labels.size() ? h(x.tick_labels[i]) : fmt(t, t == std::floor(t) ? 0 : 2))
         << "</text>";
       last_label = xp;
     }
@@ -830,6 +845,7 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
     std::vector<std::pair<std::string, std::string>> order;  // series in first-seen order
     std::vector<RefLine> refs;
     std::set<double> xs;
+    size_t no_ratio = 0;  // scored rows without a full-cache reference: no x to draw them at
     const bool many_modes = b.modes.size() > 1;
     for (const Row& r : b.rows) {
       if (!r.average) continue;
@@ -839,7 +855,10 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
                         *r.average});
         continue;
       }
-      if (!r.kv_vs_full || *r.kv_vs_full <= 0) continue;
+      if (!r.kv_vs_full || *r.kv_vs_full <= 0) {
+        ++no_ratio;
+        continue;
+      }
       auto key = std::make_pair(r.series, r.mode);
       if (!rows_of.count(key)) order.push_back(key);
       rows_of[key].push_back(&r);
@@ -874,7 +893,9 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
       series.push_back(std::move(se));
     }
     if (series.empty() && refs.empty()) {
-      o << "<p class=\"note\">No scored rows.</p>\n";
+      o << "<p class=\"note\">No scored rows"
+        << (no_ratio ? " with a full-cache reference on the same task and mode" : "")
+        << ".</p>\n";
     } else {
       XAxis x;
       x.title = "KV bytes relative to the full cache";
@@ -887,12 +908,17 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
           if (t >= x.lo * 0.999 && t <= x.hi * 1.001) x.ticks.push_back(t);
         }
         if (x.ticks.empty()) x.ticks.assign(xs.begin(), xs.end());
+        for (double t : x.ticks) x.tick_labels.push_back(ratio_label(t));
       }
       o << "<p class=\"note\">y: average accuracy over the tasks, with its 95% interval as a bar; "
            "x: the row's resident KV bytes over the full cache's (KV vs full); one line per method "
            "(the spec without its budget), its points set a pixel or two apart so that equal values "
            "show; dashed: the full cache."
-        << (x.log ? " x axis logarithmic." : "") << "</p>\n";
+        << (x.log ? " x axis logarithmic." : "")
+        << (no_ratio ? " Rows without a full-cache reference on the same task and mode are not "
+                       "drawn (no KV vs full); see the tables."
+                     : "")
+        << "</p>\n";
       o << line_chart("accuracy against KV memory relative to the full cache per method", x,
                       series, refs);
     }

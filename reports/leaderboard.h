@@ -11,13 +11,16 @@
 namespace kvbench {
 
 // leaderboard.md: the runs it covers (model sha, kvbench version, git sha), a method x task
-// accuracy table with the average, then per method: KV memory vs full, TTFT, decode tok/s,
-// fidelity (KL, top-1). Deterministic for the same db (golden-file tested).
+// accuracy table with the average, each with half its 95% interval (reports/intervals.h),
+// the tasks a run's config left out ("excluded_tasks") and why, then per method: KV memory
+// vs full, TTFT, decode tok/s, fidelity (KL, top-1). Deterministic for the same db
+// (golden-file tested).
 std::string render_leaderboard_markdown(const std::vector<RunRecord>& runs,
                                         const std::vector<Aggregate>& rows);
 
-// leaderboard.html: the same tables plus inline SVG charts: accuracy vs KV budget per
-// method, multi-turn accuracy by turn index, TTFT and memory per method.
+// leaderboard.html: the same tables plus inline SVG charts: accuracy (with its interval as
+// an error bar) vs KV bytes relative to the full cache per method, multi-turn accuracy by
+// turn index, TTFT and memory per method.
 std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
                                     const std::vector<Aggregate>& rows);
 

@@ -58,8 +58,19 @@ TEST_CASE("default_system_prompt skips branches that build the system message (Q
       "messages[0]['content'] + '<|im_end|>\\n' }}\n    {%- else %}\n        {{- "
       "'<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
       "assistant.<|im_end|>\\n' }}\n    {%- endif %}\n{%- endif %}";
-  CHECK(default_system_prompt(qwen) ==
-        "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+  const std::string system = default_system_prompt(qwen);
+  CHECK(system == "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+  // Rendered as the template's plain branch writes it; a conversation's own system message
+  // replaces it.
+  CHECK(render_chat(detect_chat_format(qwen), {{"user", "Hi"}}, true, system) ==
+        "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
+        "assistant.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  CHECK(render_chat(ChatFormat::ChatML, {{"system", "Be brief."}, {"user", "Hi"}}, false, system) ==
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
+  // With the plain branch's literal gone, no other branch has a literal default.
+  std::string tools_only = qwen;
+  tools_only.erase(tools_only.find("{%- else %}\n        {{- '<|im_start|>system\\nYou"));
+  CHECK(default_system_prompt(tools_only).empty());
 }
 
 TEST_CASE("ChatML renders as SmolLM2's template does", "[unit]") {

@@ -18,11 +18,19 @@ TEST_CASE("intervals: Wilson's score interval at hand-computed points", "[unit]"
   const Interval none = wilson_interval(0, 5);
   CHECK(none.low == 0.0);
   CHECK(none.high == Approx(0.4345).margin(1e-4));
+  const Interval five = wilson_interval(5, 5);  // the mirror of 0/5
+  CHECK(five.low == Approx(0.5655).margin(1e-4));
+  CHECK(five.high == 1.0);
+  CHECK(five.half_width() == Approx(none.half_width()));
   const Interval all = wilson_interval(20, 20);
   CHECK(all.low == Approx(0.8389).margin(1e-4));
   CHECK(all.high == 1.0);
   const Interval one = wilson_interval(1, 1);
   CHECK(one.low == Approx(0.2065).margin(1e-4));
+  CHECK(one.high == 1.0);
+  const Interval miss = wilson_interval(0, 1);
+  CHECK(miss.low == 0.0);
+  CHECK(miss.high == Approx(0.7935).margin(1e-4));
   const Interval empty = wilson_interval(0, 0);
   CHECK(empty.low == 0.0);
   CHECK(empty.high == 1.0);

@@ -435,6 +435,46 @@ TEST_CASE("leaderboard: left-out tasks, intervals and the memory axis", "[report
   CHECK(html.find(" ±") != std::string::npos);
   CHECK(html.find("class=\"err\"") != std::string::npos);
   CHECK(html.find("KV bytes relative to the full cache") != std::string::npos);
+  // Its ticks read as the Cost table's ratios (snapkv at 128 and 256 of 512 tokens).
+  CHECK(html.find(">1/4x</text>") != std::string::npos);
+  CHECK(html.find(">1/2x</text>") != std::string::npos);
+  CHECK(html.find(">1x</text>") != std::string::npos);
+  CHECK(html.find("KV budget") == std::string::npos);
   // Without excluded tasks there is no such section.
   CHECK(render_leaderboard_markdown(fixed_runs(), rows).find("Left out") == std::string::npos);
+}
+
+TEST_CASE("write_reports: a run config's excluded_tasks become the Left out section",
+          "[reports]") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() /
+                       ("kvbench_left_out_" + std::to_string(static_cast<long>(::getpid())));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string db_path = (dir / "results.sqlite").string();
+  {
+    auto db = ResultsDb::open(db_path);
+    RunRecord run = fixed_runs()[0];
+    run.config_json =
+        R"({"tasks": ["multihop_vt", "retr_kv"], "excluded_tasks": [{"task": "math_find", )"
+        R"("reason": "full cache 12.0% (n=25) in calibration, below 80%"}]})";
+    const int64_t id = db->begin_run(run);
+    int n = 0;
+    for (UnitRecord u : fixed_units()) {
+      u.key = "unit" + std::to_string(n++);
+      db->write_unit(id, u);
+    }
+    db->finish_run(id);
+  }
+  write_reports(db_path, (dir / "out").string());
+  const std::string md = read_file((dir / "out" / "leaderboard.md").string());
+  const std::string html = read_file((dir / "out" / "leaderboard.html").string());
+  CHECK(md.find("- math\\_find: full cache 12.0% (n=25) in calibration, below 80%\n") !=
+        std::string::npos);
+  CHECK(html.find("<li>math_find: full cache 12.0% (n=25) in calibration, below 80%</li>") !=
+        std::string::npos);
+  // The section sits under the accuracy table, before the cost table.
+  CHECK(md.find("**Left out**") > md.find("## Accuracy (%)"));
+  CHECK(md.find("**Left out**") < md.find("## Cost and fidelity"));
+  fs::remove_all(dir);
 }

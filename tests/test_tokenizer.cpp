@@ -160,7 +160,31 @@ TEST_CASE("Qwen2 pre-tokenizer: Llama-3's rules with every digit alone", "[unit]
   CHECK(pre_tokenize("qwen2", "I'LL go don't") == Pieces{"I", "'LL", " go", " don", "'t"});
   CHECK(pre_tokenize("qwen2", "x  \n  y") == Pieces{"x", "  \n", " ", " y"});
   CHECK(pre_tokenize("qwen2", "key-9f3a") == Pieces{"key", "-", "9", "f", "3", "a"});
-  CHECK(pre_tokenize("deepseek-r1-qwen", "42") == Pieces{"4", "2"});
+  CHECK(pre_tokenize("qwen2", "}\n\n    return") == Pieces{"}\n\n", "   ", " return"});
+
+  // Digits next to contractions, symbols and newline runs: each case splits otherwise under
+  // Llama-3's \p{N}{1,3}, which keeps up to three digits together.
+  const std::vector<std::pair<std::string, Pieces>> digit_cases = {
+      {"I'm 25\n\n", {"I", "'m", " ", "2", "5", "\n\n"}},
+      {"DON'T 99", {"DON", "'T", " ", "9", "9"}},
+      {"x=10\n\n\ny", {"x", "=", "1", "0", "\n\n\n", "y"}},
+      {"3.14159", {"3", ".", "1", "4", "1", "5", "9"}},
+      {"id-2024\r\n", {"id", "-", "2", "0", "2", "4", "\r\n"}},
+      {"１０ ２０", {"１", "０", " ", "２", "０"}},  // fullwidth digits are \p{N} too
+      {"x²³", {"x", "²", "³"}},
+  };
+  for (const auto& [text, pieces] : digit_cases) {
+    INFO("text: " << text);
+    CHECK(pre_tokenize("qwen2", text) == pieces);
+    CHECK(pre_tokenize("llama3", text) != pieces);
+  }
+
+  // Every name llama.cpp gives this regex.
+  for (const char* alias :
+       {"deepseek-r1-qwen", "kormo", "f2llmv2", "megrez", "stablelm2", "hunyuan", "solar-open"}) {
+    INFO("pre: " << alias);
+    CHECK(pre_tokenize(alias, "I'm 25\n\n") == pre_tokenize("qwen2", "I'm 25\n\n"));
+  }
 }
 
 TEST_CASE("Default pre-tokenizer splits punctuation and digit triples", "[unit]") {
@@ -191,7 +215,7 @@ TEST_CASE("decode(encode(s)) == s for Unicode, emoji, code and whitespace", "[un
       "<|im_start|>user\nhi<|im_end|>\n",
       std::string("nul\0byte", 8),
   };
-  for (const char* pre : {"gpt2", "smollm", "llama3", "default"}) {
+  for (const char* pre : {"gpt2", "smollm", "llama3", "qwen2", "default"}) {
     const Tokenizer tok(tiny_vocab(kWordMerges, pre));
     for (const std::string& s : texts) {
       INFO("pre " << pre << ", text: " << s);
@@ -212,7 +236,7 @@ TEST_CASE("Invalid UTF-8 never crashes and reads as U+FFFD per bad byte", "[unit
     state = state * 1664525u + 1013904223u;
     return static_cast<char>(state >> 24);
   };
-  for (const char* pre : {"gpt2", "smollm", "llama3", "default"}) {
+  for (const char* pre : {"gpt2", "smollm", "llama3", "qwen2", "default"}) {
     const Tokenizer fuzz(tiny_vocab(kWordMerges, pre));
     for (int i = 0; i < 300; ++i) {
       std::string s;

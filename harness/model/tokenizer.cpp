@@ -22,7 +22,9 @@ enum SplitStep : uint8_t {
   kGpt2,          // 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
   kLlama3,        // (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
                   //  ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
-  kQwen2,         // llama3's with \p{N} for \p{N}{1,3}: every digit alone
+  kQwen2,         // llama3's with \p{N} for \p{N}{1,3}: every digit alone. llama.cpp runs
+                  // this one through std::regex on category-collapsed text, not a hand-written
+                  // splitter; llama3's splitter gives the same pieces (tokenizer_qwen2.json).
 };
 
 struct PreTokenizerSpec {
@@ -46,7 +48,9 @@ bool find_pre_tokenizer(const std::string& pre, PreTokenizerSpec* spec) {
   } else if (in({"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0",
                  "lfm2"})) {
     *spec = {{kLlama3}, true, true};
-  } else if (in({"qwen2", "deepseek-r1-qwen"})) {
+  } else if (in({"qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "megrez", "stablelm2", "hunyuan",
+                 "solar-open"})) {
+    // llama.cpp's LLAMA_VOCAB_PRE_TYPE_QWEN2 names, and the pre-types that share its regex.
     *spec = {{kQwen2}, false, false};
   } else if (in({"dbrx", "smaug-bpe"})) {
     *spec = {{kLlama3}, false, false};
@@ -57,7 +61,8 @@ bool find_pre_tokenizer(const std::string& pre, PreTokenizerSpec* spec) {
 }
 
 const char* kSupportedPre =
-    "default, gpt2, smollm (and the starcoder family), llama3/llama-bpe (and its family), qwen2";
+    "default, gpt2, smollm (and the starcoder family), llama3/llama-bpe (and its family), "
+    "qwen2 (and its family)";
 
 // Class of a code point at a chunk position; kOutside past the chunk end (llama.cpp's empty
 // flags), so that look-ahead never crosses a chunk boundary.

@@ -77,7 +77,7 @@ class Tokenizer {
 };
 
 // Splits text into pre-tokens with the regex set llama.cpp uses for `pre`
-// ("default"/"gpt2", "smollm", "llama3", ...). Exposed for tests.
+// ("default"/"gpt2", "smollm", "llama3", "qwen2", ...). Exposed for tests.
 std::vector<std::string> pre_tokenize(const std::string& pre, const std::string& text);
 
 }  // namespace kvbench
