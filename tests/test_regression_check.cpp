@@ -36,16 +36,20 @@ std::vector<std::string> metrics(const std::vector<Regression>& rs) {
 
 TEST_CASE("check: within tolerance passes, past it fails, per metric", "[unit]") {
   const std::vector<Aggregate> base = {row("snapkv", 0.6, 0.9, 1000, 50, 200)};
-  const Tolerances tol;  // accuracy 0.05, fidelity 0.05, memory 0.05, speed 0.5
+  const Tolerances tol;  // accuracy 0 (below the interval), fidelity 0.05, memory 0.05, speed 0.5
   CHECK(find_regressions({row("snapkv", 0.56, 0.86, 1049, 26, 299)}, base, tol).empty());
   // Accuracy is compared by 95% intervals: 12/20 -> 8/20 overlaps (not a regression),
-  // 12/20 -> 2/20 lies wholly below the baseline's interval less 0.05 (a regression).
+  // 12/20 -> 2/20 lies wholly below the baseline's interval (a regression).
   CHECK(find_regressions({row("snapkv", 0.4, 0.9, 1000, 50, 200)}, base, tol).empty());
   CHECK(metrics(find_regressions({row("snapkv", 0.1, 0.9, 1000, 50, 200)}, base, tol)) ==
         std::vector<std::string>{"accuracy"});
   const auto collapse = find_regressions({row("snapkv", 0.1, 0.9, 1000, 50, 200)}, base, tol);
   CHECK(collapse[0].current == Approx(wilson_interval(2, 20).high));
-  CHECK(collapse[0].limit == Approx(wilson_interval(12, 20).low - 0.05));
+  CHECK(collapse[0].limit == Approx(wilson_interval(12, 20).low));
+  // A tolerance widens the gap allowed: 2/20 passes 0.1 below 12/20's interval.
+  Tolerances loose;
+  loose.accuracy = 0.1;
+  CHECK(find_regressions({row("snapkv", 0.1, 0.9, 1000, 50, 200)}, base, loose).empty());
   CHECK(render_regressions(collapse, 1).find("top of the db's 95% interval") != std::string::npos);
   CHECK(metrics(find_regressions({row("snapkv", 0.6, 0.8, 1000, 50, 200)}, base, tol)) ==
         std::vector<std::string>{"top-1"});
@@ -73,7 +77,11 @@ TEST_CASE("check: one flipped answer in a 10-turn cell is not a regression; a co
   CHECK(find_regressions({row("snapkv", 0.7, 0.9, 1000, 50, 200, 10)}, base, tol).empty());
   CHECK(metrics(find_regressions({row("snapkv", 0.1, 0.9, 1000, 50, 200, 10)}, base, tol)) ==
         std::vector<std::string>{"accuracy"});
-  // Without intervals the old mean rule (0.9 - 0.05) would have flagged 0.8.
+  // 6-turn cells (the smoke sweep's): 6/6 -> 1/6 is flagged, 6/6 -> 2/6 is not.
+  const std::vector<Aggregate> six = {row("snapkv", 1.0, 0.9, 1000, 50, 200, 6)};
+  CHECK(find_regressions({row("snapkv", 2.0 / 6, 0.9, 1000, 50, 200, 6)}, six, tol).empty());
+  CHECK(metrics(find_regressions({row("snapkv", 1.0 / 6, 0.9, 1000, 50, 200, 6)}, six, tol)) ==
+        std::vector<std::string>{"accuracy"});
 }
 
 TEST_CASE("check: tolerances parse, bad ones are named", "[unit]") {
