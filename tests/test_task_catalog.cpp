@@ -251,7 +251,7 @@ TEST_CASE("catalog: a mix sample scores and budgets each turn by its part", "[un
   CHECK(score_turn(mix, mix.turns[1], "X") == Approx(0.25));
   CHECK(score_turn(mix, mix.turns[1], "X, Y, Z and W") == 1.0);
   CHECK(score_turn(mix, mix.turns[0], "It is v1.") == 1.0);
-  CHECK(max_new_tokens_for(mix) == 48);
+  CHECK(max_new_tokens_for(mix) == 96);
 
   // The largest budget over the turns' tasks, not the mix's own.
   mix.turns[0].task = "math_find";
