@@ -126,8 +126,14 @@ TEST_CASE("sweep config: methods x budgets, full once, canonical JSON", "[unit]"
   CHECK(with_kivi[0].budget == "budget=32");
   CHECK(with_kivi[2].spec == "kivi:bits=4,residual=128");
   CHECK(with_kivi[2].budget.empty());
+  // The default sweep (configs/default.json): a model that can do its tasks, calibrated,
+  // budgets as fractions of the context, enough turns for a full-cache interval of +-15.
   const SweepConfig d = default_sweep_config();
-  CHECK(d.tasks.size() == 5);
+  CHECK(d.model == "qwen2.5-0.5b");
+  CHECK(d.min_full_accuracy >= 0.8);
+  CHECK(d.samples * d.turns >= 25);
+  REQUIRE_FALSE(d.budgets.empty());
+  for (const std::string& b : d.budgets) CHECK(b.rfind("ratio=", 0) == 0);
   CHECK(sweep_methods(d).size() >= 3);
   for (const std::string& method : d.methods) {
     CHECK(method != "prefix");  // multi-turn: reuse across requests has nothing to do
