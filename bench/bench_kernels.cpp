@@ -222,10 +222,25 @@ void BM_GatherRows(benchmark::State& state) {
 }
 BENCHMARK(BM_GatherRows)->Args({8192, 1024})->Unit(benchmark::kMicrosecond)->UseRealTime();
 
+// Byte offsets of a block's fp16 scale fields (d, and m or dmin): the rest stays random.
+std::vector<int64_t> fp16_fields(BlockFormat f) {
+  switch (f) {
+    case BlockFormat::Q4_1:
+    case BlockFormat::Q5_1:
+    case BlockFormat::Q4_K:
+      return {0, 2};
+    case BlockFormat::Q6_K:
+      return {208};
+    default:
+      return {0};
+  }
+}
+
 // y[n, rows] = x[n, cols] W^T with W streamed from memory: GB/s of weight bytes.
 void BM_BlockMatmul(benchmark::State& state, BlockFormat f, int64_t rows, int64_t cols) {
   const int64_t n = state.range(0);
-  const int64_t row_bytes = cols / 32 * kvbench::block_format_bytes(f);
+  const int64_t block_bytes = kvbench::block_format_bytes(f);
+  const int64_t row_bytes = cols / kvbench::block_format_elements(f) * block_bytes;
   const int64_t bytes = rows * row_bytes;
   const int64_t n_copies = copies_for(bytes, state.range(1) != 0);
   std::vector<std::vector<uint8_t>> weights(n_copies);
@@ -238,10 +253,9 @@ void BM_BlockMatmul(benchmark::State& state, BlockFormat f, int64_t rows, int64_
       continue;
     }
     for (auto& byte : w) byte = static_cast<uint8_t>(rng());
-    const uint16_t scale = 0x2C00;  // fp16 0.0625 in every d (and m) field
-    for (int64_t b = 0; b < bytes / kvbench::block_format_bytes(f); ++b) {
-      std::memcpy(w.data() + b * kvbench::block_format_bytes(f), &scale, 2);
-      if (f == BlockFormat::Q4_1) std::memcpy(w.data() + b * kvbench::block_format_bytes(f) + 2, &scale, 2);
+    const uint16_t scale = 0x2C00;  // fp16 0.0625 in every d (and m, dmin) field
+    for (int64_t b = 0; b < bytes / block_bytes; ++b) {
+      for (int64_t at : fp16_fields(f)) std::memcpy(w.data() + b * block_bytes + at, &scale, 2);
     }
   }
   const auto x = random_floats(n * cols, 7);
@@ -276,6 +290,34 @@ BENCHMARK_CAPTURE(BM_BlockMatmul, q8_0_49152x576, BlockFormat::Q8_0, 49152, 576)
 BENCHMARK_CAPTURE(BM_BlockMatmul, f32_576x1536, BlockFormat::F32, 576, 1536)
     ->Args({1, 1})
     ->Args({1, 0})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+// Qwen2.5-0.5B's FFN (Q4_K_M file): gate/up 4864x896 in Q5_0, down 896x4864 in Q4_K or
+// Q6_K (f32: what down cost when it was dequantized for decode).
+BENCHMARK_CAPTURE(BM_BlockMatmul, q5_0_4864x896, BlockFormat::Q5_0, 4864, 896)
+    ->Args({1, 1})
+    ->Args({4, 1})
+    ->Args({1, 0})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_BlockMatmul, q5_1_4864x896, BlockFormat::Q5_1, 4864, 896)
+    ->Args({1, 1})
+    ->Args({1, 0})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_BlockMatmul, q4_k_896x4864, BlockFormat::Q4_K, 896, 4864)
+    ->Args({1, 1})
+    ->Args({4, 1})
+    ->Args({1, 0})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_BlockMatmul, q6_k_896x4864, BlockFormat::Q6_K, 896, 4864)
+    ->Args({1, 1})
+    ->Args({1, 0})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_BlockMatmul, f32_896x4864, BlockFormat::F32, 896, 4864)
+    ->Args({1, 1})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -33,11 +33,18 @@ struct AttentionQuery {
 };
 
 // Weights in a ggml block format, row-major: row r starts at data + r * row_bytes.
-enum class BlockFormat : int32_t { F32, Q4_0, Q4_1, Q8_0, Q5_0, Q5_1 };
+enum class BlockFormat : int32_t { F32, Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, Q4_K, Q6_K };
 
-// Bytes of one 32-element block: Q4_0 fp16 d + 16 nibble bytes; Q4_1 fp16 d, m + 16;
+// Elements of one block: 256 for the K-quant super-blocks, 32 for the others (F32 counts
+// in blocks of 32 floats).
+constexpr int64_t block_format_elements(BlockFormat format) {
+  return format == BlockFormat::Q4_K || format == BlockFormat::Q6_K ? 256 : 32;
+}
+
+// Bytes of one block: Q4_0 fp16 d + 16 nibble bytes; Q4_1 fp16 d, m + 16;
 // Q5_0 fp16 d + 4 bytes of fifth bits + 16; Q5_1 fp16 d, m + 4 + 16; Q8_0 fp16 d + 32 int8;
-// F32 32 floats.
+// Q4_K fp16 d, dmin + 12 bytes of 6-bit scales and mins + 128 nibble bytes; Q6_K 128 bytes
+// of low nibbles + 64 of high bit pairs + 16 int8 scales + fp16 d; F32 32 floats.
 constexpr int64_t block_format_bytes(BlockFormat format) {
   switch (format) {
     case BlockFormat::Q4_0: return 18;
@@ -45,6 +52,8 @@ constexpr int64_t block_format_bytes(BlockFormat format) {
     case BlockFormat::Q8_0: return 34;
     case BlockFormat::Q5_0: return 22;
     case BlockFormat::Q5_1: return 24;
+    case BlockFormat::Q4_K: return 144;
+    case BlockFormat::Q6_K: return 210;
     case BlockFormat::F32: return 128;
   }
   return 0;
@@ -54,7 +63,7 @@ struct BlockMatrix {
   const void* data;  // [rows, row_bytes]
   BlockFormat format;
   int64_t rows;      // output features
-  int64_t cols;      // input features, a multiple of 32 for block formats
+  int64_t cols;      // input features, a multiple of block_format_elements(format)
   int64_t row_bytes;
 };
 

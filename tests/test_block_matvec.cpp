@@ -1,12 +1,15 @@
-// block_matmul_cpu and block_matmul_reference against an independent decoder of the ggml
-// block formats, with error bounds derived from what each path rounds.
+// block_matmul_cpu and block_matmul_reference against an independent decoder (K-quants: an
+// independent packer) of the ggml block formats, with error bounds derived from what each
+// path rounds, and exactly against dequantize_row on one-hot x rows.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
+#include "harness/model/dequant.h"
 #include "kernels/cpu/block_matvec.h"
 
 namespace {
@@ -33,6 +36,10 @@ const char* name(BlockFormat f) {
       return "Q5_0";
     case BlockFormat::Q5_1:
       return "Q5_1";
+    case BlockFormat::Q4_K:
+      return "Q4_K";
+    case BlockFormat::Q6_K:
+      return "Q6_K";
     case BlockFormat::F32:
       return "F32";
   }
@@ -52,10 +59,74 @@ uint16_t random_half(std::mt19937& rng, bool allow_negative) {
   return static_cast<uint16_t>(sign | (exp << 10) | (rng() & 0x3FF));
 }
 
+// K-quant super-blocks are built the other way round from the kernel: draw each element's
+// code and each sub-block's scale, then pack them as ggml's quantize_row_q4_K / _q6_K lay
+// them out. `out` and `scaled` get 256 values.
+void make_q4_k_block(std::mt19937& rng, uint8_t* blk, double* out, double* scaled) {
+  const uint16_t d = random_half(rng, true);
+  const uint16_t dmin = random_half(rng, true);
+  std::memcpy(blk, &d, 2);
+  std::memcpy(blk + 2, &dmin, 2);
+  int sc[8], mn[8], q[256];
+  for (int j = 0; j < 8; ++j) {
+    sc[j] = static_cast<int>(rng() % 64);
+    mn[j] = static_cast<int>(rng() % 64);
+  }
+  for (int& c : q) c = static_cast<int>(rng() % 16);
+  uint8_t* scales = blk + 4;
+  std::memset(scales, 0, 12);
+  for (int j = 0; j < 8; ++j) {
+    if (j < 4) {
+      scales[j] = static_cast<uint8_t>(sc[j]);
+      scales[j + 4] = static_cast<uint8_t>(mn[j]);
+    } else {
+      scales[j + 4] = static_cast<uint8_t>((sc[j] & 0x0F) | (mn[j] & 0x0F) << 4);
+      scales[j - 4] |= static_cast<uint8_t>((sc[j] >> 4) << 6);
+      scales[j] |= static_cast<uint8_t>((mn[j] >> 4) << 6);
+    }
+  }
+  // Each 64 elements share 32 bytes: the first 32 in the low nibbles, the next in the high.
+  uint8_t* qs = blk + 16;
+  for (int c = 0; c < 4; ++c) {
+    for (int l = 0; l < 32; ++l) {
+      qs[32 * c + l] = static_cast<uint8_t>(q[64 * c + l] | q[64 * c + 32 + l] << 4);
+    }
+  }
+  for (int e = 0; e < 256; ++e) {
+    scaled[e] = half_value(d) * sc[e / 32] * q[e];
+    out[e] = scaled[e] - half_value(dmin) * mn[e / 32];
+  }
+}
+
+void make_q6_k_block(std::mt19937& rng, uint8_t* blk, double* out, double* scaled) {
+  int q[256];
+  for (int& c : q) c = static_cast<int>(rng() % 64);
+  int8_t scales[16];
+  for (int8_t& v : scales) v = static_cast<int8_t>(rng() & 0xFF);
+  const uint16_t d = random_half(rng, true);
+  // Each 128 elements: ql[l] holds elements l (low nibble) and l + 64 (high), ql[l + 32]
+  // elements l + 32 and l + 96; qh[l] holds the top two bits of l, l + 32, l + 64, l + 96.
+  uint8_t* ql = blk;
+  uint8_t* qh = blk + 128;
+  for (int h = 0; h < 2; ++h) {
+    const int* v = q + 128 * h;
+    for (int l = 0; l < 32; ++l) {
+      ql[64 * h + l] = static_cast<uint8_t>((v[l] & 0x0F) | (v[l + 64] & 0x0F) << 4);
+      ql[64 * h + l + 32] = static_cast<uint8_t>((v[l + 32] & 0x0F) | (v[l + 96] & 0x0F) << 4);
+      qh[32 * h + l] = static_cast<uint8_t>((v[l] >> 4) | (v[l + 32] >> 4) << 2 |
+                                            (v[l + 64] >> 4) << 4 | (v[l + 96] >> 4) << 6);
+    }
+  }
+  std::memcpy(blk + 192, scales, 16);
+  std::memcpy(blk + 208, &d, 2);
+  for (int e = 0; e < 256; ++e) out[e] = scaled[e] = half_value(d) * scales[e / 16] * (q[e] - 32);
+}
+
 Weights make_weights(BlockFormat f, int64_t rows, int64_t cols, uint32_t seed) {
   std::mt19937 rng(seed);
   Weights w;
-  const int64_t nb = cols / 32;
+  const int64_t block = kvbench::block_format_elements(f);
+  const int64_t nb = cols / block;
   const int64_t row_bytes = nb * kvbench::block_format_bytes(f);
   w.bytes.resize(rows * row_bytes);
   w.dense.resize(rows * cols);
@@ -63,7 +134,12 @@ Weights make_weights(BlockFormat f, int64_t rows, int64_t cols, uint32_t seed) {
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t b = 0; b < nb; ++b) {
       uint8_t* blk = w.bytes.data() + r * row_bytes + b * kvbench::block_format_bytes(f);
-      double* out = w.dense.data() + r * cols + b * 32;
+      double* out = w.dense.data() + r * cols + b * block;
+      if (f == BlockFormat::Q4_K || f == BlockFormat::Q6_K) {
+        double* scaled = w.scaled.data() + r * cols + b * block;
+        (f == BlockFormat::Q4_K ? make_q4_k_block : make_q6_k_block)(rng, blk, out, scaled);
+        continue;
+      }
       if (f == BlockFormat::F32) {
         std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
         for (int i = 0; i < 32; ++i) {
@@ -113,19 +189,26 @@ Weights make_weights(BlockFormat f, int64_t rows, int64_t cols, uint32_t seed) {
       }
     }
   }
-  if (f != BlockFormat::Q4_1 && f != BlockFormat::Q5_1) w.scaled = w.dense;
+  if (f != BlockFormat::Q4_1 && f != BlockFormat::Q5_1 && f != BlockFormat::Q4_K) {
+    w.scaled = w.dense;
+  }
   w.m = BlockMatrix{w.bytes.data(), f, rows, cols, row_bytes};
   return w;
 }
 
 }  // namespace
 
+constexpr BlockFormat kAllFormats[] = {BlockFormat::F32,  BlockFormat::Q4_0, BlockFormat::Q4_1,
+                                       BlockFormat::Q8_0, BlockFormat::Q5_0, BlockFormat::Q5_1,
+                                       BlockFormat::Q4_K, BlockFormat::Q6_K};
+
 TEST_CASE("block_matmul matches an independent decoder for every format", "[unit]") {
-  for (BlockFormat f : {BlockFormat::F32, BlockFormat::Q4_0, BlockFormat::Q4_1, BlockFormat::Q8_0,
-                        BlockFormat::Q5_0, BlockFormat::Q5_1}) {
-    for (int64_t rows : {1, 3, 577}) {
-      for (int64_t cols : {32, 576}) {
-        for (int64_t n : {1, 2, 5}) {
+  // Rows 577 split unevenly over the threads; n = 5 takes a pass of 4 x rows and one of 1.
+  for (BlockFormat f : kAllFormats) {
+    for (int64_t rows : {1, 3, 17, 577}) {
+      for (int64_t blocks : {1, 2, 5, 18}) {
+        const int64_t cols = blocks * kvbench::block_format_elements(f);
+        for (int64_t n : {1, 2, 3, 4, 5}) {
           const Weights w = make_weights(f, rows, cols, static_cast<uint32_t>(rows * 7 + n));
           std::mt19937 rng(static_cast<uint32_t>(cols + n));
           std::uniform_real_distribution<float> uni(-2.0f, 2.0f);
@@ -138,19 +221,17 @@ TEST_CASE("block_matmul matches an independent decoder for every format", "[unit
           for (int64_t i = 0; i < n; ++i) {
             for (int64_t r = 0; r < rows; ++r) {
               double exact = 0.0, magnitude = 0.0;
-              for (int64_t b = 0; b < cols / 32; ++b) {
-                for (int e = 0; e < 32; ++e) {
-                  const int64_t at = r * cols + b * 32 + e;
-                  const double xv = x[i * cols + b * 32 + e];
-                  exact += w.dense[at] * xv;
-                  // Bounds every term's fp32 rounding, even where q * d + m cancels.
-                  magnitude += (std::fabs(w.scaled[at]) + std::fabs(w.dense[at])) * std::fabs(xv);
-                }
+              for (int64_t c = 0; c < cols; ++c) {
+                const int64_t at = r * cols + c;
+                const double xv = x[i * cols + c];
+                exact += w.dense[at] * xv;
+                // Bounds every term's fp32 rounding, even where q * d + m cancels.
+                magnitude += (std::fabs(w.scaled[at]) + std::fabs(w.dense[at])) * std::fabs(xv);
               }
               // Reference: fp32 dequantized weights summed in double: ~1e-7 relative rounding.
               CHECK(std::fabs(y_ref[i * rows + r] - exact) <= 1e-6 * magnitude + 1e-30);
               // Kernel: x stays fp32, so only fp32 accumulation error: 1e-5 of the term
-              // magnitudes (576 terms, sums split over 8 lanes and per-block partials).
+              // magnitudes (up to 4608 terms, sums split over 8 lanes and per-block partials).
               CHECK(std::fabs(y[i * rows + r] - exact) <= 1e-5 * magnitude + 1e-30);
             }
           }
@@ -162,11 +243,45 @@ TEST_CASE("block_matmul matches an independent decoder for every format", "[unit
 
 TEST_CASE("block_matmul_cpu with a zero x block gives exact zeros", "[unit]") {
   // Exact: with x all zero every format's dot product (and Q4 offsets times sum(x)) is 0.
-  for (BlockFormat f : {BlockFormat::Q4_0, BlockFormat::Q4_1, BlockFormat::Q8_0,
-                        BlockFormat::Q5_0, BlockFormat::Q5_1}) {
-    const Weights w = make_weights(f, 5, 64, 11);
-    std::vector<float> x(64, 0.0f), y(5, 1.0f);
+  for (BlockFormat f : kAllFormats) {
+    const int64_t cols = 2 * kvbench::block_format_elements(f);
+    const Weights w = make_weights(f, 5, cols, 11);
+    std::vector<float> x(cols, 0.0f), y(5, 1.0f);
     kvbench::block_matmul_cpu(w.m, x.data(), y.data(), 1);
     for (float e : y) CHECK(e == 0.0f);
+  }
+}
+
+TEST_CASE("block_matmul with one-hot x rows gives dequantize_row's values exactly", "[unit]") {
+  // W times the identity is W's columns: each output is one decoded weight plus exact zeros
+  // (q * d and the offsets are exact in fp32, so one rounding, as in ggml's dequantizer).
+  // dequantize_row is checked bit for bit against gguf-py, so this ties the kernels' reading
+  // of every layout to ggml's.
+  const std::pair<BlockFormat, kvbench::GgmlType> formats[] = {
+      {BlockFormat::Q4_0, kvbench::GgmlType::Q4_0}, {BlockFormat::Q4_1, kvbench::GgmlType::Q4_1},
+      {BlockFormat::Q8_0, kvbench::GgmlType::Q8_0}, {BlockFormat::Q5_0, kvbench::GgmlType::Q5_0},
+      {BlockFormat::Q5_1, kvbench::GgmlType::Q5_1}, {BlockFormat::Q4_K, kvbench::GgmlType::Q4_K},
+      {BlockFormat::Q6_K, kvbench::GgmlType::Q6_K}};
+  for (const auto& [f, type] : formats) {
+    INFO(name(f));
+    const int64_t rows = 3, cols = 2 * kvbench::block_format_elements(f);
+    const Weights w = make_weights(f, rows, cols, 23);
+    std::vector<float> identity(cols * cols, 0.0f);
+    for (int64_t c = 0; c < cols; ++c) identity[c * cols + c] = 1.0f;
+    std::vector<float> y(cols * rows), y_ref(cols * rows), row(cols);
+    kvbench::block_matmul_cpu(w.m, identity.data(), y.data(), cols);
+    kvbench::block_matmul_reference(w.m, identity.data(), y_ref.data(), cols);
+    int mismatches = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      kvbench::dequantize_row(type, w.bytes.data() + r * w.m.row_bytes, row.data(), cols);
+      for (int64_t c = 0; c < cols; ++c) {
+        // == rather than bits: an exact zero may come out as -0 from ggml and +0 from a sum.
+        if ((y[c * rows + r] != row[c] || y_ref[c * rows + r] != row[c]) && mismatches++ < 5) {
+          FAIL_CHECK("row " << r << " col " << c << ": kernel " << y[c * rows + r] << " reference "
+                            << y_ref[c * rows + r] << " dequantize_row " << row[c]);
+        }
+      }
+    }
+    CHECK(mismatches == 0);
   }
 }

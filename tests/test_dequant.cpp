@@ -23,7 +23,8 @@ using kvbench::GgmlType;
 namespace {
 
 constexpr GgmlType kAllTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0,
-                                  GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K};
+                                  GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
+                                  GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
 
 GgmlType type_from_name(const std::string& name) {
   for (GgmlType t : kAllTypes) {
@@ -93,17 +94,24 @@ TEST_CASE("type traits follow ggml's block layouts", "[unit]") {
   CHECK(kvbench::ggml_block_bytes(GgmlType::Q8_0) == 34);
   CHECK(kvbench::ggml_block_bytes(GgmlType::Q4_0) == 18);
   CHECK(kvbench::ggml_block_bytes(GgmlType::Q4_1) == 20);
+  CHECK(kvbench::ggml_block_elements(GgmlType::Q5_0) == 32);
+  CHECK(kvbench::ggml_block_bytes(GgmlType::Q5_0) == 22);
+  CHECK(kvbench::ggml_block_bytes(GgmlType::Q5_1) == 24);
   CHECK(kvbench::ggml_block_elements(GgmlType::Q4_K) == 256);
   CHECK(kvbench::ggml_block_bytes(GgmlType::Q4_K) == 144);
+  CHECK(kvbench::ggml_block_elements(GgmlType::Q5_K) == 256);
+  CHECK(kvbench::ggml_block_bytes(GgmlType::Q5_K) == 176);
   CHECK(kvbench::ggml_block_bytes(GgmlType::Q6_K) == 210);
   CHECK(kvbench::ggml_row_bytes(GgmlType::Q4_1, 576) == 18 * 20);
+  CHECK(kvbench::ggml_row_bytes(GgmlType::Q5_0, 896) == 28 * 22);
   CHECK(kvbench::ggml_row_bytes(GgmlType::Q6_K, 512) == 420);
   for (GgmlType t : kAllTypes) CHECK(kvbench::ggml_type_supported(t));
   CHECK(std::string(kvbench::ggml_type_name(GgmlType::Q4_K)) == "Q4_K");
-  const auto q5_0 = static_cast<GgmlType>(6);
-  CHECK_FALSE(kvbench::ggml_type_supported(q5_0));
-  CHECK(std::string(kvbench::ggml_type_name(q5_0)) == "unknown");
-  CHECK(kvbench::ggml_block_bytes(q5_0) == 0);
+  CHECK(std::string(kvbench::ggml_type_name(GgmlType::Q5_0)) == "Q5_0");
+  const auto q2_k = static_cast<GgmlType>(10);  // a real ggml type kvbench does not decode
+  CHECK_FALSE(kvbench::ggml_type_supported(q2_k));
+  CHECK(std::string(kvbench::ggml_type_name(q2_k)) == "unknown");
+  CHECK(kvbench::ggml_block_bytes(q2_k) == 0);
 }
 
 TEST_CASE("dequantize_row matches gguf-py bit for bit", "[unit]") {
@@ -147,7 +155,7 @@ TEST_CASE("dequantize_row reads unaligned source blocks", "[unit]") {
 TEST_CASE("dequantize_row rejects unsupported types", "[unit]") {
   uint8_t block[64] = {};
   float out[32];
-  CHECK_THROWS_AS(kvbench::dequantize_row(static_cast<GgmlType>(6), block, out, 32),
+  CHECK_THROWS_AS(kvbench::dequantize_row(static_cast<GgmlType>(10), block, out, 32),
                   kvbench::InputError);
 }
 

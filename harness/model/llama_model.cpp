@@ -60,6 +60,8 @@ bool block_format_of(GgmlType type, BlockFormat* format) {
     case GgmlType::Q5_0: *format = BlockFormat::Q5_0; return true;
     case GgmlType::Q5_1: *format = BlockFormat::Q5_1; return true;
     case GgmlType::Q8_0: *format = BlockFormat::Q8_0; return true;
+    case GgmlType::Q4_K: *format = BlockFormat::Q4_K; return true;
+    case GgmlType::Q6_K: *format = BlockFormat::Q6_K; return true;
     default: return false;
   }
 }

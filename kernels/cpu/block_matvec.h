@@ -1,5 +1,5 @@
-// y = W x for weights kept in their ggml block format (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, F32), decoding
-// the blocks on the fly: decode reads ~4-8x fewer weight bytes than fp32 weights.
+// y = W x for weights kept in their ggml block format (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K,
+// F32), decoding the blocks on the fly: decode reads ~4-8x fewer weight bytes than fp32 weights.
 #pragma once
 
 #include <cstdint>
