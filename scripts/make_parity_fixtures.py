@@ -4,6 +4,8 @@ continuations) for kvbench's C++ model parity tests.
 
   scripts/make_parity_fixtures.py --model models/SmolLM2-135M-Instruct.Q4_1.gguf \
       --out tests/fixtures/parity_smollm2.json
+  scripts/make_parity_fixtures.py --model models/Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf \
+      --out tests/fixtures/parity_qwen2.json
 
 Needs a venv with llama-cpp-python==0.3.36 (see scripts/reference_venv.sh).
 The project itself never depends on Python; this only regenerates the fixture.
@@ -14,8 +16,11 @@ llm.reset(); llm.eval(prompt_tokens) -> llm.scores[i] = logits after token i.
 So prompts longer than n_batch are evaluated in ubatches of 512 tokens.
 Greedy: argmax of the last prompt position, then the chosen token is fed back
 one token at a time (llm.eval([t])) for n_greedy steps; EOS does not stop it.
-Note llama.cpp quantizes activations to q8_1 / q8_0 for Q4_1 / Q8_0 matmuls
-and keeps K/V in f16, so these logits are NOT exact fp32 math on the
+Chat prompts are rendered with the GGUF's own chat template
+(tokenizer.chat_template, with jinja2 as transformers' apply_chat_template does), so
+each model gets its own default system prompt.
+Note llama.cpp quantizes activations to 8 bits (q8_1 / q8_0 / q8_K, by weight type)
+for the quantized matmuls and keeps K/V in f16, so these logits are NOT exact fp32 math on the
 dequantized weights; see scripts/numpy_reference_forward.py for the gap.
 """
 import argparse
@@ -30,18 +35,26 @@ import numpy as np
 
 TOPK = 8
 
-SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 
+def chat_renderer(template):
+    """Renders a list of (role, content) turns with the model's chat template, the way
+    transformers' apply_chat_template does (sandboxed jinja2, trim/lstrip blocks), so the
+    default system prompt is the model's own (SmolLM2: "You are a helpful AI assistant named
+    SmolLM, ...", Qwen2.5: "You are Qwen, created by Alibaba Cloud. ...")."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-def chatml(turns, add_generation_prompt=True):
-    s = ""
-    if turns[0][0] != "system":
-        s += f"<|im_start|>system\n{SYSTEM}<|im_end|>\n"
-    for role, content in turns:
-        s += f"<|im_start|>{role}\n{content}<|im_end|>\n"
-    if add_generation_prompt:
-        s += "<|im_start|>assistant\n"
-    return s
+    def raise_exception(msg):
+        raise ValueError(msg)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.globals["raise_exception"] = raise_exception
+    tpl = env.from_string(template)
+
+    def render(turns, add_generation_prompt=True):
+        messages = [{"role": role, "content": content} for role, content in turns]
+        return tpl.render(messages=messages, add_generation_prompt=add_generation_prompt)
+
+    return render
 
 
 CODE = (
@@ -156,14 +169,14 @@ def compose_long_text(tokenize):
         rounds += 1
 
 
-def prompts(tokenize):
+def prompts(tokenize, chat):
     ps = [
         ("plain_question", "What is the tallest mountain in the world, and how was its height measured?"),
-        ("chat_capital", chatml([("user", "What is the capital of France?")])),
-        ("chat_multiturn", chatml([("system", SYSTEM),
-                                   ("user", "Give me a word that rhymes with cat."),
-                                   ("assistant", "Hat."),
-                                   ("user", "Now use it in a short sentence.")])),
+        ("chat_capital", chat([("user", "What is the capital of France?")])),
+        # No system turn: both templates insert their default system prompt.
+        ("chat_multiturn", chat([("user", "Give me a word that rhymes with cat."),
+                                 ("assistant", "Hat."),
+                                 ("user", "Now use it in a short sentence.")])),
         ("unicode", "Café, naïve, résumé, façade — São Paulo. Größenwahn und Übermut: die Straße "
                     "ist schön. 日本語のテキストです。中文文本：你好，世界！한국어도 있어요. "
                     "Привет, как дела? Ελληνικά: καλημέρα. Zürich ≠ Zurich ± 1°C."),
@@ -233,8 +246,11 @@ def main():
                           n_threads=a.threads, seed=0, verbose=False, flash_attn=False)
     tok = lambda s: llm.tokenize(s.encode("utf-8"), add_bos=False, special=True)
     eos = llm.token_eos()
+    template = llm.metadata.get("tokenizer.chat_template")
+    if not template:
+        sys.exit(f"{a.model} has no tokenizer.chat_template")
     out_prompts = []
-    for name, text in prompts(tok):
+    for name, text in prompts(tok, chat_renderer(template)):
         ids = tok(text)
         llm.reset()
         llm.eval(ids)
@@ -283,8 +299,9 @@ def main():
             "seed": 0, "add_bos": False, "special": True, "topk": TOPK, "greedy_steps": a.n_greedy,
             "greedy_stops_at_eos": False, "backend": "CPU",
             "cpu": platform.processor() or platform.machine(),
-            "notes": "llama.cpp quantizes activations to q8_1 (Q4_1 weights) / q8_0 (Q8_0 token_embd/output) "
-                     "for matmuls and stores K/V in f16; logits are not exact fp32 math on dequantized weights.",
+            "notes": "llama.cpp quantizes activations to 8 bits for the quantized matmuls (q8_1 for Q4_1, "
+                     "q8_0 for Q5_0/Q8_0, q8_K for Q4_K/Q6_K weights) and stores K/V in f16; logits are not "
+                     "exact fp32 math on dequantized weights.",
         },
         "model": {"file": os.path.basename(a.model), "sha256": sha256(a.model),
                   "bos_id": llm.token_bos(), "eos_id": eos, "n_vocab": llm.n_vocab()},

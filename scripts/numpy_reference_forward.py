@@ -1,25 +1,33 @@
 #!/usr/bin/env python3
-"""Independent fp32 (or fp64) numpy forward pass of a llama-architecture GGUF model.
+"""Independent fp32 (or fp64) numpy forward pass of a llama- or qwen2-architecture GGUF model.
 
 Second reference for kvbench's C++ model, independent of llama.cpp:
   * all weights are dequantized to float32 with the `gguf` package (exact
-    dequantization of Q4_1 / Q8_0 blocks, no activation quantization),
+    dequantization of Q4_1 / Q5_0 / Q8_0 / Q4_K / Q6_K blocks, no activation quantization),
   * activations, attention and the KV cache stay in float32 (or float64 with
-    --dtype float64), unlike llama.cpp, which quantizes activations to q8_1/q8_0
+    --dtype float64), unlike llama.cpp, which quantizes activations to q8_1/q8_0/q8_K
     for the quantized matmuls and stores the KV cache in f16.
 
-Architecture (what llama.cpp's LLM_ARCH_LLAMA graph does):
+Architecture (what llama.cpp's LLM_ARCH_LLAMA / LLM_ARCH_QWEN2 graphs do):
   x = token_embd[tok]
   per layer: h = rmsnorm(x) * attn_norm
-             q, k, v = Wq h, Wk h, Wv h; RoPE on q, k; causal GQA attention,
-             scale 1/sqrt(head_dim); x += Wo attn
+             q, k, v = Wq h (+bq), Wk h (+bk), Wv h (+bv); RoPE on q, k; causal GQA
+             attention, scale 1/sqrt(head_dim); x += Wo attn
              h = rmsnorm(x) * ffn_norm;  x += Wdown(silu(Wgate h) * Wup h)
   logits = token_embd (tied, or output.weight if present) @ (rmsnorm(x) * output_norm)
+The q/k/v biases exist only in qwen2 files (blk.N.attn_{q,k,v}.bias); rms eps and the
+RoPE base come from the file's metadata ({arch}.attention.layer_norm_rms_epsilon,
+{arch}.rope.freq_base).
 
-RoPE: llama uses LLAMA_ROPE_TYPE_NORM ("normal"): adjacent pairs (x[2i], x[2i+1])
-are rotated by angle pos * base^(-2i/n_rot) (ggml-cpu ops.cpp rotate_pairs with
-n_offset=1).  convert_hf_to_gguf permutes the HF q/k rows (HF uses the "half"
-rotation) so that the interleaved form is correct for GGUF files.
+RoPE, both rotating pair i by angle pos * base^(-2i/n_rot):
+  * llama uses LLAMA_ROPE_TYPE_NORM ("normal"): adjacent pairs (x[2i], x[2i+1])
+    (ggml-cpu ops.cpp rotate_pairs with n_offset=1).  convert_hf_to_gguf permutes the HF
+    q/k rows (HF uses the "half" rotation) so that the interleaved form is correct for
+    GGUF files.
+  * qwen2 uses LLAMA_ROPE_TYPE_NEOX: pairs (x[i], x[i + n_rot/2]) (rotate_pairs with
+    n_offset=n_rot/2, HF's rotate_half); its GGUF q/k rows are stored unpermuted, and this
+    script applies the rotation that way (kvbench instead permutes the rows at load and
+    uses its interleaved RoPE: the two must agree).
 
 Usage:
   numpy_reference_forward.py --model M.gguf --text "Hello"          # prints top-5 of last position
@@ -50,6 +58,14 @@ def _field(reader, key, default=None):
     return v
 
 
+# Architectures this forward runs, and whether each rotates NeoX-style (llama.cpp's
+# llama_model_rope_type: LLAMA_ROPE_TYPE_NORM for llama, LLAMA_ROPE_TYPE_NEOX for qwen2).
+ROPE_NEOX = {"llama": False, "qwen2": True}
+
+# Weight types --emulate-llamacpp knows the activation rounding of (q8_1 / q8_0 activations).
+EMULATED_TYPES = ("F32", "Q4_1", "Q8_0")
+
+
 class LlamaNumpy:
     def __init__(self, path, dtype=np.float32, emulate=False):
         """emulate=True mimics llama.cpp CPU numerics: activations quantized to q8_1
@@ -62,9 +78,11 @@ class LlamaNumpy:
         self.qmin = {}
         r = GGUFReader(path)
         arch = _field(r, "general.architecture")
-        if arch != "llama":
-            raise ValueError(f"architecture {arch!r} is not llama")
-        p = "llama."
+        if arch not in ROPE_NEOX:
+            raise ValueError(f"architecture {arch!r} is not one of {sorted(ROPE_NEOX)}")
+        self.arch = arch
+        self.rope_neox = ROPE_NEOX[arch]
+        p = arch + "."
         self.n_layer = int(_field(r, p + "block_count"))
         self.n_embd = int(_field(r, p + "embedding_length"))
         self.n_head = int(_field(r, p + "attention.head_count"))
@@ -83,6 +101,10 @@ class LlamaNumpy:
                 # block_q4_1 = {f16 d; f16 m; u8 qs[16]}: keep m per block for the q8_1 s-term
                 raw = np.asarray(t.data).reshape(self.w[t.name].shape[0], -1, 20)
                 self.qmin[t.name] = np.ascontiguousarray(raw[:, :, 2:4]).view(np.float16)[..., 0].astype(dtype)
+        if emulate:
+            other = sorted({q for q in self.qtype.values() if q not in EMULATED_TYPES})
+            if other:
+                raise ValueError(f"--emulate-llamacpp does not know llama.cpp's activation rounding for {other}")
         self.tok_embd = self.w["token_embd.weight"]
         self.out_w = self.w.get("output.weight", self.tok_embd)
         self.n_vocab = self.tok_embd.shape[0]
@@ -125,16 +147,27 @@ class LlamaNumpy:
         return (x / np.sqrt(ms + self.eps)) * w
 
     def _rope(self, x, pos):
-        # x: (T, H, D); rotate adjacent pairs (normal / interleaved mode)
+        # x: (T, H, D); rotate pairs (x[a_i], x[b_i]) by pos * inv_freq[i]
         ang = pos[:, None].astype(np.float64) * self.inv_freq[None, :]  # (T, n_rot/2)
         c = np.cos(ang).astype(self.dtype)[:, None, :]
         s = np.sin(ang).astype(self.dtype)[:, None, :]
         out = x.copy()
-        x0 = x[..., 0:self.n_rot:2]
-        x1 = x[..., 1:self.n_rot:2]
-        out[..., 0:self.n_rot:2] = x0 * c - x1 * s
-        out[..., 1:self.n_rot:2] = x0 * s + x1 * c
+        if self.rope_neox:  # NeoX: first half paired with second half of the rotated dims
+            half = self.n_rot // 2
+            a, b = slice(0, half), slice(half, self.n_rot)
+        else:  # normal: adjacent pairs
+            a, b = slice(0, self.n_rot, 2), slice(1, self.n_rot, 2)
+        x0 = x[..., a]
+        x1 = x[..., b]
+        out[..., a] = x0 * c - x1 * s
+        out[..., b] = x0 * s + x1 * c
         return out
+
+    def _proj(self, h, name):
+        """Linear layer blk.N.<name>: weight, plus the bias where the file has one (qwen2 q/k/v)."""
+        y = self._mm(h, name + ".weight")
+        bias = self.w.get(name + ".bias")
+        return y if bias is None else y + bias
 
     def forward(self, tokens):
         """Appends tokens to the cache; returns logits (len(tokens), n_vocab)."""
@@ -149,9 +182,9 @@ class LlamaNumpy:
             w = lambda n: self.w[f"blk.{l}.{n}.weight"]
             h = self._rms(x, w("attn_norm"))
             pre = f"blk.{l}."
-            q = self._mm(h, pre + "attn_q.weight").reshape(T, H, D)
-            k = self._mm(h, pre + "attn_k.weight").reshape(T, HKV, D)
-            v = self._f16(self._mm(h, pre + "attn_v.weight").reshape(T, HKV, D))
+            q = self._proj(h, pre + "attn_q").reshape(T, H, D)
+            k = self._proj(h, pre + "attn_k").reshape(T, HKV, D)
+            v = self._f16(self._proj(h, pre + "attn_v").reshape(T, HKV, D))
             q = self._f16(self._rope(q, pos))
             k = self._f16(self._rope(k, pos))
             K = np.concatenate([self.k_cache[l], k], axis=0)
@@ -310,7 +343,9 @@ def main():
     t0 = time.time()
     m = LlamaNumpy(a.model, dtype=np.dtype(a.dtype).type, emulate=a.emulate_llamacpp)
     print(f"loaded in {time.time()-t0:.1f}s: layers={m.n_layer} embd={m.n_embd} heads={m.n_head}/{m.n_head_kv} "
-          f"head_dim={m.head_dim} n_rot={m.n_rot} eps={m.eps} rope_base={m.rope_base} vocab={m.n_vocab}",
+          f"head_dim={m.head_dim} n_rot={m.n_rot} eps={m.eps} rope_base={m.rope_base} vocab={m.n_vocab} "
+          f"arch={m.arch} rope={'neox' if m.rope_neox else 'normal'} "
+          f"qkv_bias={'blk.0.attn_q.bias' in m.w} tied_output={'output.weight' not in m.w}",
           file=sys.stderr)
     if a.fixture:
         fx = json.load(open(a.fixture))

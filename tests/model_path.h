@@ -9,14 +9,25 @@
 
 namespace kvbench::testing {
 
-inline std::string model_path_or_skip() {
-  const char* env = std::getenv("KVBENCH_MODEL");
-  const std::string path = env && *env ? env : KVBENCH_DEFAULT_MODEL;
+// Exits 77 (skipped) unless `path` exists.
+inline std::string existing_model_or_skip(const std::string& path) {
   if (!std::filesystem::exists(path)) {
     std::printf("model not found at %s (run ./scripts/setup.sh): skipped\n", path.c_str());
     std::exit(77);
   }
   return path;
+}
+
+inline std::string model_path_or_skip() {
+  const char* env = std::getenv("KVBENCH_MODEL");
+  return existing_model_or_skip(env && *env ? env : KVBENCH_DEFAULT_MODEL);
+}
+
+// The second model setup fetches (qwen2 architecture: q/k/v biases, NeoX RoPE, untied head),
+// next to the bundled default.
+inline std::string qwen_model_path_or_skip() {
+  const std::filesystem::path dir = std::filesystem::path(KVBENCH_DEFAULT_MODEL).parent_path();
+  return existing_model_or_skip((dir / "Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf").string());
 }
 
 }  // namespace kvbench::testing

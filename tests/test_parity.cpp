@@ -1,16 +1,20 @@
-// The C++ model against two independent implementations on the same GGUF:
-//  - llama.cpp (tests/fixtures/parity_smollm2.json, scripts/make_parity_fixtures.py);
-//  - an fp32 numpy forward on the dequantized weights (parity_smollm2_fp32.json,
+// The C++ model against two independent implementations on the same GGUF, for each model
+// setup fetches (SmolLM2-135M: llama architecture, Q4_1; Qwen2.5-Coder-0.5B: qwen2, with q/k/v
+// biases, NeoX RoPE and an untied head, Q4_K_M):
+//  - llama.cpp (tests/fixtures/parity_<model>.json, scripts/make_parity_fixtures.py);
+//  - an fp32 numpy forward on the dequantized weights (parity_<model>_fp32.json,
 //    scripts/numpy_reference_forward.py), itself checked against llama.cpp.
 // Token ids must equal llama.cpp's exactly. Logits and greedy continuations are held to the
 // fp32 reference tightly and to llama.cpp within llama.cpp's own rounding noise: it
-// multiplies by activations rounded to 8 bits and keeps K/V in fp16, which moves this
-// model's logits by ~0.1 typically and up to ~2 (it disagrees with itself by as much between
+// multiplies by activations rounded to 8 bits and keeps K/V in fp16, which moves these
+// models' logits by ~0.1 typically and up to ~2 (it disagrees with itself by as much between
 // batched and one-token evaluation), so exact agreement with it is not a meaningful bar.
+// Each check is one test case per model; a model file that is absent skips its cases.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -26,18 +30,32 @@ namespace {
 
 // kvbench and the numpy reference both compute in fp32 on the same dequantized weights and
 // differ only in summation order (BLAS GEMM, tiled attention, block kernels vs numpy).
-// Measured: at most 6.2e-5 on logits of magnitude ~20 (the fixture rounds to 1e-5); 1e-3
-// leaves room for another BLAS or thread count, and is far below any real bug's effect.
+// Measured: at most 6.2e-5 on SmolLM2's logits of magnitude ~20, 5.9e-5 on Qwen2.5's (the
+// fixtures round to 1e-5); 1e-3 leaves room for another BLAS or thread count, and is far below
+// any real bug's effect (the fp32 reference's greedy margins are all above 0.03).
 constexpr double kFp32Tolerance = 1e-3;
 
-// Against llama.cpp: bounds on |logit difference| at llama.cpp's top-8 ids, set above what
-// the fp32 reference itself shows against llama.cpp (mean 0.14, p99 0.55, max 1.26).
-constexpr double kLlamaCppMean = 0.3;
-constexpr double kLlamaCppP99 = 1.0;
-constexpr double kLlamaCppMax = 2.0;
-// Where llama.cpp's top-2 logits are closer than this, its choice is within its noise
-// (every fp32-vs-llama.cpp top-1 disagreement measured sits below 0.57).
-constexpr double kNearTie = 0.6;
+// Per model: its file, its fixtures and the bounds against llama.cpp, on |logit difference|
+// at llama.cpp's top-8 ids, set above what the fp32 reference itself shows against llama.cpp.
+// near_tie: where llama.cpp's top-2 logits are closer than this, its choice is within its
+// noise, above every fp32-vs-llama.cpp top-1 disagreement measured.
+struct SmolLM2 {
+  static std::string path() { return testing::model_path_or_skip(); }
+  static constexpr const char* llama_cpp_fixture = "parity_smollm2.json";
+  static constexpr const char* fp32_fixture = "parity_smollm2_fp32.json";
+  // fp32 reference vs llama.cpp: mean 0.14, p99 0.55, max 1.26; top-1 disagreements below 0.57.
+  static constexpr double llama_cpp_mean = 0.3, llama_cpp_p99 = 1.0, llama_cpp_max = 2.0;
+  static constexpr double near_tie = 0.6;
+};
+
+struct Qwen2 {
+  static std::string path() { return testing::qwen_model_path_or_skip(); }
+  static constexpr const char* llama_cpp_fixture = "parity_qwen2.json";
+  static constexpr const char* fp32_fixture = "parity_qwen2_fp32.json";
+  // fp32 reference vs llama.cpp: mean 0.056, p99 0.23, max 0.58; top-1 disagreements below 0.18.
+  static constexpr double llama_cpp_mean = 0.12, llama_cpp_p99 = 0.5, llama_cpp_max = 1.0;
+  static constexpr double near_tie = 0.3;
+};
 
 const json& load_fixture(const std::string& name) {
   static std::map<std::string, json> cache;
@@ -49,12 +67,22 @@ const json& load_fixture(const std::string& name) {
   }
   return it->second;
 }
-const json& llama_cpp() { return load_fixture("parity_smollm2.json"); }
-const json& fp32_reference() { return load_fixture("parity_smollm2_fp32.json"); }
 
+// Loads the model first, so a missing model file skips before any fixture is read.
+template <class M>
 const LlamaModel& model() {
-  static const std::unique_ptr<LlamaModel> m = LlamaModel::load(testing::model_path_or_skip());
+  static const std::unique_ptr<LlamaModel> m = LlamaModel::load(M::path());
   return *m;
+}
+template <class M>
+const json& llama_cpp() {
+  model<M>();
+  return load_fixture(M::llama_cpp_fixture);
+}
+template <class M>
+const json& fp32_reference() {
+  model<M>();
+  return load_fixture(M::fp32_fixture);
 }
 
 int32_t argmax(const float* logits, int64_t n) {
@@ -62,34 +90,38 @@ int32_t argmax(const float* logits, int64_t n) {
 }
 
 // Logits at every prompt position, computed once per prompt.
+template <class M>
 const std::vector<float>& prompt_logits(const json& prompt) {
   static std::map<std::string, std::vector<float>> cache;
   const std::string name = prompt["name"];
   auto it = cache.find(name);
   if (it == cache.end()) {
-    KvCache kv = make_full_cache(model().kv_shape());
-    it = cache.emplace(name, model().forward(prompt["tokens"].get<std::vector<int32_t>>(), kv,
-                                             /*all_logits=*/true))
+    KvCache kv = make_full_cache(model<M>().kv_shape());
+    it = cache
+             .emplace(name, model<M>().forward(prompt["tokens"].get<std::vector<int32_t>>(), kv,
+                                               /*all_logits=*/true))
              .first;
   }
   return it->second;
 }
 
 // Prefill, then one-token decode steps fed with our own choices, as the fixtures were made.
+template <class M>
 std::vector<int32_t> greedy(const std::vector<int32_t>& prompt, size_t n_new) {
-  KvCache cache = make_full_cache(model().kv_shape());
-  std::vector<float> logits = model().forward(prompt, cache);
+  KvCache cache = make_full_cache(model<M>().kv_shape());
+  std::vector<float> logits = model<M>().forward(prompt, cache);
   std::vector<int32_t> ids;
   while (ids.size() < n_new) {
     ids.push_back(argmax(logits.data(), static_cast<int64_t>(logits.size())));
-    if (ids.size() < n_new) logits = model().forward({ids.back()}, cache);
+    if (ids.size() < n_new) logits = model<M>().forward({ids.back()}, cache);
   }
   return ids;
 }
 
 // |ours - reference| at the reference's top-8 ids, over every position of a prompt.
+template <class M>
 std::vector<double> top8_differences(const json& prompt, const std::vector<float>& logits) {
-  const int64_t vocab = model().config().vocab_size;
+  const int64_t vocab = model<M>().config().vocab_size;
   std::vector<double> diffs;
   for (size_t pos = 0; pos < prompt["top_ids"].size(); ++pos) {
     const auto ids = prompt["top_ids"][pos].get<std::vector<int32_t>>();
@@ -103,22 +135,23 @@ std::vector<double> top8_differences(const json& prompt, const std::vector<float
 
 }  // namespace
 
-TEST_CASE("parity: token ids equal llama.cpp's", "[model]") {
-  for (const json& prompt : llama_cpp()["prompts"]) {
+TEMPLATE_TEST_CASE("parity: token ids equal llama.cpp's", "[model]", SmolLM2, Qwen2) {
+  for (const json& prompt : llama_cpp<TestType>()["prompts"]) {
     INFO("prompt " << prompt["name"].get<std::string>());
     const auto expected = prompt["tokens"].get<std::vector<int32_t>>();
-    const auto ids = model().tokenizer().encode(prompt["text"].get<std::string>());
+    const auto ids = model<TestType>().tokenizer().encode(prompt["text"].get<std::string>());
     CHECK(ids == expected);
-    CHECK(model().tokenizer().decode(ids) == prompt["text"].get<std::string>());
+    CHECK(model<TestType>().tokenizer().decode(ids) == prompt["text"].get<std::string>());
   }
 }
 
-TEST_CASE("parity: logits equal the fp32 reference at every position", "[model]") {
-  const int64_t vocab = model().config().vocab_size;
-  for (const json& prompt : fp32_reference()["prompts"]) {
+TEMPLATE_TEST_CASE("parity: logits equal the fp32 reference at every position", "[model]", SmolLM2,
+                   Qwen2) {
+  const int64_t vocab = model<TestType>().config().vocab_size;
+  for (const json& prompt : fp32_reference<TestType>()["prompts"]) {
     INFO("prompt " << prompt["name"].get<std::string>());
-    const std::vector<float>& logits = prompt_logits(prompt);
-    const auto diffs = top8_differences(prompt, logits);
+    const std::vector<float>& logits = prompt_logits<TestType>(prompt);
+    const auto diffs = top8_differences<TestType>(prompt, logits);
     const double max_diff = *std::max_element(diffs.begin(), diffs.end());
     INFO("max |logit - fp32 reference| over top-8 = " << max_diff);
     CHECK(max_diff < kFp32Tolerance);
@@ -131,25 +164,27 @@ TEST_CASE("parity: logits equal the fp32 reference at every position", "[model]"
   }
 }
 
-TEST_CASE("parity: 32-token greedy continuations equal the fp32 reference's", "[model]") {
-  for (const json& prompt : fp32_reference()["prompts"]) {
+TEMPLATE_TEST_CASE("parity: 32-token greedy continuations equal the fp32 reference's", "[model]",
+                   SmolLM2, Qwen2) {
+  for (const json& prompt : fp32_reference<TestType>()["prompts"]) {
     INFO("prompt " << prompt["name"].get<std::string>());
     const auto expected = prompt["greedy"]["ids"].get<std::vector<int32_t>>();
-    CHECK(greedy(prompt["tokens"].get<std::vector<int32_t>>(), expected.size()) == expected);
+    CHECK(greedy<TestType>(prompt["tokens"].get<std::vector<int32_t>>(), expected.size()) ==
+          expected);
   }
 }
 
-TEST_CASE("parity: logits within llama.cpp's rounding noise", "[model]") {
+TEMPLATE_TEST_CASE("parity: logits within llama.cpp's rounding noise", "[model]", SmolLM2, Qwen2) {
   std::vector<double> all;
-  const int64_t vocab = model().config().vocab_size;
-  for (const json& prompt : llama_cpp()["prompts"]) {
+  const int64_t vocab = model<TestType>().config().vocab_size;
+  for (const json& prompt : llama_cpp<TestType>()["prompts"]) {
     INFO("prompt " << prompt["name"].get<std::string>());
-    const std::vector<float>& logits = prompt_logits(prompt);
-    const auto diffs = top8_differences(prompt, logits);
+    const std::vector<float>& logits = prompt_logits<TestType>(prompt);
+    const auto diffs = top8_differences<TestType>(prompt, logits);
     all.insert(all.end(), diffs.begin(), diffs.end());
     for (size_t pos = 0; pos < prompt["top_ids"].size(); ++pos) {
       const auto values = prompt["top_logits"][pos].get<std::vector<double>>();
-      if (values[0] - values[1] > kNearTie) {
+      if (values[0] - values[1] > TestType::near_tie) {
         INFO("position " << pos);
         CHECK(argmax(logits.data() + pos * vocab, vocab) == prompt["top_ids"][pos][0]);
       }
@@ -160,24 +195,26 @@ TEST_CASE("parity: logits within llama.cpp's rounding noise", "[model]") {
   for (double d : all) mean += d / all.size();
   const double p99 = all[all.size() * 99 / 100];
   INFO("top-8 |logit - llama.cpp|: mean " << mean << ", p99 " << p99 << ", max " << all.back());
-  CHECK(mean < kLlamaCppMean);
-  CHECK(p99 < kLlamaCppP99);
-  CHECK(all.back() < kLlamaCppMax);
+  CHECK(mean < TestType::llama_cpp_mean);
+  CHECK(p99 < TestType::llama_cpp_p99);
+  CHECK(all.back() < TestType::llama_cpp_max);
 }
 
-TEST_CASE("parity: greedy continuations follow llama.cpp's up to its first near-tie",
-          "[model]") {
-  for (const json& prompt : llama_cpp()["prompts"]) {
+TEMPLATE_TEST_CASE("parity: greedy continuations follow llama.cpp's up to its first near-tie",
+                   "[model]", SmolLM2, Qwen2) {
+  for (const json& prompt : llama_cpp<TestType>()["prompts"]) {
     INFO("prompt " << prompt["name"].get<std::string>());
     const auto expected = prompt["greedy"]["ids"].get<std::vector<int32_t>>();
     // Step k is decided by the last prompt position (k = 0) or by decode step k - 1.
     auto margin = [&](size_t k) {
-      const json& top = k == 0 ? prompt["top_logits"].back() : prompt["greedy"]["decode_top_logits"][k - 1];
+      const json& top =
+          k == 0 ? prompt["top_logits"].back() : prompt["greedy"]["decode_top_logits"][k - 1];
       return top[0].get<double>() - top[1].get<double>();
     };
     size_t decided = 0;
-    while (decided < expected.size() && margin(decided) > kNearTie) ++decided;
-    const auto ids = greedy(prompt["tokens"].get<std::vector<int32_t>>(), expected.size());
+    while (decided < expected.size() && margin(decided) > TestType::near_tie) ++decided;
+    const auto ids =
+        greedy<TestType>(prompt["tokens"].get<std::vector<int32_t>>(), expected.size());
     INFO("llama.cpp's first near-tie at step " << decided);
     CHECK(std::vector<int32_t>(ids.begin(), ids.begin() + decided) ==
           std::vector<int32_t>(expected.begin(), expected.begin() + decided));

@@ -13,29 +13,15 @@
 #include "harness/model/chat_template.h"
 #include "harness/model/gguf.h"
 #include "harness/model/tokenizer.h"
+#include "model_path.h"
 
 namespace kvbench {
 namespace {
 
 const char* kQwenSystem = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
 
-// $KVBENCH_QWEN_MODEL, else the file setup fetches next to the default model.
-std::string qwen_path_or_skip() {
-  const char* env = std::getenv("KVBENCH_QWEN_MODEL");
-  const std::string path = env && *env
-                               ? std::string(env)
-                               : (std::filesystem::path(KVBENCH_DEFAULT_MODEL).parent_path() /
-                                  "Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf")
-                                     .string();
-  if (!std::filesystem::exists(path)) {
-    std::printf("Qwen model not found at %s (run ./scripts/setup.sh): skipped\n", path.c_str());
-    std::exit(77);
-  }
-  return path;
-}
-
 const GgufFile& qwen_file() {
-  static const GgufFile file(qwen_path_or_skip());
+  static const GgufFile file(testing::qwen_model_path_or_skip());
   return file;
 }
 
