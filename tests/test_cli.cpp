@@ -71,12 +71,13 @@ TEST_CASE("cli: an unknown tensor type is named", "[unit]") {
   const std::string path = testing::temp_path("unknown_type.gguf");
   testing::GgufWriter writer;
   writer.add("general.architecture", testing::gguf_str("llama"));
-  writer.add_tensor_bytes("blk.0.attn_q.weight", {32}, static_cast<GgmlType>(6),
-                          std::vector<uint8_t>(256, 0));
+  // Q2_K (10): a real ggml type kvbench does not decode.
+  writer.add_tensor_bytes("blk.0.attn_q.weight", {256}, static_cast<GgmlType>(10),
+                          std::vector<uint8_t>(84, 0));
   writer.write(path);
   const Run run = run_kvbench("--model " + path + " generate --prompt hi");
   require_clear_error(run, path);
-  CHECK(run.output.find("type 6") != std::string::npos);
+  CHECK(run.output.find("type 10") != std::string::npos);
 }
 
 TEST_CASE("cli: an unsupported architecture is named", "[unit]") {
@@ -140,6 +141,23 @@ TEST_CASE("cli: list models shows a given model", "[unit]") {
   CHECK(run.exit_code == 0);
   CHECK(run.output.find(path) != std::string::npos);
   CHECK(run.output.find("llama") != std::string::npos);
+}
+
+TEST_CASE("cli: list models names both setup models by short name", "[unit]") {
+  const Run run = run_kvbench("list models");
+  INFO(run.output);
+  CHECK(run.exit_code == 0);
+  CHECK(run.output.find("smollm2-135m") != std::string::npos);
+  CHECK(run.output.find("qwen2.5-0.5b") != std::string::npos);
+}
+
+TEST_CASE("cli: calibrate names a bad task setting before loading anything", "[unit]") {
+  const std::string run = "--model " + testing::temp_path("absent_cal.gguf") + " calibrate ";
+  require_clear_error(run_kvbench(run + "--task nosuch"), "'nosuch' is not a generated task");
+  require_clear_error(run_kvbench(run + "--task 'retr_kv[key_length]'"),
+                      "knob 'key_length' must be name=value");
+  require_clear_error(run_kvbench(run + "--task 'retr_kv[key_length=8'"),
+                      "must be name or name[knob=value,...]");
 }
 
 TEST_CASE("cli: list methods and list tasks need no model", "[unit]") {
@@ -371,6 +389,7 @@ TEST_CASE("cli: a sweep into a db, its report, and the check against its own bas
   const std::string strict = write_text(
       "strict.json", R"({"kvbench_baseline": 1, "rows": [{"method": "streamingllm:budget=32,sink=4",
       "task": "math_find", "mode": "multi-turn", "budget": "budget=32", "accuracy": 1.0,
+      "accuracy_low": 1.0, "accuracy_high": 1.0, "scored_turns": 2,
       "top1_agreement": 1.0, "kv_bytes": 1, "decode_tokens_per_s": 0, "ttft_ms": 0},
       {"method": "h2o", "task": "math_find", "mode": "multi-turn", "budget": "",
       "accuracy": null, "top1_agreement": null, "kv_bytes": 1, "decode_tokens_per_s": 0, "ttft_ms": 0}]})");

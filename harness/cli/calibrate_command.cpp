@@ -91,6 +91,7 @@ void run_calibrate(const ModelOptions& model_options, const CalibrateArgs& args)
   auto model = LlamaModel::load(model_path, model_device(model_options));
 
   EvaluationOptions evaluation;  // multi-turn with gold answers appended: the sweeps' mode
+  evaluation.session.max_new_tokens = 0;  // each task's decode budget, as sweeps use
   evaluation.fidelity = false;
   std::printf("calibrate: %s, full cache, multi-turn, %d samples x %d turns per cell, seed %llu\n",
               calibration.model.c_str(), args.samples, args.turns,

@@ -240,9 +240,9 @@ void add_run_command(CLI::App& app, ModelOptions& model) {
   cmd->add_option("--method", args->methods,
                   "Method spec, e.g. full or snapkv:budget=256; repeat to compare several "
                   "against one reference run");
-  auto* db = cmd->add_option("--db", args->db,
-                             "With --task, also store the run in this results db (a rerun skips "
-                             "finished units)");
+  cmd->add_option("--db", args->db,
+                  "With --task, also store the run in this results db (a rerun skips "
+                  "finished units)");
   auto* out = cmd->add_option("--out", args->out,
                               "The default sweep's folder: results.db and leaderboard.md/.html "
                               "(default kvbench-out)");
@@ -267,7 +267,7 @@ void add_run_command(CLI::App& app, ModelOptions& model) {
                 "Skip the full-cache reference run (KL and top-1 are not measured)");
   cmd->add_flag("--summary-only", args->summary_only,
                 "One progress line per (sample, method) instead of per-turn tables");
-  cmd->callback([&model, args, cmd, ctx, seed, knob, db, out] {
+  cmd->callback([&model, args, cmd, ctx, seed, knob, out] {
     if (args->tasks.empty() && args->methods.empty()) {
       // The default sweep: only --out and the global options apply.
       for (const CLI::Option* o : cmd->get_options()) {

@@ -194,58 +194,43 @@ void q4_k_scale_min(int j, const uint8_t* s, uint8_t* scale, uint8_t* min) {
   }
 }
 
+// One Q4_K or Q5_K super-block: each 64-element chunk uses 32 bytes of qs, low nibbles then
+// high nibbles, each half with its own (scale, min) pair. Q5_K's fifth bits (qh, or nullptr
+// for Q4_K) are bits 2c (low nibbles) and 2c + 1 (high nibbles) of qh[l] in chunk c.
+void dequant_k_super_block(float d, float dmin, const uint8_t* scales, const uint8_t* qs,
+                           const uint8_t* qh, float* y) {
+  for (int chunk = 0; chunk < kQKK / 64; ++chunk) {
+    uint8_t sc, mn;
+    q4_k_scale_min(2 * chunk, scales, &sc, &mn);
+    const float d1 = d * static_cast<float>(sc);
+    const float m1 = dmin * static_cast<float>(mn);
+    q4_k_scale_min(2 * chunk + 1, scales, &sc, &mn);
+    const float d2 = d * static_cast<float>(sc);
+    const float m2 = dmin * static_cast<float>(mn);
+    for (int l = 0; l < 32; ++l) {
+      const int fifth_lo = qh ? ((qh[l] >> (2 * chunk)) & 1) << 4 : 0;
+      const int fifth_hi = qh ? ((qh[l] >> (2 * chunk + 1)) & 1) << 4 : 0;
+      y[l] = d1 * static_cast<float>((qs[l] & 0x0F) + fifth_lo) - m1;
+      y[32 + l] = d2 * static_cast<float>((qs[l] >> 4) + fifth_hi) - m2;
+    }
+    y += 64;
+    qs += 32;
+  }
+}
+
 void dequant_q4_k(const uint8_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n / kQKK; ++i) {
     const auto b = load_block<BlockQ4_K>(src, i);
-    const float d = fp16_to_fp32(b.d);
-    const float dmin = fp16_to_fp32(b.dmin);
-    float* y = dst + i * kQKK;
-    const uint8_t* q = b.qs;
-    // Each 64-element chunk uses 32 bytes: low nibbles then high nibbles, each with its own
-    // (scale, min) pair.
-    for (int chunk = 0; chunk < kQKK / 64; ++chunk) {
-      uint8_t sc, mn;
-      q4_k_scale_min(2 * chunk, b.scales, &sc, &mn);
-      const float d1 = d * static_cast<float>(sc);
-      const float m1 = dmin * static_cast<float>(mn);
-      q4_k_scale_min(2 * chunk + 1, b.scales, &sc, &mn);
-      const float d2 = d * static_cast<float>(sc);
-      const float m2 = dmin * static_cast<float>(mn);
-      for (int l = 0; l < 32; ++l) y[l] = d1 * static_cast<float>(q[l] & 0x0F) - m1;
-      for (int l = 0; l < 32; ++l) y[32 + l] = d2 * static_cast<float>(q[l] >> 4) - m2;
-      y += 64;
-      q += 32;
-    }
+    dequant_k_super_block(fp16_to_fp32(b.d), fp16_to_fp32(b.dmin), b.scales, b.qs, nullptr,
+                          dst + i * kQKK);
   }
 }
 
 void dequant_q5_k(const uint8_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n / kQKK; ++i) {
     const auto b = load_block<BlockQ5_K>(src, i);
-    const float d = fp16_to_fp32(b.d);
-    const float dmin = fp16_to_fp32(b.dmin);
-    float* y = dst + i * kQKK;
-    const uint8_t* q = b.qs;
-    // Q4_K's layout, plus a fifth bit per element from qh: two bits of qh[l] per chunk.
-    for (int chunk = 0; chunk < kQKK / 64; ++chunk) {
-      uint8_t sc, mn;
-      q4_k_scale_min(2 * chunk, b.scales, &sc, &mn);
-      const float d1 = d * static_cast<float>(sc);
-      const float m1 = dmin * static_cast<float>(mn);
-      q4_k_scale_min(2 * chunk + 1, b.scales, &sc, &mn);
-      const float d2 = d * static_cast<float>(sc);
-      const float m2 = dmin * static_cast<float>(mn);
-      const uint8_t low_bit = static_cast<uint8_t>(1u << (2 * chunk));
-      const uint8_t high_bit = static_cast<uint8_t>(2u << (2 * chunk));
-      for (int l = 0; l < 32; ++l) {
-        y[l] = d1 * static_cast<float>((q[l] & 0x0F) + (b.qh[l] & low_bit ? 16 : 0)) - m1;
-      }
-      for (int l = 0; l < 32; ++l) {
-        y[32 + l] = d2 * static_cast<float>((q[l] >> 4) + (b.qh[l] & high_bit ? 16 : 0)) - m2;
-      }
-      y += 64;
-      q += 32;
-    }
+    dequant_k_super_block(fp16_to_fp32(b.d), fp16_to_fp32(b.dmin), b.scales, b.qs, b.qh,
+                          dst + i * kQKK);
   }
 }
 
