@@ -380,14 +380,14 @@ std::string canonical_config_json(const SweepConfig& config) {
   json methods = json::array();
   for (const SweepMethod& m : sweep_methods(config)) methods.push_back(m.spec);
   json root = {{"tasks", tasks},
-                     {"methods", methods},
-                     {"modes", config.modes},
-                     {"seeds", config.seeds},
-                     {"samples", config.samples},
-                     {"turns", config.turns},
-                     {"context_tokens", config.context_tokens},
-                     {"max_new", config.max_new},
-                     {"fidelity", config.fidelity}};
+               {"methods", methods},
+               {"modes", config.modes},
+               {"seeds", config.seeds},
+               {"samples", config.samples},
+               {"turns", config.turns},
+               {"context_tokens", config.context_tokens},
+               {"max_new", config.max_new},
+               {"fidelity", config.fidelity}};
   if (!config.model.empty()) root["model"] = config.model;
   if (config.min_full_accuracy > 0) root["min_full_accuracy"] = config.min_full_accuracy;
   if (!config.excluded_tasks.empty()) {
