@@ -139,6 +139,18 @@ std::vector<std::string> lines_of(const std::string& s) {
   return out;
 }
 
+// The fixed units under `run`, in a finished run of a new db at `path`.
+void write_fixed_units(const std::string& path, const RunRecord& run) {
+  auto db = ResultsDb::open(path);
+  const int64_t id = db->begin_run(run);
+  int n = 0;
+  for (UnitRecord u : fixed_units()) {
+    u.key = "unit" + std::to_string(n++);
+    db->write_unit(id, u);
+  }
+  db->finish_run(id);
+}
+
 }  // namespace
 
 TEST_CASE("aggregate_units: exact means, by-turn, kv_vs_full, nullopt and order", "[reports]") {
@@ -368,19 +380,8 @@ TEST_CASE("write_reports: a results db to leaderboard.md and leaderboard.html", 
   fs::create_directories(dir);
   const std::string db_path = (dir / "results.sqlite").string();
   const std::string empty_path = (dir / "empty.sqlite").string();
-  {
-    auto db = ResultsDb::open(db_path);
-    RunRecord run = fixed_runs()[0];
-    const int64_t id = db->begin_run(run);
-    int n = 0;
-    for (UnitRecord u : fixed_units()) {
-      u.key = "unit" + std::to_string(n++);
-      db->write_unit(id, u);
-    }
-    db->finish_run(id);
-    auto empty = ResultsDb::open(empty_path);
-    empty->begin_run(run);
-  }
+  write_fixed_units(db_path, fixed_runs()[0]);
+  ResultsDb::open(empty_path)->begin_run(fixed_runs()[0]);
   const fs::path out = dir / "out" / "nested";
   write_reports(db_path, out.string());
   const std::string md = read_file((out / "leaderboard.md").string());
@@ -452,20 +453,11 @@ TEST_CASE("write_reports: a run config's excluded_tasks become the Left out sect
   fs::remove_all(dir);
   fs::create_directories(dir);
   const std::string db_path = (dir / "results.sqlite").string();
-  {
-    auto db = ResultsDb::open(db_path);
-    RunRecord run = fixed_runs()[0];
-    run.config_json =
-        R"({"tasks": ["multihop_vt", "retr_kv"], "excluded_tasks": [{"task": "math_find", )"
-        R"("reason": "full cache 12.0% (n=25) in calibration, below 80%"}]})";
-    const int64_t id = db->begin_run(run);
-    int n = 0;
-    for (UnitRecord u : fixed_units()) {
-      u.key = "unit" + std::to_string(n++);
-      db->write_unit(id, u);
-    }
-    db->finish_run(id);
-  }
+  RunRecord run = fixed_runs()[0];
+  run.config_json =
+      R"({"tasks": ["multihop_vt", "retr_kv"], "excluded_tasks": [{"task": "math_find", )"
+      R"("reason": "full cache 12.0% (n=25) in calibration, below 80%"}]})";
+  write_fixed_units(db_path, run);
   write_reports(db_path, (dir / "out").string());
   const std::string md = read_file((dir / "out" / "leaderboard.md").string());
   const std::string html = read_file((dir / "out" / "leaderboard.html").string());
