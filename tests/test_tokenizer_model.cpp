@@ -14,6 +14,7 @@
 #include "harness/model/chat_template.h"
 #include "harness/model/gguf.h"
 #include "harness/model/tokenizer.h"
+#include "tokenizer_fixture.h"
 
 namespace kvbench {
 namespace {
@@ -69,14 +70,7 @@ std::vector<Case> fixture_cases() {
   for (const auto& c : doc.at("cases")) {
     Case out;
     out.valid_utf8 = c.contains("text");
-    if (out.valid_utf8) {
-      out.text = c.at("text").get<std::string>();
-    } else {
-      const std::string hex = c.at("hex").get<std::string>();
-      for (size_t i = 0; i + 1 < hex.size(); i += 2) {
-        out.text += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
-      }
-    }
+    out.text = testing::tokenizer_fixture_text(c);
     out.ids = c;
     cases.push_back(std::move(out));
   }

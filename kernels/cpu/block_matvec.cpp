@@ -149,23 +149,18 @@ inline __m256 i8x8_to_float(__m128i bytes) {
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
 }
 
-// Four groups of eight bytes -> 32 floats (unsigned or signed bytes).
-inline void u8x32_to_float(__m256i bytes, __m256 q[4]) {
+// Four groups of eight bytes -> 32 floats, each group by `convert` (unsigned or signed).
+template <__m256 (*convert)(__m128i)>
+inline void bytes32_to_float(__m256i bytes, __m256 q[4]) {
   const __m128i lo = _mm256_castsi256_si128(bytes);
   const __m128i hi = _mm256_extracti128_si256(bytes, 1);
-  q[0] = u8x8_to_float(lo);
-  q[1] = u8x8_to_float(_mm_srli_si128(lo, 8));
-  q[2] = u8x8_to_float(hi);
-  q[3] = u8x8_to_float(_mm_srli_si128(hi, 8));
+  q[0] = convert(lo);
+  q[1] = convert(_mm_srli_si128(lo, 8));
+  q[2] = convert(hi);
+  q[3] = convert(_mm_srli_si128(hi, 8));
 }
-inline void i8x32_to_float(__m256i bytes, __m256 q[4]) {
-  const __m128i lo = _mm256_castsi256_si128(bytes);
-  const __m128i hi = _mm256_extracti128_si256(bytes, 1);
-  q[0] = i8x8_to_float(lo);
-  q[1] = i8x8_to_float(_mm_srli_si128(lo, 8));
-  q[2] = i8x8_to_float(hi);
-  q[3] = i8x8_to_float(_mm_srli_si128(hi, 8));
-}
+inline void u8x32_to_float(__m256i bytes, __m256 q[4]) { bytes32_to_float<u8x8_to_float>(bytes, q); }
+inline void i8x32_to_float(__m256i bytes, __m256 q[4]) { bytes32_to_float<i8x8_to_float>(bytes, q); }
 
 // sum_e q_e * x_e over one 32-element block, q already unpacked to 4 x 8 floats.
 inline __m256 dot_block(const __m256 q[4], const float* xb) {
