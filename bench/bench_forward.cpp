@@ -64,7 +64,7 @@ void decode(benchmark::State& state, ModelDevice device, const char* spec = "ful
   // Each iteration decodes kSteps tokens; the context grows by kSteps per iteration,
   // so state.iterations() is capped to keep it near `context`.
   for (auto _ : state) {
-    for (int i = 0; i < kSteps; ++i) benchmark::DoNotOptimize(model->forward({next[i]}, cache));
+    for (int i = 0; i < kSteps; ++i) benchmark::DoNotOptimize(model->decode(next[i], cache));
   }
   state.counters["tok/s"] =
       benchmark::Counter(kSteps, benchmark::Counter::kIsIterationInvariantRate);

@@ -44,7 +44,7 @@ DecodeResult decode(const LlamaModel& model, KvCache& cache, std::vector<float> 
       result.stop_reason = "context_length";
       break;
     }
-    logits = model.forward({token}, cache);
+    logits = model.decode(token, cache);
     ++result.steps;
   }
   result.decode_s = seconds_since(start);

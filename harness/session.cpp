@@ -188,8 +188,8 @@ void feed_context(const LlamaModel& model, KvCache& cache, const std::vector<int
   cache.end_context();
 }
 
-// Teacher forcing on the reference answer, one token per forward as in decoding (so
-// decode-time evictors evict per token). top1[0] is the argmax of the query's logits,
+// Teacher forcing on the reference answer, one decode step per token as in decoding (so
+// decode-time evictors evict per token, and Quest reads the pages it selects). top1[0] is the argmax of the query's logits,
 // top1[i] the argmax after answer[i - 1]. With feed_all the last answer token and `tail`
 // are fed too (what a multi-turn conversation keeps); without, only what top1 needs.
 std::vector<int32_t> teacher_force(const LlamaModel& model, KvCache& cache,
@@ -199,9 +199,9 @@ std::vector<int32_t> teacher_force(const LlamaModel& model, KvCache& cache,
   std::vector<int32_t> top1 = {argmax(query_logits)};
   for (size_t i = 0; i < answer.size(); ++i) {
     if (i + 1 < answer.size()) {
-      top1.push_back(argmax(model.forward({answer[i]}, cache)));
+      top1.push_back(argmax(model.decode(answer[i], cache)));
     } else if (feed_all) {
-      model.forward({answer[i]}, cache);
+      model.decode(answer[i], cache);
     }
   }
   if (feed_all && !tail.empty()) model.forward(tail, cache);

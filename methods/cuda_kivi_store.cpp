@@ -10,7 +10,7 @@
 #include "kernels/cuda/kivi_attention.h"
 #include "kernels/cuda/quantize.h"
 #include "methods/cuda_dense_store.h"  // append_projection_rows
-#include "methods/full_cache.h"  // selected_slots
+#include "methods/full_cache.h"  // selected_slots, place_kept_slots
 #include "methods/plan_helpers.h"
 
 namespace kvbench {
@@ -26,23 +26,21 @@ void wait_default_stream() { check(cudaStreamSynchronize(nullptr), "synchronize"
 // KiviLayerKv's growth: blocks past what is needed (an eighth, at least one).
 int64_t block_slack(int64_t n_blocks) { return std::max<int64_t>(1, n_blocks / 8); }
 
-// The placement the CPU stores give a plan (retain_rows_in_place): kept slots below n_keep
-// stay, the holes there take the kept slots at or past n_keep, in order. For new slot j of
-// head h, returns the index in the head's plan row of the slot placed there. The same
-// placement means the same blocks change, so the same blocks are packed again.
-std::vector<int32_t> hole_filling_order(const RetainPlan& plan, int32_t n_kv_heads,
-                                        int64_t n_tokens) {
+// The placement KiviLayerKv::retain gives a plan (place_kept_slots, the packed blocks that
+// remain settled): for new slot j of head h, returns the index in the head's plan row of
+// the slot placed there. The same placement means the same blocks change, so the same
+// blocks are packed again.
+std::vector<int32_t> kivi_placement_order(const RetainPlan& plan, int32_t n_kv_heads,
+                                          int64_t settled) {
   const int64_t n_keep = plan.n_keep;
   std::vector<int32_t> order(plan.slots.size());
-  std::vector<int32_t> index_of(static_cast<size_t>(n_tokens));
   for (int32_t h = 0; h < n_kv_heads; ++h) {
     const int32_t* keep = plan.slots.data() + h * n_keep;
-    std::fill(index_of.begin(), index_of.end(), -1);
-    for (int64_t i = 0; i < n_keep; ++i) index_of[keep[i]] = static_cast<int32_t>(i);
-    int64_t next_from_tail = std::lower_bound(keep, keep + n_keep, n_keep) - keep;
+    std::vector<int32_t> placed(keep, keep + n_keep);
+    place_kept_slots(placed.data(), n_keep, settled);
     for (int64_t j = 0; j < n_keep; ++j) {
-      order[h * n_keep + j] =
-          index_of[j] >= 0 ? index_of[j] : static_cast<int32_t>(next_from_tail++);
+      const int32_t* at = std::lower_bound(keep, keep + n_keep, placed[j]);
+      order[h * n_keep + j] = static_cast<int32_t>(at - keep);
     }
   }
   return order;
@@ -414,7 +412,8 @@ void CudaKiviLayerKv::retain(RetainPlan& plan) {
   check_retain_plan(plan, n_kv_heads_, head_dim_, n_tokens(), kWho);
   const int64_t g = config_.group, d = head_dim_, n_keep = plan.n_keep;
   const bool merged = !plan.k.empty();
-  const std::vector<int32_t> order = hole_filling_order(plan, n_kv_heads_, n_tokens());
+  const int64_t n_blocks = std::min(n_blocks_, n_keep / g);
+  const std::vector<int32_t> order = kivi_placement_order(plan, n_kv_heads_, n_blocks * g);
   const std::vector<int32_t> planned = plan.slots;
   bool moves = false;
   for (int64_t i = 0; i < static_cast<int64_t>(order.size()); ++i) {
@@ -471,7 +470,6 @@ void CudaKiviLayerKv::retain(RetainPlan& plan) {
   upload_merged(kept, n_keep);
   // The blocks to pack again, in runs of consecutive units (block-major: all heads of a
   // block are one run when they all changed).
-  const int64_t n_blocks = std::min(n_blocks_, n_keep / g);
   std::vector<UnitRun> runs;
   std::vector<int32_t> rows;
   for (int64_t b = 0; b < n_blocks; ++b) {

@@ -26,16 +26,31 @@ void DenseLayerKv::append(const float* k, const float* v, const int32_t* positio
   rows_.append(k, v, positions, n_new);
 }
 
+void place_kept_slots(int32_t* keep, int64_t n_keep, int64_t settled) {
+  assert(settled <= n_keep);
+  const std::vector<int32_t> kept(keep, keep + n_keep);
+  // kept[past, n_keep) are the kept slots at or past `settled`: the first of them fill the
+  // holes below it, oldest first; the rest follow from `settled` on, in order.
+  int64_t below = 0, past = std::lower_bound(kept.begin(), kept.end(), settled) - kept.begin();
+  for (int64_t j = 0; j < n_keep; ++j) {
+    keep[j] = j < settled && kept[below] == j ? kept[below++] : kept[past++];
+  }
+}
+
 void retain_rows_in_place(float* k, float* v, int32_t* positions, int32_t n_kv_heads,
-                          int32_t head_dim, int64_t capacity, int64_t n_tokens, RetainPlan& plan) {
+                          int32_t head_dim, int64_t capacity,
+                          [[maybe_unused]] int64_t n_tokens, RetainPlan& plan, int64_t settled) {
   assert(plan.n_keep <= n_tokens);
   assert(static_cast<int64_t>(plan.slots.size()) == plan.n_keep * n_kv_heads);
   assert(plan.k.empty() || plan.k.size() == plan.slots.size() * head_dim);
+  if (settled < 0) settled = plan.n_keep;
   const size_t row_bytes = head_dim * sizeof(float);
-  std::vector<char> kept(static_cast<size_t>(n_tokens));
   for (int32_t h = 0; h < n_kv_heads; ++h) {
     int32_t* keep = plan.slots.data() + h * plan.n_keep;
     const size_t head = static_cast<size_t>(h) * capacity;
+    for (int64_t j = 0; j < plan.n_keep; ++j) {
+      assert(keep[j] >= 0 && keep[j] < n_tokens && (j == 0 || keep[j] > keep[j - 1]));
+    }
     if (!plan.k.empty()) {  // merged contents go to the kept slots before they move
       for (int64_t j = 0; j < plan.n_keep; ++j) {
         const size_t from = (static_cast<size_t>(h) * plan.n_keep + j) * head_dim;
@@ -43,21 +58,12 @@ void retain_rows_in_place(float* k, float* v, int32_t* positions, int32_t n_kv_h
         std::memcpy(v + (head + keep[j]) * head_dim, &plan.v[from], row_bytes);
       }
     }
-    // Kept slots below n_keep stay; the holes there take the kept slots at or past n_keep,
-    // in order. `keep` becomes that placement.
-    std::fill(kept.begin(), kept.end(), 0);
+    place_kept_slots(keep, plan.n_keep, settled);
+    // Ascending j: a row is read before any write reaches it (keep[j] >= j, and the rows
+    // the holes take lie past `settled`, where writes start only after the holes are filled).
     for (int64_t j = 0; j < plan.n_keep; ++j) {
-      assert(keep[j] >= 0 && keep[j] < n_tokens && (j == 0 || keep[j] > keep[j - 1]));
-      kept[keep[j]] = 1;
-    }
-    int64_t tail = std::lower_bound(keep, keep + plan.n_keep, plan.n_keep) - keep;
-    for (int64_t j = 0; j < plan.n_keep; ++j) {
-      if (kept[j]) {
-        keep[j] = static_cast<int32_t>(j);
-        continue;
-      }
-      const int32_t from = keep[tail++];  // tail >= j: read before any write reaches it
-      keep[j] = from;
+      const int32_t from = keep[j];
+      if (from == j) continue;
       std::memcpy(k + (head + j) * head_dim, k + (head + from) * head_dim, row_bytes);
       std::memcpy(v + (head + j) * head_dim, v + (head + from) * head_dim, row_bytes);
       positions[head + j] = positions[head + from];

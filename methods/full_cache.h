@@ -36,12 +36,21 @@ class DenseLayerKv : public LayerKv {
   bool evicted_ = false;  // a plan has dropped slots: growth is by kEvictionSlack
 };
 
+// Where a retain plan puts one head's kept slots. keep: the kept slots, ascending; on
+// return keep[j] is the old slot placed at new slot j (always >= j). Kept slots below
+// `settled` stay where they are, the holes there take the oldest kept slots at or past it,
+// and the rest follow in order. settled = n_keep fills every hole from the end (one
+// decode-step eviction moves one token); the KIVI store settles its packed blocks only,
+// so its fp32 tail keeps the newest tokens in position order.
+void place_kept_slots(int32_t* keep, int64_t n_keep, int64_t settled);
+
 // Applies `plan` in place to KV rows held as [n_kv_heads, capacity, head_dim] with
 // positions [n_kv_heads, capacity], as LayerKv::retain describes: merged contents first,
-// then the kept slots are placed (holes filled from the tail) and plan.slots becomes that
-// placement. The dense and KIVI stores share it.
+// then the kept slots are placed (place_kept_slots; settled < 0: n_keep) and plan.slots
+// becomes that placement. The dense and KIVI stores share it.
 void retain_rows_in_place(float* k, float* v, int32_t* positions, int32_t n_kv_heads,
-                          int32_t head_dim, int64_t capacity, int64_t n_tokens, RetainPlan& plan);
+                          int32_t head_dim, int64_t capacity, int64_t n_tokens, RetainPlan& plan,
+                          int64_t settled = -1);
 
 // Slots a page selection covers, summed over KV heads, in a store of n_tokens.
 int64_t selected_slots(const PageSelection& pages, int32_t n_kv_heads, int64_t n_tokens);

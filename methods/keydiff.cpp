@@ -7,6 +7,9 @@
 // score = -cos(k, anchor); the official code is not public). The anchor is taken over what
 // is stored at each eviction: the kept tokens plus the new block. Not applied after the
 // context. Kept tokens keep their positions.
+#include <string>
+
+#include "harness/input_error.h"
 #include "kernels/cpu/scores.h"
 #include "methods/budget.h"
 #include "methods/plan_helpers.h"
@@ -60,7 +63,17 @@ MethodInfo keydiff_method() {
   info.params.push_back(int_param("block", 128, 1, kNoMax,
                                   "context tokens fed per block, each followed by an eviction "
                                   "(token budgets; kvpress BlockPress 128)"));
-  info.check = [](const MethodParams& params) { check_budget(params); };
+  info.check = [](const MethodParams& params) {
+    check_budget(params);
+    // Each model forward of the context is followed by an eviction, so a larger block
+    // would silently act as kPrefillChunk.
+    if (params.get_int("block") > kPrefillChunk) {
+      throw InputError("keydiff block=" + params.get("block") + ": the context is prefilled in "
+                       "forwards of at most " + std::to_string(kPrefillChunk) +
+                       " tokens, each followed by an eviction, so block must be at most " +
+                       std::to_string(kPrefillChunk));
+    }
+  };
   info.make_policy = [](const MethodParams& params, const KvShape& shape) {
     return std::unique_ptr<TokenPolicy>(
         new KeyDiffPolicy(budget_from(params), params.get_int("block"), shape.n_layers));

@@ -212,15 +212,19 @@ void KiviLayerKv::drop_view() const {
   resize_exact(view_positions_, 0);
 }
 
-// Applies the plan to the unpacked rows (the tail itself while nothing is packed), then
-// packs again only the blocks whose tokens or contents changed; the kept rows past the
-// last whole block that was packed before become the new tail.
+// Applies the plan to the unpacked rows (the tail itself while nothing is packed): the
+// packed blocks that remain keep their kept tokens in place, their holes take the oldest
+// kept tokens after them, and the rest, in position order, become the fp32 tail. So the
+// newest tokens stay fp32 under any eviction, and only the blocks whose tokens or contents
+// changed are packed again.
 void KiviLayerKv::retain(RetainPlan& plan) {
   const int64_t g = config_.group, d = head_dim_;
+  const int64_t n_keep = plan.n_keep;
+  const int64_t n_blocks = std::min(n_blocks_, n_keep / g);
   if (n_blocks_ == 0) {
     retain_rows_in_place(tail_.k.data(), tail_.v.data(), tail_.positions.data(), n_kv_heads_,
-                         head_dim_, tail_.capacity, tail_.n_tokens, plan);
-    tail_.n_tokens = plan.n_keep;
+                         head_dim_, tail_.capacity, tail_.n_tokens, plan, 0);
+    tail_.n_tokens = n_keep;
     if (tail_.capacity > std::max(2 * tail_.n_tokens, config_.residual + g)) {
       tail_.reallocate(std::max(tail_.n_tokens, config_.residual + g));
     }
@@ -228,9 +232,7 @@ void KiviLayerKv::retain(RetainPlan& plan) {
   }
   const DenseKv all = view();
   retain_rows_in_place(view_k_.data(), view_v_.data(), view_positions_.data(), n_kv_heads_,
-                       head_dim_, all.capacity, all.n_tokens, plan);
-  const int64_t n_keep = plan.n_keep;
-  const int64_t n_blocks = std::min(n_blocks_, n_keep / g);
+                       head_dim_, all.capacity, all.n_tokens, plan, n_blocks * g);
   const bool merged = !plan.k.empty();
   for (int32_t h = 0; h < n_kv_heads_; ++h) {
     const int32_t* placed = plan.slots.data() + h * n_keep;

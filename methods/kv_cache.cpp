@@ -34,13 +34,16 @@ void KvCache::append(int32_t layer, const float* k, const float* v, const int32_
 void KvCache::attend(int32_t layer, const AttentionQuery& query) {
   LayerKv& store = *layers_[layer];
   const PageSelection* pages =
-      reader_ ? reader_->select(layer, query, store.n_tokens(), &bytes_read_forward_) : nullptr;
+      reader_ && decode_step_
+          ? reader_->select(layer, query, store.n_tokens(), &bytes_read_forward_)
+          : nullptr;
   bytes_read_forward_ += store.attend(query, pages);
   if (policy_ && !policy_->done(layer)) policy_->observe(layer, query, store.view());
 }
 
 void KvCache::advance(int32_t n_tokens) {
   next_position_ += n_tokens;
+  decode_step_ = false;
   bytes_peak_ = std::max(bytes_peak_, bytes_resident());
   bytes_read_last_ = bytes_read_forward_;
   bytes_read_total_ += bytes_read_forward_;
@@ -63,7 +66,7 @@ void KvCache::compress(CachePhase phase) {
       store.retain(plan);
       policy_->retained(l, plan);
     }
-    if (!policy_ || phase != CachePhase::ContextChunk) store.settle();
+    if (phase != CachePhase::ContextChunk) store.settle();
   }
 }
 

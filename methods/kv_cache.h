@@ -121,10 +121,14 @@ class KvCache {
   void attend(int32_t layer, const AttentionQuery& query);
   // End of a forward over n_tokens: positions move on, the policy may evict
   // (CachePhase::ContextChunk before end_context, CachePhase::AfterContext after it) and
-  // the stores settle. While the context is still coming in, a store under a policy waits
-  // for end_context to settle: the policy decides on fp32 KV, then the store packs what it
-  // kept (evict, then quantize).
+  // the stores settle. While the context is still coming in, stores wait for end_context
+  // to settle: the context attends over itself in fp32, as KIVI's prefill does, and a
+  // policy decides on fp32 KV before the store packs what it kept (evict, then quantize).
   void advance(int32_t n_tokens);
+  // The next forward is one decode step (a token the model generated, or a teacher-forced
+  // answer token): only its queries read what a retrieval method (Quest) selects. Prefill
+  // of any length, a one-token query or chunk included, reads everything. advance() ends it.
+  void mark_decode_step() { decode_step_ = true; }
   // The shared context is all in: the policy compresses it (CachePhase::ContextEnd).
   void end_context();
   bool context_ended() const { return context_ended_; }
@@ -157,6 +161,7 @@ class KvCache {
   std::unique_ptr<ReadPolicy> reader_;
   int32_t next_position_ = 0;
   bool context_ended_ = false;
+  bool decode_step_ = false;
   int64_t bytes_peak_ = 0;
   int64_t tokens_evicted_ = 0;
   int64_t bytes_read_forward_ = 0;  // this forward so far

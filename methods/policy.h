@@ -24,6 +24,10 @@ struct RetainPlan {
   std::vector<float> k, v;  // [n_kv_heads, n_keep, head_dim]
 };
 
+// Rows a model forward feeds at most at once (LlamaModel::prefill_chunk): longer inputs
+// go in chunks of this many, the cache advancing after each.
+constexpr int64_t kPrefillChunk = 512;
+
 // When KvCache asks the policy to plan.
 enum class CachePhase : int32_t {
   ContextChunk,  // after a forward chunk of the shared context (block-wise prefill)
@@ -52,7 +56,9 @@ class TokenPolicy {
   // Bytes of per-token state held for `layer` (scores), counted in the layer's KV bytes.
   virtual int64_t bytes_resident(int32_t /*layer*/) const { return 0; }
 
-  // Preferred chunk size for feeding the shared context (block-wise prefill), 0: any.
+  // Preferred chunk size for feeding the shared context (block-wise prefill), 0: any. The
+  // model still cuts a block into forwards of at most kPrefillChunk rows, each followed by
+  // a ContextChunk plan, so a larger block acts as kPrefillChunk.
   virtual int64_t context_block() const { return 0; }
 
   // True once `layer` is compressed for good (a policy that compresses once): observe and

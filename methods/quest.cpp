@@ -8,9 +8,13 @@
 // - GQA (the paper's models are MHA): a KV head reads the pages chosen by the largest bound
 //   over its query heads, so a page one head needs is read.
 // - The page holding the newest token is always read (the query must see itself).
-// - Only single-token forwards (decode) select pages; prefill chunks and turn queries read
-//   everything, as Quest's prefill is dense. The first `dense_layers` layers (2) always read
-//   everything, as in the paper.
+// - Only decode steps select pages (KvCache asks the reader on them alone): prefill reads
+//   everything, as Quest's prefill is dense, and so does a one-token prefill (a context's
+//   last chunk, a turn query or a reuse remainder of one token), which Quest's own test
+//   `q_len > 1` would sparsify. The first `dense_layers` layers (2) always read everything,
+//   as in the paper.
+// - A step reads max(min_pages, budget / page) pages (Quest's controller: at least 3), the
+//   newest page among them.
 // - A budget covering every page reads everything: the result is the full cache's. A ratio
 //   budget is a fraction of the tokens stored at that step (nothing is dropped to resolve it
 //   against).
@@ -19,6 +23,7 @@
 #include "kernels/cpu/quest.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -38,6 +43,7 @@ struct QuestConfig {
   Budget budget;
   int32_t page = 16;
   int32_t dense_layers = 2;
+  int32_t min_pages = 3;
 };
 
 class QuestReader : public ReadPolicy {
@@ -61,12 +67,13 @@ class QuestReader : public ReadPolicy {
 
   const PageSelection* select(int32_t layer, const AttentionQuery& query, int64_t n_tokens,
                               int64_t* bytes_read) override {
-    if (layer < config_.dense_layers || query.n_queries != 1) return nullptr;
+    assert(query.n_queries == 1);  // a decode step
+    if (layer < config_.dense_layers) return nullptr;
     LayerPages& p = layers_[layer];
     const int64_t n_pages = p.n_pages;
     const int64_t budget =
         config_.budget.is_ratio() ? config_.budget.resolve(n_tokens) : config_.budget.tokens;
-    const int64_t n_select = std::max<int64_t>(1, budget / config_.page);
+    const int64_t n_select = std::max<int64_t>(config_.min_pages, budget / config_.page);
     if (n_select >= n_pages) return nullptr;
     const PageBounds bounds = p.bounds(shape_, config_.page);
     scores_.resize(static_cast<size_t>(shape_.n_kv_heads * n_pages));
@@ -139,12 +146,15 @@ MethodInfo quest_method() {
   info.params.push_back(int_param("page", 16, 1, 4096, "tokens per page"));
   info.params.push_back(
       int_param("dense_layers", 2, 0, kNoMax, "first layers that always read every page"));
+  info.params.push_back(int_param("min_pages", 3, 1, kNoMax,
+                                  "pages a step reads at least, whatever the budget (Quest: 3)"));
   info.check = [](const MethodParams& params) { check_budget(params); };
   info.make_reader = [](const MethodParams& params, const KvShape& shape) {
     QuestConfig config;
     config.budget = budget_from(params);
     config.page = static_cast<int32_t>(params.get_int("page"));
     config.dense_layers = static_cast<int32_t>(params.get_int("dense_layers"));
+    config.min_pages = static_cast<int32_t>(params.get_int("min_pages"));
     return std::unique_ptr<ReadPolicy>(new QuestReader(config, shape));
   };
   return info;

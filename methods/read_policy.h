@@ -19,8 +19,8 @@ class ReadPolicy {
   // k: [n_new, n_kv_heads, head_dim], RoPE applied (the projection layout).
   virtual void appended(int32_t layer, const float* k, int64_t first_slot, int64_t n_new) = 0;
 
-  // The pages `query` reads in `layer`, which stores n_tokens, or nullptr to read all of
-  // them. Adds the bytes the choice itself read (page metadata) to *bytes_read. The
+  // The pages a decode step's `query` (one row) reads in `layer`, which stores n_tokens,
+  // or nullptr to read all of them; prefill never asks (KvCache::mark_decode_step). Adds the bytes the choice itself read (page metadata) to *bytes_read. The
   // selection stays valid until the next call.
   virtual const PageSelection* select(int32_t layer, const AttentionQuery& query, int64_t n_tokens,
                                       int64_t* bytes_read) = 0;

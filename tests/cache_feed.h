@@ -34,19 +34,40 @@ inline Chunk random_chunk(int64_t n, const KvShape& shape, int32_t n_heads, std:
 }
 
 // The forward pass as the model runs it: every layer stores the chunk and attends, then
-// the cache advances (and the policy plans).
-inline void feed(KvCache& cache, int32_t n_heads, const Chunk& c) {
+// the cache advances (and the policy plans). Returns the attention outputs of every layer,
+// [n_layers, n, n_heads, head_dim].
+inline std::vector<float> feed(KvCache& cache, int32_t n_heads, const Chunk& c) {
   const KvShape& shape = cache.shape();
   std::vector<int32_t> positions(c.n);
   std::iota(positions.begin(), positions.end(), cache.next_position());
-  std::vector<float> out(c.n * n_heads * shape.head_dim);
+  const int64_t per_layer = c.n * n_heads * shape.head_dim;
+  std::vector<float> out(shape.n_layers * per_layer);
   const float scale = 1.f / std::sqrt(static_cast<float>(shape.head_dim));
   for (int32_t l = 0; l < shape.n_layers; ++l) {
     cache.append(l, c.k.data(), c.v.data(), positions.data(), c.n);
-    cache.attend(l, AttentionQuery{c.q.data(), positions.data(), out.data(),
+    cache.attend(l, AttentionQuery{c.q.data(), positions.data(), out.data() + l * per_layer,
                                    static_cast<int32_t>(c.n), n_heads, scale});
   }
   cache.advance(static_cast<int32_t>(c.n));
+  return out;
+}
+
+// One decode step of a one-token chunk (what LlamaModel::decode does).
+inline std::vector<float> decode_step(KvCache& cache, int32_t n_heads, const Chunk& c) {
+  cache.mark_decode_step();
+  return feed(cache, n_heads, c);
+}
+
+// Rows [from, from + n) of a chunk.
+inline Chunk slice(const Chunk& c, int64_t from, int64_t n, const KvShape& shape,
+                   int32_t n_heads) {
+  const int64_t kv_row = shape.n_kv_heads * shape.head_dim, q_row = n_heads * shape.head_dim;
+  Chunk s;
+  s.n = n;
+  s.k.assign(c.k.begin() + from * kv_row, c.k.begin() + (from + n) * kv_row);
+  s.v.assign(c.v.begin() + from * kv_row, c.v.begin() + (from + n) * kv_row);
+  s.q.assign(c.q.begin() + from * q_row, c.q.begin() + (from + n) * q_row);
+  return s;
 }
 
 }  // namespace kvbench::testing

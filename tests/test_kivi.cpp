@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/kivi_attention.h"
@@ -203,6 +204,7 @@ TEST_CASE("a kivi clone decodes without touching the original", "[unit]") {
   std::mt19937 rng(12);
   KvCache a = make_cache("kivi:bits=2,residual=32", shape);
   testing::feed(a, 4, testing::random_chunk(300, shape, 4, rng));
+  a.end_context();
   const DenseKv before = a.layer(1).view();
   const std::vector<float> k_before(before.k, before.k + 2 * before.capacity * 32);
   const int64_t bytes = a.stats().bytes_resident;
@@ -213,4 +215,78 @@ TEST_CASE("a kivi clone decodes without touching the original", "[unit]") {
   CHECK(a.stats().bytes_resident == bytes);
   const DenseKv after = a.layer(1).view();
   CHECK(std::vector<float>(after.k, after.k + 2 * after.capacity * 32) == k_before);
+}
+
+namespace {
+
+// Every layer of a KIVI cache holds its tokens in position order with the newest fp32:
+// every packed position comes before every tail position, the tail ascends, and it holds
+// at least min(residual, tokens kept) tokens. Returns the tail's positions of layer 0.
+std::vector<int32_t> check_newest_in_tail(const KvCache& cache, int64_t residual) {
+  std::vector<int32_t> tail_of_layer0;
+  for (int32_t l = 0; l < cache.shape().n_layers; ++l) {
+    const auto& store = dynamic_cast<const KiviLayerKv&>(cache.layer(l));
+    const DenseKv kv = store.view();
+    const int64_t packed = store.n_blocks() * 32;
+    INFO("layer " << l << ": " << store.n_blocks() << " blocks, " << kv.n_tokens << " tokens");
+    CHECK(kv.n_tokens - packed >= std::min(residual, kv.n_tokens));
+    for (int32_t h = 0; h < kv.n_kv_heads; ++h) {
+      const int32_t* pos = kv.positions + h * kv.capacity;
+      const int32_t newest_packed = packed > 0 ? *std::max_element(pos, pos + packed) : -1;
+      for (int64_t t = packed; t < kv.n_tokens; ++t) {
+        REQUIRE(pos[t] > newest_packed);
+        if (t > packed) REQUIRE(pos[t] > pos[t - 1]);
+        if (l == 0 && h == 0) tail_of_layer0.push_back(pos[t]);
+      }
+    }
+  }
+  return tail_of_layer0;
+}
+
+}  // namespace
+
+TEST_CASE("an eviction in front of kivi leaves the newest tokens in the fp32 tail", "[unit]") {
+  // A 2048-token context, compressed to 512, then 64 decode steps that each evict one token:
+  // the new tokens must enter the fp32 residual, never go straight to 2 bits.
+  const KvShape shape{2, 2, 32};
+  for (const std::string policy : {"h2o:budget=512", "streamingllm:budget=512",
+                                   "snapkv:budget=512", "tova:budget=512"}) {
+    INFO(policy);
+    std::mt19937 rng(21);
+    KvCache cache = make_cache(policy + "+kivi:bits=2", shape);
+    const testing::Chunk context = testing::random_chunk(2048, shape, 4, rng);
+    for (int64_t from = 0; from < 2048; from += 512) {
+      testing::feed(cache, 4, testing::slice(context, from, 512, shape, 4));
+    }
+    cache.end_context();
+    // TOVA keeps no recent window (it may drop a new token); the others keep every new one.
+    const bool keeps_recent = policy.rfind("tova", 0) != 0;
+    std::vector<int32_t> tail = check_newest_in_tail(cache, 128);
+    if (keeps_recent) CHECK(tail.back() == 2047);
+    for (int i = 0; i < 64; ++i) {
+      testing::decode_step(cache, 4, testing::random_chunk(1, shape, 4, rng));
+    }
+    tail = check_newest_in_tail(cache, 128);
+    for (int32_t p = 2048; p < 2048 + 64 && keeps_recent; ++p) {
+      REQUIRE(std::find(tail.begin(), tail.end(), p) != tail.end());
+    }
+  }
+}
+
+TEST_CASE("plain kivi attends over its context in fp32, as KIVI's prefill", "[unit]") {
+  // A 1024-token context fed as two chunks: the second attends over the first unpacked, as
+  // the full cache does; packing happens once the context has ended.
+  const KvShape shape{2, 2, 32};
+  std::mt19937 rng(22);
+  const testing::Chunk context = testing::random_chunk(1024, shape, 4, rng);
+  KvCache full = make_full_cache(shape);
+  KvCache kivi = make_cache("kivi:bits=2", shape);
+  for (int64_t from = 0; from < 1024; from += 512) {
+    const testing::Chunk c = testing::slice(context, from, 512, shape, 4);
+    REQUIRE(testing::feed(kivi, 4, c) == testing::feed(full, 4, c));
+  }
+  CHECK(dynamic_cast<const KiviLayerKv&>(kivi.layer(0)).n_blocks() == 0);
+  kivi.end_context();
+  CHECK(dynamic_cast<const KiviLayerKv&>(kivi.layer(0)).n_blocks() == (1024 - 128) / 32);
+  check_newest_in_tail(kivi, 128);
 }

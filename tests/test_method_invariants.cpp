@@ -101,7 +101,7 @@ Run run(KvCache& cache, int64_t block) {
   }
   cache.end_context();
   record(r, cache, logits);
-  for (int i = 0; i < kDecode; ++i) record(r, cache, model.forward({tokens[kContext + i]}, cache));
+  for (int i = 0; i < kDecode; ++i) record(r, cache, model.decode(tokens[kContext + i], cache));
   return r;
 }
 

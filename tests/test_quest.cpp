@@ -2,6 +2,8 @@
 // context is exact, and the bytes it reports reading.
 #include <catch2/catch.hpp>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/attention.h"
@@ -31,6 +33,7 @@ std::vector<std::vector<float>> run_same(std::vector<KvCache*> caches, const KvS
     for (size_t i = 0; i < caches.size(); ++i) {
       KvCache& cache = *caches[i];
       const int32_t position = cache.next_position();
+      cache.mark_decode_step();
       outputs[i].assign(shape.n_layers * kHeads * shape.head_dim, 0.f);
       for (int32_t l = 0; l < shape.n_layers; ++l) {
         cache.append(l, step.k.data(), step.v.data(), &position, 1);
@@ -84,7 +87,7 @@ TEST_CASE("quest reads the pages with the highest bound, and the newest page", "
   // One KV head, one layer past the dense ones: a page whose keys point along the query
   // must be read; others, pointing away, must not.
   const KvShape shape{1, 1, 16};
-  KvCache quest = make_cache("quest:budget=32,page=16,dense_layers=0", shape);
+  KvCache quest = make_cache("quest:budget=32,page=16,dense_layers=0,min_pages=1", shape);
   KvCache full = make_full_cache(shape);
   testing::Chunk c;
   c.n = 160;  // 10 pages
@@ -102,6 +105,7 @@ TEST_CASE("quest reads the pages with the highest bound, and the newest page", "
   std::vector<float> q(kHeads * 16, 1.f), out(q.size()), expected(q.size());
   std::vector<float> k(16, -1.f), v(16, 0.f);
   const int32_t position = 160;
+  quest.mark_decode_step();
   quest.append(0, k.data(), v.data(), &position, 1);
   quest.attend(0, AttentionQuery{q.data(), &position, out.data(), 1, kHeads, 0.25f});
   // Reading pages 4 and 10 (the newest, one token) only: the reference over those slots.
@@ -111,4 +115,45 @@ TEST_CASE("quest reads the pages with the highest bound, and the newest page", "
                             full.layer(0).view(), PageSelection{pages.data(), 2, 16});
   for (size_t i = 0; i < out.size(); ++i) REQUIRE(out[i] == Approx(expected[i]).margin(1e-5));
   CHECK(out[0] > 0.99f);
+}
+
+TEST_CASE("quest reads at least min_pages pages, 3 by default as Quest's controller", "[unit]") {
+  const KvShape shape{3, 2, 16};
+  const int64_t n = 301, token_bytes = 2 * 16 * 4 + 4, n_pages = (n + 15) / 16;
+  const int64_t dense = 2 * 2 * n * token_bytes, bounds = 2 * n_pages * 2 * 16 * 4;
+  // 301 tokens: the newest page holds 301 - 18 * 16 = 13 of them.
+  for (const auto& [spec, pages] : std::vector<std::pair<std::string, int64_t>>{
+           {"quest:budget=16", 3}, {"quest:budget=16,min_pages=1", 1},
+           {"quest:budget=80", 5}, {"quest:budget=80,min_pages=7", 7}}) {
+    INFO(spec);
+    KvCache quest = make_cache(spec, shape);
+    run_same({&quest}, shape, 300, 1, 3);
+    CHECK(quest.stats().bytes_read_last_forward ==
+          dense + 2 * ((pages - 1) * 16 + 13) * token_bytes + bounds);
+  }
+}
+
+TEST_CASE("quest reads every page in prefill, one-token chunks and queries included", "[unit]") {
+  // A 1025-token context fed as 512 + 512 + 1 (the model's chunks), then a one-token turn
+  // query: all prefill, so all the full cache's. Only a decode step selects pages.
+  const KvShape shape{4, 2, 16};
+  std::mt19937 rng(9);
+  const testing::Chunk all = testing::random_chunk(1027, shape, kHeads, rng);
+  KvCache full = make_full_cache(shape);
+  KvCache quest = make_cache("quest:budget=256", shape);
+  std::vector<std::vector<float>> out(2);
+  for (const auto& [from, n] : std::vector<std::pair<int64_t, int64_t>>{{0, 512}, {512, 512}, {1024, 1}}) {
+    const testing::Chunk c = testing::slice(all, from, n, shape, kHeads);
+    out[0] = testing::feed(full, kHeads, c);
+    out[1] = testing::feed(quest, kHeads, c);
+    REQUIRE(out[0] == out[1]);
+  }
+  full.end_context();
+  quest.end_context();
+  const testing::Chunk query = testing::slice(all, 1025, 1, shape, kHeads);
+  REQUIRE(testing::feed(full, kHeads, query) == testing::feed(quest, kHeads, query));
+  CHECK(quest.stats().bytes_read_last_forward == full.stats().bytes_read_last_forward);
+  const testing::Chunk step = testing::slice(all, 1026, 1, shape, kHeads);
+  CHECK(testing::decode_step(full, kHeads, step) != testing::decode_step(quest, kHeads, step));
+  CHECK(quest.stats().bytes_read_last_forward < full.stats().bytes_read_last_forward);
 }

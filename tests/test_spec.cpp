@@ -128,7 +128,7 @@ TEST_CASE("compositions: eviction or retrieval, then storage last", "[unit]") {
   CHECK(resolve_method_spec("snapkv:budget=1024+kivi:bits=2").canonical ==
         "snapkv:budget=1024,window=32,kernel=5,pool=avg+kivi:bits=2,residual=128");
   CHECK(resolve_method_spec("quest:budget=512+kivi:bits=4").canonical ==
-        "quest:budget=512,page=16,dense_layers=2+kivi:bits=4,residual=128");
+        "quest:budget=512,page=16,dense_layers=2,min_pages=3+kivi:bits=4,residual=128");
   CHECK(resolve_method_spec("kvmerger:ratio=0.5+kivi").components.size() == 2);
   CHECK(error_of("kivi+snapkv").find("'kivi' stores what the methods before it keep, so it "
                                      "comes last") != std::string::npos);
@@ -140,4 +140,13 @@ TEST_CASE("compositions: eviction or retrieval, then storage last", "[unit]") {
   CHECK(error_of("full+kivi").find("cannot compose with anything") != std::string::npos);
   CHECK(error_of("kivi:bits=3").find("bits must be one of 2, 4") != std::string::npos);
   CHECK(error_of("kivi:residual=100").find("multiple of 32") != std::string::npos);
+}
+
+TEST_CASE("keydiff refuses a block its prefill cannot honour", "[unit]") {
+  // The context is prefilled in forwards of at most 512 tokens, each followed by an
+  // eviction: a larger block would silently act as 512.
+  CHECK(error_of("keydiff:budget=256,block=512").empty());
+  const std::string error = error_of("keydiff:budget=256,block=1024");
+  CHECK(error.find("block=1024") != std::string::npos);
+  CHECK(error.find("at most 512") != std::string::npos);
 }

@@ -512,6 +512,11 @@ KvCache LlamaModel::new_cache(const ResolvedSpec& spec) const {
 #endif
 }
 
+std::vector<float> LlamaModel::decode(int32_t token, KvCache& cache) const {
+  cache.mark_decode_step();
+  return forward({token}, cache);
+}
+
 std::vector<float> LlamaModel::forward(const std::vector<int32_t>& tokens, KvCache& cache,
                                        bool all_logits) const {
   const int64_t n = static_cast<int64_t>(tokens.size());

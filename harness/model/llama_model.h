@@ -54,6 +54,11 @@ class LlamaModel {
   std::vector<float> forward(const std::vector<int32_t>& tokens, KvCache& cache,
                              bool all_logits = false) const;
 
+  // One decode step: feeds `token` (one the model generated, or a teacher-forced answer
+  // token) as forward() does, marked so that a retrieval method selects what it reads
+  // (KvCache::mark_decode_step). Returns its logits.
+  std::vector<float> decode(int32_t token, KvCache& cache) const;
+
   // CacheBlend (Yao et al., EuroSys'25): stores `tokens` at positions cache.next_position()
   // onwards from KV computed elsewhere, recomputing only a part of it. cached_k, cached_v:
   // [n_layers, n_tokens, n_kv_heads * head_dim], keys already rotated to their new
@@ -71,7 +76,7 @@ class LlamaModel {
   // positive ratio recomputes at least one.
   static int64_t recompute_count(double ratio, int64_t n_tokens);
 
-  int32_t prefill_chunk = 512;
+  int32_t prefill_chunk = static_cast<int32_t>(kPrefillChunk);
 
  private:
   struct Impl;
