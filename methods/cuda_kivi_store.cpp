@@ -46,6 +46,18 @@ std::vector<int32_t> kivi_placement_order(const RetainPlan& plan, int32_t n_kv_h
   return order;
 }
 
+// Each group replaced with its quantized values rounded back to fp32 (KiviLayerKv's
+// round_groups); synchronous, as the scratch codes are freed on return.
+void round_groups_cuda(float* x, int64_t group_stride, int64_t element_stride,
+                       int64_t n_groups, int32_t group, int32_t bits) {
+  DeviceBuffer<uint8_t> codes(n_groups * group * bits / 8);
+  DeviceBuffer<float> scale(n_groups), min(n_groups);
+  const QuantGroups q{codes.data(), scale.data(), min.data(), n_groups, group, bits};
+  quantize_groups_cuda(x, group_stride, element_stride, q, nullptr);
+  dequantize_groups_cuda(q, x, group_stride, element_stride, nullptr);
+  wait_default_stream();
+}
+
 // Copies slots [h * n_keep + j] of `from` (device rows) to rows [0, n_keep) of each head of
 // the target; synchronous (the uploaded slot list is freed on return).
 void gather_kept(const DenseKv& from, const std::vector<int32_t>& slots, int64_t n_keep,
@@ -59,7 +71,11 @@ void gather_kept(const DenseKv& from, const std::vector<int32_t>& slots, int64_t
 }  // namespace
 
 CudaKiviLayerKv::CudaKiviLayerKv(int32_t n_kv_heads, int32_t head_dim, const KiviConfig& config)
-    : n_kv_heads_(n_kv_heads), head_dim_(head_dim), config_(config) {
+    : n_kv_heads_(n_kv_heads),
+      head_dim_(head_dim),
+      config_(config),
+      keys_rounded_(n_kv_heads, 0),
+      values_rounded_(n_kv_heads, 0) {
   if ((config.bits != 2 && config.bits != 4) || config.group <= 0 ||
       head_dim % config.group != 0) {
     throw std::invalid_argument(std::string(kWho) + ": bits must be 2 or 4 and head_dim (" +
@@ -244,12 +260,12 @@ void CudaKiviLayerKv::append(const float* k, const float* v, const int32_t* posi
   tail_tokens_ += n_new;
 }
 
-// Packs every full block of the tail that has `residual` newer tokens after it.
+// KiviLayerKv::settle: packs the tail's whole blocks of quantized slots, then rounds.
 void CudaKiviLayerKv::settle() {
   drop_view();
   const int64_t g = config_.group;
   const int64_t n_pack =
-      tail_tokens_ < config_.residual + g ? 0 : (tail_tokens_ - config_.residual) / g;
+      std::max<int64_t>(0, (kivi_quantized_slots(config_, n_tokens()) - n_blocks_ * g) / g);
   if (n_pack > 0) {
     const int64_t first_unit = n_blocks_ * n_kv_heads_;
     resize_blocks(n_blocks_ + n_pack);
@@ -280,6 +296,30 @@ void CudaKiviLayerKv::settle() {
     tail_capacity_ = capacity;
   }
   tail_tokens_ = left;
+  for (int32_t h = 0; h < n_kv_heads_; ++h) {
+    keys_rounded_[h] = std::max<int64_t>(0, keys_rounded_[h] - moved);
+    values_rounded_[h] = std::max<int64_t>(0, values_rounded_[h] - moved);
+  }
+  if (config_.tail == KiviTail::Kivi) round_quantized_rows();
+}
+
+void CudaKiviLayerKv::round_quantized_rows() {
+  const int64_t d = head_dim_;
+  for (int32_t h = 0; h < n_kv_heads_; ++h) {
+    const int64_t head = h * tail_capacity_;
+    const TailRounding r = kivi_tail_rounding(config_, n_tokens(), n_blocks_ * config_.group,
+                                              keys_rounded_[h], values_rounded_[h]);
+    for (int64_t a = r.keys_from; a < r.keys_to; a += config_.group) {  // per channel
+      round_groups_cuda(tail_.k.data() + (head + a) * d, 1, d, d, config_.group, config_.bits);
+    }
+    if (r.values_from < r.values_to) {  // per token, in groups of `group` channels
+      round_groups_cuda(tail_.v.data() + (head + r.values_from) * d, config_.group, 1,
+                        (r.values_to - r.values_from) * d / config_.group, config_.group,
+                        config_.bits);
+    }
+    keys_rounded_[h] = std::max(keys_rounded_[h], r.keys_to);
+    values_rounded_[h] = std::max(values_rounded_[h], r.values_to);
+  }
 }
 
 int64_t CudaKiviLayerKv::attend(const AttentionQuery& query, const PageSelection* pages) const {
@@ -421,6 +461,8 @@ void CudaKiviLayerKv::retain(RetainPlan& plan) {
     plan.slots[i] = planned[head_row + order[i]];
     moves = moves || plan.slots[i] != i - head_row;
   }
+  kivi_rounded_after_retain(plan, n_kv_heads_, n_blocks_ * g, n_blocks * g, keys_rounded_);
+  kivi_rounded_after_retain(plan, n_kv_heads_, n_blocks_ * g, n_blocks * g, values_rounded_);
   // Merged contents follow their slots to the new places.
   std::vector<float> merged_k, merged_v;
   if (merged) {
@@ -515,6 +557,8 @@ std::unique_ptr<LayerKv> CudaKiviLayerKv::clone() const {
   copy->block_capacity_ = block_capacity_;
   copy->tail_capacity_ = tail_capacity_;
   copy->tail_tokens_ = tail_tokens_;
+  copy->keys_rounded_ = keys_rounded_;
+  copy->values_rounded_ = values_rounded_;
   return copy;
 }
 

@@ -1,7 +1,7 @@
 // KIVI's packed store in device memory: KiviLayerKv's twin (methods/kivi.h) for a model whose
 // forward runs on a GPU. Same semantics: keys per channel and values per token packed to 2 or
-// 4 bits in blocks of `group` tokens once `residual` newer tokens follow them (at settle()),
-// the newest tokens in an fp32 tail, the same block growth, the same slot placement after a
+// 4 bits in blocks of `group` tokens as its `tail` rule says (at settle()), the newest
+// tokens in an fp32 tail (with rows KIVI has quantized rounded there), the same block growth, the same slot placement after a
 // retain (so the same blocks are packed again) and the same bytes: bytes_resident and the
 // bytes attend() returns equal KiviLayerKv's for the same calls.
 //
@@ -38,9 +38,9 @@ class CudaKiviLayerKv : public LayerKv {
   // count what is read, so the bytes returned are exactly KiviLayerKv's. The attention itself
   // is left running on the default stream.
   int64_t attend(const AttentionQuery& query, const PageSelection* pages) const override;
-  // plan is on the host. Kept slots are placed as KiviLayerKv places them (kept slots below
-  // n_keep stay, the holes take the kept slots past it in order; plan.slots says so on
-  // return, each >= j), so the same blocks are unpacked and packed again. Merged contents
+  // plan is on the host. Kept slots are placed as KiviLayerKv places them (kept slots in
+  // the packed blocks that remain stay, their holes take the oldest kept slots after them,
+  // the rest follow in order; plan.slots says so on return, each >= j), so the same blocks are unpacked and packed again. Merged contents
   // (plan.k, plan.v) are supported. Throws std::invalid_argument for a malformed plan (slots
   // not ascending or past the stored tokens, merged rows of the wrong size) before anything
   // changes. Synchronous.
@@ -49,7 +49,8 @@ class CudaKiviLayerKv : public LayerKv {
   // into device buffers held (and counted in bytes_resident) until the next append, retain
   // or settle. A policy that reads the view on the host must copy it down.
   DenseKv view() const override;
-  // Packs the full blocks `residual` tokens behind the newest; synchronous when it packs.
+  // Packs the whole blocks of quantized slots and rounds the tail rows KiviTail::Kivi has
+  // quantized (KiviLayerKv::settle); synchronous when it packs or rounds.
   void settle() override;
   // A deep copy in device memory (without the view buffers).
   std::unique_ptr<LayerKv> clone() const override;
@@ -103,6 +104,8 @@ class CudaKiviLayerKv : public LayerKv {
   // Unpacks every block and copies the tail into the view buffers.
   void unpack_view() const;
   void drop_view() const;
+  // KiviLayerKv::round_quantized_rows on the device; synchronous.
+  void round_quantized_rows();
 
   int32_t n_kv_heads_;
   int32_t head_dim_;
@@ -115,6 +118,8 @@ class CudaKiviLayerKv : public LayerKv {
   Rows tail_;
   int64_t tail_capacity_ = 0;
   int64_t tail_tokens_ = 0;
+  // KiviLayerKv's: per KV head, the leading tail rows whose keys (values) are rounded.
+  std::vector<int64_t> keys_rounded_, values_rounded_;
 
   // Everything unpacked, while a policy looks at it (view) until settle().
   mutable DeviceBuffer<float> view_k_, view_v_;

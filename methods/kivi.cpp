@@ -19,6 +19,17 @@ namespace {
 // block every 32 tokens) does not reallocate every block.
 int64_t block_slack(int64_t n_blocks) { return std::max<int64_t>(1, n_blocks / 8); }
 
+// Replaces each group with its quantized values rounded back to fp32 (what unpacking its
+// codes gives). Group g's element i is x[g * group_stride + i * element_stride].
+void round_groups(float* x, int64_t group_stride, int64_t element_stride, int64_t n_groups,
+                  int32_t group, int32_t bits) {
+  std::vector<uint8_t> codes(static_cast<size_t>(n_groups * group * bits / 8));
+  std::vector<float> scale(static_cast<size_t>(n_groups)), min(scale.size());
+  const QuantGroups q{codes.data(), scale.data(), min.data(), n_groups, group, bits};
+  quantize_groups_cpu(x, group_stride, element_stride, q);
+  dequantize_groups_cpu(q, x, group_stride, element_stride);
+}
+
 template <typename T>
 void resize_exact(std::vector<T>& v, size_t n) {
   v.resize(n);
@@ -28,7 +39,12 @@ void resize_exact(std::vector<T>& v, size_t n) {
 }  // namespace
 
 KiviLayerKv::KiviLayerKv(int32_t n_kv_heads, int32_t head_dim, const KiviConfig& config)
-    : n_kv_heads_(n_kv_heads), head_dim_(head_dim), config_(config), tail_(n_kv_heads, head_dim) {
+    : n_kv_heads_(n_kv_heads),
+      head_dim_(head_dim),
+      config_(config),
+      tail_(n_kv_heads, head_dim),
+      keys_rounded_(n_kv_heads, 0),
+      values_rounded_(n_kv_heads, 0) {
   assert(head_dim % config.group == 0 && (config.bits == 2 || config.bits == 4));
 }
 
@@ -106,12 +122,13 @@ void KiviLayerKv::append(const float* k, const float* v, const int32_t* position
   tail_.append(k, v, positions, n_new);
 }
 
-// Packs every full block of the tail that has `residual` newer tokens after it.
+// Packs the tail's whole blocks of quantized slots, then (KiviTail::Kivi) rounds the rows
+// whose keys or values KIVI has quantized but which wait for their block.
 void KiviLayerKv::settle() {
   drop_view();
   const int64_t g = config_.group;
   const int64_t n_pack =
-      tail_.n_tokens < config_.residual + g ? 0 : (tail_.n_tokens - config_.residual) / g;
+      std::max<int64_t>(0, (kivi_quantized_slots(config_, n_tokens()) - n_blocks_ * g) / g);
   if (n_pack > 0) {
     const int64_t first = n_blocks_;
     resize_blocks(n_blocks_ + n_pack);
@@ -130,13 +147,60 @@ void KiviLayerKv::settle() {
       std::memmove(&tail_.v[head * head_dim_], &tail_.v[(head + moved) * head_dim_],
                    left * head_dim_ * sizeof(float));
       std::memmove(&tail_.positions[head], &tail_.positions[head + moved], left * sizeof(int32_t));
+      keys_rounded_[h] = std::max<int64_t>(0, keys_rounded_[h] - moved);
+      values_rounded_[h] = std::max<int64_t>(0, values_rounded_[h] - moved);
     }
     tail_.n_tokens = left;
   }
+  if (config_.tail == KiviTail::Kivi) round_quantized_rows();
   // Between forwards the tail holds fewer than residual + group tokens, and a decode step
   // adds one: give back the room a longer forward needed.
   const int64_t steady = config_.residual + g;
   if (tail_.capacity > steady && tail_.n_tokens <= steady) tail_.reallocate(steady);
+}
+
+void KiviLayerKv::round_quantized_rows() {
+  const int64_t d = head_dim_;
+  for (int32_t h = 0; h < n_kv_heads_; ++h) {
+    const size_t head = static_cast<size_t>(h) * tail_.capacity;
+    const TailRounding r = kivi_tail_rounding(config_, n_tokens(), n_blocks_ * config_.group,
+                                              keys_rounded_[h], values_rounded_[h]);
+    for (int64_t a = r.keys_from; a < r.keys_to; a += config_.group) {  // per channel
+      round_groups(&tail_.k[(head + a) * d], 1, d, d, config_.group, config_.bits);
+    }
+    if (r.values_from < r.values_to) {  // per token, in groups of `group` channels
+      round_groups(&tail_.v[(head + r.values_from) * d], config_.group, 1,
+                   (r.values_to - r.values_from) * d / config_.group, config_.group,
+                   config_.bits);
+    }
+    keys_rounded_[h] = std::max(keys_rounded_[h], r.keys_to);
+    values_rounded_[h] = std::max(values_rounded_[h], r.values_to);
+  }
+}
+
+TailRounding kivi_tail_rounding(const KiviConfig& config, int64_t n_tokens, int64_t packed,
+                                int64_t keys_rounded, int64_t values_rounded) {
+  const int64_t g = config.group, tail = n_tokens - packed;
+  TailRounding r;
+  r.keys_to = std::clamp<int64_t>(kivi_keys_quantized(config.residual, n_tokens) - packed, 0, tail);
+  r.keys_from = std::min(keys_rounded / g * g, r.keys_to);
+  r.values_to = std::clamp<int64_t>(n_tokens - config.residual - packed, 0, tail);
+  r.values_from = std::min(values_rounded, r.values_to);
+  return r;
+}
+
+void kivi_rounded_after_retain(const RetainPlan& plan, int32_t n_kv_heads, int64_t old_packed,
+                               int64_t new_packed, std::vector<int64_t>& rounded) {
+  for (int32_t h = 0; h < n_kv_heads; ++h) {
+    if (!plan.k.empty()) {
+      rounded[h] = 0;
+      continue;
+    }
+    const int32_t* placed = plan.slots.data() + h * plan.n_keep;
+    rounded[h] = std::lower_bound(placed + new_packed, placed + plan.n_keep,
+                                  old_packed + rounded[h]) -
+                 (placed + new_packed);
+  }
 }
 
 int64_t KiviLayerKv::attend(const AttentionQuery& query, const PageSelection* pages) const {
@@ -221,9 +285,15 @@ void KiviLayerKv::retain(RetainPlan& plan) {
   const int64_t g = config_.group, d = head_dim_;
   const int64_t n_keep = plan.n_keep;
   const int64_t n_blocks = std::min(n_blocks_, n_keep / g);
+  const int64_t old_packed = n_blocks_ * g;
+  const auto count_rounded = [&] {
+    kivi_rounded_after_retain(plan, n_kv_heads_, old_packed, n_blocks * g, keys_rounded_);
+    kivi_rounded_after_retain(plan, n_kv_heads_, old_packed, n_blocks * g, values_rounded_);
+  };
   if (n_blocks_ == 0) {
     retain_rows_in_place(tail_.k.data(), tail_.v.data(), tail_.positions.data(), n_kv_heads_,
                          head_dim_, tail_.capacity, tail_.n_tokens, plan, 0);
+    count_rounded();
     tail_.n_tokens = n_keep;
     if (tail_.capacity > std::max(2 * tail_.n_tokens, config_.residual + g)) {
       tail_.reallocate(std::max(tail_.n_tokens, config_.residual + g));
@@ -256,6 +326,7 @@ void KiviLayerKv::retain(RetainPlan& plan) {
     std::memcpy(&tail_.positions[tail_row], &view_positions_[row], tail * sizeof(int32_t));
   }
   tail_.n_tokens = tail;
+  count_rounded();
   drop_view();
 }
 
@@ -298,7 +369,11 @@ MethodInfo kivi_method() {
   info.params = {
       choice_param("bits", "2", {"2", "4"}, "bits per key and value"),
       int_param("residual", 128, 0, kNoMax,
-                "newest tokens kept in fp32 (a multiple of 32; KIVI's residual length)"),
+                "KIVI's residual length R, a multiple of 32: the newest tokens kept in fp32"),
+      choice_param("tail", "kivi", {"kivi", "block"},
+                   "kivi: keys go to bits R at a time (0 to R-1 fp32), the newest R values "
+                   "fp32, as KIVI's code; block: keys and values of the newest R to R+31 "
+                   "tokens fp32"),
   };
   info.check = [](const MethodParams& params) {
     if (params.get_int("residual") % 32 != 0) {
@@ -319,6 +394,7 @@ KiviConfig kivi_config_from(const MethodParams& params) {
   KiviConfig config;
   config.bits = static_cast<int32_t>(params.get_int("bits"));
   config.residual = params.get_int("residual");
+  config.tail = params.get("tail") == "block" ? KiviTail::Block : KiviTail::Kivi;
   return config;
 }
 

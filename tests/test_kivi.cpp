@@ -69,11 +69,12 @@ double worst_step_error(const std::vector<float>& original, const DenseKv& view,
 
 }  // namespace
 
-TEST_CASE("kivi packs the blocks past its residual and keeps the newest tokens fp32", "[unit]") {
+TEST_CASE("kivi tail=block packs the blocks past its residual, the newest tokens fp32", "[unit]") {
   for (const int32_t bits : {2, 4}) {
     INFO("bits " << bits);
     KiviConfig config;
     config.bits = bits;
+    config.tail = KiviTail::Block;
     KiviLayerKv store(kKvHeads, kHeadDim, config);
     const Tokens t = random_tokens(1000, 7, 3);
     store.append(t.k.data(), t.v.data(), t.positions.data(), 1000);
@@ -104,6 +105,45 @@ TEST_CASE("kivi packs the blocks past its residual and keeps the newest tokens f
                  more.positions.data() + 1, 31);
     store.settle();
     CHECK(store.n_blocks() == 28);
+  }
+}
+
+TEST_CASE("kivi's tail is KIVI's: keys quantized R at a time, the newest R values fp32", "[unit]") {
+  // KIVI's code (jy-yuan/KIVI models/llama_kivi.py): at prefill the first T - T mod R keys
+  // and the first T - R values are quantized; in decode a key residual of R is quantized
+  // whole, and the value leaving the newest R is quantized. Checked token by token as a
+  // context of 1000 grows to 1300 one decode step at a time.
+  for (const int32_t bits : {2, 4}) {
+    INFO("bits " << bits);
+    KiviConfig config;
+    config.bits = bits;
+    KiviLayerKv store(kKvHeads, kHeadDim, config);
+    const Tokens t = random_tokens(1300, 0, 8);
+    const int64_t row = kKvHeads * kHeadDim;
+    store.append(t.k.data(), t.v.data(), t.positions.data(), 1000);
+    for (int64_t n = 1000; n <= 1300; ++n) {
+      if (n > 1000) store.append(&t.k[(n - 1) * row], &t.v[(n - 1) * row], &t.positions[n - 1], 1);
+      store.settle();
+      INFO("tokens " << n);
+      const int64_t keys_fp32 = n % 128, values_fp32 = 128;
+      REQUIRE(store.n_tokens() - store.n_blocks() * 32 <= 128 + 31);
+      const DenseKv view = store.view();
+      for (int32_t h = 0; h < kKvHeads; ++h) {
+        for (int64_t i = 0; i < n; ++i) {
+          REQUIRE(view.positions[h * view.capacity + i] == i);
+          const float* k = view.k + (h * view.capacity + i) * kHeadDim;
+          const float* v = view.v + (h * view.capacity + i) * kHeadDim;
+          const bool k_exact = std::equal(k, k + kHeadDim, &t.k[i * row + h * kHeadDim]);
+          const bool v_exact = std::equal(v, v + kHeadDim, &t.v[i * row + h * kHeadDim]);
+          REQUIRE(k_exact == (i >= n - keys_fp32));
+          REQUIRE(v_exact == (i >= n - values_fp32));
+        }
+      }
+      if (n == 1000 || n == 1024 || n == 1300) {  // quantized rows: within half a step
+        CHECK(worst_step_error(t.k, view, true, n - keys_fp32, bits) <= 0.5 + 1e-3);
+        CHECK(worst_step_error(t.v, view, false, (n - values_fp32) / 32 * 32, bits) <= 0.5 + 1e-3);
+      }
+    }
   }
 }
 

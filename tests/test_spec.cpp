@@ -126,9 +126,9 @@ TEST_CASE("budget parameters: ranges, budget xor ratio, resolution", "[unit]") {
 
 TEST_CASE("compositions: eviction or retrieval, then storage last", "[unit]") {
   CHECK(resolve_method_spec("snapkv:budget=1024+kivi:bits=2").canonical ==
-        "snapkv:budget=1024,window=32,kernel=5,pool=avg+kivi:bits=2,residual=128");
+        "snapkv:budget=1024,window=32,kernel=5,pool=avg+kivi:bits=2,residual=128,tail=kivi");
   CHECK(resolve_method_spec("quest:budget=512+kivi:bits=4").canonical ==
-        "quest:budget=512,page=16,dense_layers=2,min_pages=3+kivi:bits=4,residual=128");
+        "quest:budget=512,page=16,dense_layers=2,min_pages=3+kivi:bits=4,residual=128,tail=kivi");
   CHECK(resolve_method_spec("kvmerger:ratio=0.5+kivi").components.size() == 2);
   CHECK(error_of("kivi+snapkv").find("'kivi' stores what the methods before it keep, so it "
                                      "comes last") != std::string::npos);

@@ -122,9 +122,9 @@ TEST_CASE("sweep config: methods x budgets, full once, canonical JSON", "[unit]"
   const auto with_kivi = sweep_methods(composed);
   REQUIRE(with_kivi.size() == 3);
   CHECK(with_kivi[0].spec ==
-        "snapkv:budget=32,window=32,kernel=5,pool=avg+kivi:bits=2,residual=128");
+        "snapkv:budget=32,window=32,kernel=5,pool=avg+kivi:bits=2,residual=128,tail=kivi");
   CHECK(with_kivi[0].budget == "budget=32");
-  CHECK(with_kivi[2].spec == "kivi:bits=4,residual=128");
+  CHECK(with_kivi[2].spec == "kivi:bits=4,residual=128,tail=kivi");
   CHECK(with_kivi[2].budget.empty());
   // The default sweep (configs/default.json): a model that can do its tasks, calibrated,
   // budgets as fractions of the context, enough turns for a full-cache interval of +-15.
