@@ -122,6 +122,11 @@ MethodInfo h2o_method() {
   info.paper =
       "H2O: Heavy-Hitter Oracle for Efficient Generative Inference of Large Language Models "
       "(Zhang et al., NeurIPS 2023), arXiv 2306.14048";
+  info.choices = {
+      "scores are sums over every query so far, as the original; kvpress's "
+      "ObservedAttentionPress takes a mean over the prefill only",
+      "GQA: scores are kept per query head and summed over the group per KV head",
+  };
   info.params = budget_params(kDefaultBudget);
   const ParamInfo recent =
       float_param("recent", "0.5", 0, 1,

@@ -59,6 +59,12 @@ MethodInfo keydiff_method() {
   info.paper =
       "KeyDiff: Key Similarity-Based KV Cache Eviction for Long-Context LLM Inference in "
       "Resource-Constrained Environments (Park et al., 2025), arXiv 2504.15364";
+  info.choices = {
+      "the authors' code is not public: kvpress's BlockPress(block_size=128) around "
+      "KeyDiffPress",
+      "block is at most 512, as each 512-token prefill forward is followed by an "
+      "eviction",
+  };
   info.params = budget_params(kDefaultBudget);
   info.params.push_back(int_param("block", 128, 1, kNoMax,
                                   "context tokens fed per block, each followed by an eviction "

@@ -366,6 +366,16 @@ MethodInfo kivi_method() {
   info.paper =
       "KIVI: A Tuning-Free Asymmetric 2bit Quantization for KV Cache (Liu et al., ICML 2024), "
       "arXiv 2402.02750";
+  info.choices = {
+      "tail=kivi (default) is KIVI's rule; the rows waiting for a whole block of 32 are "
+      "held rounded in fp32, so bytes count up to R+31 fp32 rows where KIVI holds the T "
+      "mod R newest keys and R values",
+      "tail=block keeps keys and values of the newest R to R+31 tokens fp32, more than "
+      "KIVI does (kinder to accuracy)",
+      "after an eviction in front (snapkv+kivi), holes in packed blocks take the oldest "
+      "fp32 tokens, and the blocks touched are packed again, adding their error once "
+      "more",
+  };
   info.params = {
       choice_param("bits", "2", {"2", "4"}, "bits per key and value"),
       int_param("residual", 128, 0, kNoMax,

@@ -49,6 +49,9 @@ MethodInfo knorm_method() {
   info.paper =
       "A Simple and Effective L2 Norm-Based Strategy for KV Cache Compression (Devoto et al., "
       "EMNLP 2024), arXiv 2406.11430";
+  info.choices = {
+      "kept tokens stay in position order (l2compress re-orders the cache by norm)",
+  };
   const ParamInfo skip =
       int_param("skip", 2, 0, kNoMax,
                 "the first `skip` layers keep every token (l2compress skip_layers [0, 1])");

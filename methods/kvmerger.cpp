@@ -196,6 +196,10 @@ MethodInfo kvmerger_method() {
   info.paper =
       "Model Tells You Where to Merge: Adaptive KV Cache Merging for LLMs on Long-Context "
       "Tasks (Wang et al., 2024), arXiv 2407.08454";
+  info.choices = {
+      "the authors' code is not public: from the paper; the budget caps the tokens "
+      "kept, and every KV head keeps the same count (the largest any head needs)",
+  };
   info.params = budget_params(kDefaultBudget);
   info.params.push_back(float_param("threshold", "0.75", -1, 1,
                                     "cosine similarity above which neighbouring keys merge"));

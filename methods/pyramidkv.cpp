@@ -46,6 +46,12 @@ MethodInfo pyramidkv_method() {
   info.paper =
       "PyramidKV: Dynamic KV Cache Compression based on Pyramidal Information Funneling "
       "(Cai et al.), arXiv 2406.02069";
+  info.choices = {
+      "GQA: the group's query-head scores are averaged per KV head before pooling, as "
+      "kvpress does; the authors' code selects per query head over repeated KV",
+      "layer budgets by KVCache-Factory's integer formula; defaults are SCBench's "
+      "(window 32, avg-pool 5), where KVCache-Factory runs window 8, max-pool 7",
+  };
   info.params = snapkv_params();
   const ParamInfo beta =
       int_param("beta", 20, 1, kNoMax,

@@ -142,6 +142,13 @@ MethodInfo quest_method() {
   info.paper =
       "Quest: Query-Aware Sparsity for Efficient Long-Context LLM Inference (Tang et al., "
       "ICML 2024), arXiv 2406.10774";
+  info.choices = {
+      "GQA: a KV head reads the pages of the largest bound over its query heads; "
+      "Quest's eval repeats KV so each query head picks its own pages",
+      "only decode steps select pages: a one-token prefill (a context's last chunk, a "
+      "one-token query) reads everything, where Quest's code (q_len > 1) would sparsify "
+      "it",
+  };
   info.params = budget_params(kDefaultBudget);
   info.params.push_back(int_param("page", 16, 1, 4096, "tokens per page"));
   info.params.push_back(

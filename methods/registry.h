@@ -93,6 +93,9 @@ struct MethodInfo {
   std::string stage;    // e.g. "2 (after prefill) + decode"
   std::string summary;  // one line: what it keeps
   std::string paper;    // title, venue/arXiv id
+  // Where kvbench departs from the authors' code, or chooses where it leaves room (one
+  // line each; `kvbench list methods` prints them).
+  std::vector<std::string> choices;
   std::vector<ParamInfo> params;
   // Extra cross-parameter checks (e.g. budget xor ratio); throws InputError. May be empty.
   std::function<void(const MethodParams&)> check;

@@ -116,6 +116,13 @@ MethodInfo snapkv_method() {
   info.paper =
       "SnapKV: LLM Knows What You are Looking for Before Generation (Li et al., NeurIPS "
       "2024), arXiv 2404.14469";
+  info.choices = {
+      "GQA: the group's query-head scores are averaged per KV head before pooling, as "
+      "kvpress does; the authors' code and SCBench select per query head over repeated "
+      "KV, at n_heads / n_kv_heads times the memory",
+      "defaults are SCBench's (window 32, avg-pool 5); the paper's LongBench runs "
+      "max-pool 7, kvpress window 64",
+  };
   info.params = snapkv_params();
   info.check = check_snapkv_params;
   info.make_policy = [](const MethodParams& params, const KvShape& shape) {

@@ -59,6 +59,13 @@ MethodInfo streamingllm_method() {
   info.paper =
       "Efficient Streaming Language Models with Attention Sinks (Xiao et al., ICLR 2024), "
       "arXiv 2309.17453";
+  info.choices = {
+      "positions: kept tokens keep their original positions (RoPE is in the stored "
+      "keys); the paper re-assigns positions inside the cache",
+      "prefill: a context over 512 tokens is evicted after every 512-token forward; "
+      "kvpress and SCBench compress once after a dense prefill, so even the first "
+      "answer token can differ from theirs",
+  };
   const ParamInfo sink =
       int_param("sink", 4, 0, kNoMax,
                 "attention-sink tokens always kept (the first positions); part of the budget");

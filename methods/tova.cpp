@@ -86,6 +86,10 @@ MethodInfo tova_method() {
   info.summary =
       "keeps the tokens the latest query attends to most (mean over heads), one set per layer";
   info.paper = "Transformers are Multi-State RNNs (Oren et al., 2024), arXiv 2401.06104";
+  info.choices = {
+      "no sink or recent token is forced, as the original (kvpress's TOVAPress keeps "
+      "the last token)",
+  };
   info.params = budget_params(kDefaultBudget);
   info.check = [](const MethodParams& params) { check_budget(params); };
   info.make_policy = [](const MethodParams& params, const KvShape& shape) {

@@ -168,6 +168,11 @@ TEST_CASE("cli: list methods and list tasks need no model", "[unit]") {
                            "keydiff", "budget", "arXiv"}) {
     CHECK(methods.output.find(name) != std::string::npos);
   }
+  // Where kvbench chooses otherwise than the authors' code, the listing says so.
+  for (const char* choice : {"choice: GQA: the group's query-head scores are averaged",
+                             "choice: tail=kivi (default) is KIVI's rule"}) {
+    CHECK(methods.output.find(choice) != std::string::npos);
+  }
   const Run tasks = run_kvbench("--model /nonexistent.gguf list tasks");
   INFO(tasks.output);
   CHECK(tasks.exit_code == 0);
