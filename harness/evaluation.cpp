@@ -1,7 +1,9 @@
 #include "harness/evaluation.h"
 
+#include <algorithm>
 #include <optional>
 
+#include "harness/shared_prefill.h"
 #include "methods/registry.h"
 #include "tasks/task_catalog.h"
 
@@ -36,27 +38,53 @@ void check_samples_fit(const LlamaModel& model, const std::vector<Sample>& sampl
   }
 }
 
-void evaluate(const LlamaModel& model, const std::vector<Sample>& samples,
-              const std::vector<std::string>& methods, const EvaluationOptions& options,
-              const UnitSink& sink) {
+PrefillCount evaluate(const LlamaModel& model, const std::vector<Sample>& samples,
+                      const std::vector<std::string>& methods, const EvaluationOptions& options,
+                      const UnitSink& sink) {
   std::vector<ResolvedSpec> specs;
   for (const std::string& method : methods) specs.push_back(resolve_method_spec(method));
   check_samples_fit(model, samples, options);
+  const ResolvedSpec full_spec = resolve_method_spec("full");
+  std::vector<ResolvedSpec> sharing;
+  if (options.shared_prefill) {
+    if (options.fidelity) sharing.push_back(full_spec);
+    for (const ResolvedSpec& spec : specs) {
+      const bool listed = std::any_of(sharing.begin(), sharing.end(), [&](const ResolvedSpec& s) {
+        return s.canonical == spec.canonical;
+      });
+      if (!listed && SharedPrefill::can_share(spec, model)) sharing.push_back(spec);
+    }
+  }
+  PrefillCount count;
   for (const Sample& sample : samples) {
     const SessionOptions session = options_for(sample, options);
+    std::optional<SharedPrefill> shared;
+    if (!sharing.empty()) {
+      shared.emplace(model, session_context_tokens(model, sample, session), sharing);
+      ++count.shared_prefills;
+      count.shared_tokens += shared->context_tokens();
+    }
+    const SharedPrefill* prefill = shared ? &*shared : nullptr;
     std::optional<SessionResult> full;  // the reference, shared by every method
-    if (options.fidelity) full = run_session(model, sample, "full", session, nullptr);
+    if (options.fidelity) {
+      full = run_session(model, sample, "full", session, nullptr, prefill);
+      count.unit_tokens += full->prefilled_tokens;
+    }
     for (const ResolvedSpec& spec : specs) {
       UnitResult unit;
       unit.sample = &sample;
-      unit.session = spec.is_full() && full
-                         ? *full
-                         : run_session(model, sample, spec.canonical, session, nullptr);
+      if (spec.is_full() && full) {
+        unit.session = *full;
+      } else {
+        unit.session = run_session(model, sample, spec.canonical, session, nullptr, prefill);
+        count.unit_tokens += unit.session.prefilled_tokens;
+      }
       if (full) apply_reference(unit.session, reference_of(*full));
       unit.scores = score_session(sample, unit.session);
       sink(unit);
     }
   }
+  return count;
 }
 
 }  // namespace kvbench

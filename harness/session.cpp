@@ -14,6 +14,7 @@
 #include "harness/model/gguf.h"
 #include "harness/model/llama_model.h"
 #include "harness/model/tokenizer.h"
+#include "harness/shared_prefill.h"
 #include "methods/registry.h"
 #include "reuse/block_key.h"
 #include "reuse/context_snapshots.h"
@@ -168,9 +169,10 @@ void check_fits(const LlamaModel& model, const Sample& sample, const SessionToke
   }
 }
 
-// The shared context: in blocks of the policy's context_block() when it asks for them
-// (block-wise prefill, a store never larger than what is kept plus one block), else in one
-// forward (the model chunks it). Then end_context(): the policy compresses.
+// The shared context: in chunks of the policy's context_block() under a streamed prefill
+// (a store never larger than what is kept plus one chunk), else in one forward (the model
+// chunks it, but nothing is planned before the end). Then end_context(): the policy
+// compresses.
 void feed_context(const LlamaModel& model, KvCache& cache, const std::vector<int32_t>& context) {
   const int64_t n = static_cast<int64_t>(context.size());
   const int64_t block = cache.policy() ? cache.policy()->context_block() : 0;
@@ -186,6 +188,27 @@ void feed_context(const LlamaModel& model, KvCache& cache, const std::vector<int
     }
   }
   cache.end_context();
+}
+
+// A fresh cache for `spec` holding the compressed context: forked from the sample's shared
+// prefill when it serves the method, else prefilled here. Adds to *elsewhere_ms the prefill
+// time spent outside this call (the shared forward's share for this method; the caller
+// times the call itself) and fills the result's prefill fields.
+KvCache context_cache(const LlamaModel& model, const ResolvedSpec& spec,
+                      const std::vector<int32_t>& context, const SharedPrefill* shared,
+                      SessionResult& result, double* elsewhere_ms) {
+  if (shared && shared->serves(spec.canonical)) {
+    double shared_ms = 0;
+    KvCache cache = shared->fork(spec.canonical, &shared_ms);
+    cache.end_context();
+    *elsewhere_ms += shared_ms;
+    result.shared_prefill = true;
+    return cache;
+  }
+  KvCache cache = model.new_cache(spec);
+  feed_context(model, cache, context);
+  result.prefilled_tokens += static_cast<int64_t>(context.size());
+  return cache;
 }
 
 // Teacher forcing on the reference answer, one decode step per token as in decoding (so
@@ -418,9 +441,14 @@ int64_t note_tiers(std::vector<TierStats> now_tiers, const std::vector<TierStats
 
 }  // namespace
 
+std::vector<int32_t> session_context_tokens(const LlamaModel& model, const Sample& sample,
+                                            const SessionOptions& options) {
+  return tokenize_sample(model, sample, options).context;
+}
+
 SessionResult run_session(const LlamaModel& model, const Sample& sample,
                           const std::string& method_spec, const SessionOptions& options,
-                          const SampleReference* reference) {
+                          const SampleReference* reference, const SharedPrefill* shared) {
   const ResolvedSpec spec = resolve_method_spec(method_spec);
   if (options.max_new_tokens < 1) throw InputError("max_new_tokens must be at least 1");
   const SessionTokens tokens = tokenize_sample(model, sample, options);
@@ -464,16 +492,25 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
 
   const std::unique_ptr<BlendDocuments> blend = blend_documents(model, spec, sample, tokens);
 
-  std::optional<KvCache> shared;  // multi-turn: the one cache of the conversation
+  {
+    const std::unique_ptr<TokenPolicy> policy = make_cache_parts(spec, model.kv_shape()).policy;
+    const int64_t chunk = policy ? policy->context_block() : 0;
+    result.prefill = chunk > 0 ? "stream:" + std::to_string(chunk) : "dense";
+  }
+  std::optional<KvCache> conversation;  // multi-turn: the one cache of the conversation
   if (options.mode == SessionMode::MultiTurn) {
-    const auto start = Clock::now();
-    shared.emplace(model.new_cache(spec));
     if (blend) {
-      feed_blended_context(model, *shared, tokens, *blend);  // timed as context_prefill_ms
+      const auto start = Clock::now();
+      conversation.emplace(model.new_cache(spec));
+      feed_blended_context(model, *conversation, tokens, *blend);  // timed as context_prefill_ms
+      result.context_prefill_ms = seconds_since(start) * 1e3;
     } else {
-      feed_context(model, *shared, tokens.context);
+      double elsewhere_ms = 0;
+      const auto start = Clock::now();
+      conversation.emplace(
+          context_cache(model, spec, tokens.context, shared, result, &elsewhere_ms));
+      result.context_prefill_ms = seconds_since(start) * 1e3 + elsewhere_ms;
     }
-    result.context_prefill_ms = seconds_since(start) * 1e3;
   }
 
   for (size_t t = 0; t < tokens.turns.size(); ++t) {
@@ -489,17 +526,17 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
 
     std::vector<float> logits;
     if (options.mode == SessionMode::MultiTurn) {
-      shared->reset_peak();
-      shared->reserve_more(room);
+      conversation->reset_peak();
+      conversation->reserve_more(room);
       const auto start = Clock::now();
-      logits = model.forward(turn.query, *shared);
+      logits = model.forward(turn.query, *conversation);
       const double prefill_s = seconds_since(start);
       argmax(logits);  // the first token chosen: TTFT ends here
       record.ttft_ms = seconds_since(start) * 1e3;
       record.prompt_tokens = query_n;
       record.prefill_tokens_per_s = query_n / std::max(prefill_s, 1e-9);
       record.own.first_logprobs = log_softmax(logits);
-      answer_turn(model, *shared, logits, turn, tokens.answer_tail, options, true, record);
+      answer_turn(model, *conversation, logits, turn, tokens.answer_tail, options, true, record);
     } else {
       // A request: a fresh cache, the context prefilled (or its cached prefix loaded) and
       // compressed, then the query; all of it counts towards TTFT.
@@ -512,13 +549,17 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
       };
       const std::vector<TierStats> tiers_before = tiers_now();
       int64_t loaded = 0;
+      double elsewhere_ms = 0;  // the shared prefill's share for this method
       std::optional<KvCache> to_store;
+      const int64_t n_context = static_cast<int64_t>(tokens.context.size());
       if (reuse) {
         loaded = request_prompt(model, *reuse, cache, tokens.context, turn.query, room,
                                 record.reuse, logits);
+        result.prefilled_tokens += std::max<int64_t>(0, n_context - loaded);
       } else if (snapshots) {
         loaded = request_from_snapshot(model, *snapshots, snapshot_key, cache, tokens.context,
                                        turn.query, room, record.reuse, logits, to_store);
+        result.prefilled_tokens += n_context - loaded;
       } else {
         if (blend) {
           record.reuse = feed_blended_context(model, cache, tokens, *blend);
@@ -529,14 +570,14 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
             record.reuse.store_ms = blend->prefill_ms;
           }
         } else {
-          feed_context(model, cache, tokens.context);
+          cache = context_cache(model, spec, tokens.context, shared, result, &elsewhere_ms);
         }
         cache.reserve_more(room);
         logits = model.forward(turn.query, cache);
       }
-      const double prefill_s = seconds_since(start);
+      const double prefill_s = seconds_since(start) + elsewhere_ms / 1e3;
       argmax(logits);
-      record.ttft_ms = seconds_since(start) * 1e3;
+      record.ttft_ms = seconds_since(start) * 1e3 + elsewhere_ms;
       record.prompt_tokens = static_cast<int64_t>(tokens.context.size()) + query_n;
       record.prefill_tokens_per_s = (record.prompt_tokens - loaded) / std::max(prefill_s, 1e-9);
       // Stored after the first token, as LMCache stores.

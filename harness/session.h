@@ -20,6 +20,7 @@
 namespace kvbench {
 
 class LlamaModel;
+class SharedPrefill;
 
 enum class SessionMode { MultiTurn, MultiRequest };
 enum class AnswerSource { Gold, Model };  // what a multi-turn turn appends after decoding
@@ -83,6 +84,10 @@ struct TurnRecord {
 
 struct SessionResult {
   std::string sample_id;
+  // How the context went in: "dense", or "stream:N" (evicting after every N tokens).
+  std::string prefill = "dense";
+  bool shared_prefill = false;   // forked from the sample's one prefill (shared_prefill.h)
+  int64_t prefilled_tokens = 0;  // context tokens this unit ran through the model itself
   std::string method;  // canonical spec
   SessionMode mode = SessionMode::MultiTurn;
   AnswerSource append = AnswerSource::Gold;
@@ -106,9 +111,17 @@ struct SessionResult {
 // AnswerSource::Gold the decoding runs on a clone and the reference goes on the cache,
 // with AnswerSource::Model the other way round. Multi-request does the same on a fresh
 // cache per turn, its context prefill counted in TTFT.
+// With `shared` serving the method (SharedPrefill::serves), the context comes from that one
+// prefill instead of one of its own, bit-identical; its time is the shared forward's share
+// for this method (SharedPrefill::fork), so TTFT and context_prefill_ms mean the same.
 SessionResult run_session(const LlamaModel& model, const Sample& sample,
                           const std::string& method_spec, const SessionOptions& options,
-                          const SampleReference* reference);
+                          const SampleReference* reference,
+                          const SharedPrefill* shared = nullptr);
+
+// The shared context segment of `sample` as run_session feeds it.
+std::vector<int32_t> session_context_tokens(const LlamaModel& model, const Sample& sample,
+                                            const SessionOptions& options);
 
 // Throws the InputError run_session would (naming the sample) when the sample's context and
 // turns cannot fit the model's context length in `options`' mode; checks every sample of a

@@ -1,18 +1,17 @@
 // KeyDiff: keep, per KV head, the keys least similar to the head's anchor, the mean of its
 // L2-normalised keys (distinctive keys draw attention); attention-free, so it suits
-// FlashAttention-style kernels. The paper processes the prompt block-wise under a fixed
-// cache size, evicting after each block: context_block() asks for the context in blocks of
-// `block` tokens and each block is followed by an eviction, so the cache never holds more
-// than budget + block tokens (kvpress BlockPress(block_size=128) around KeyDiffPress,
-// score = -cos(k, anchor); the official code is not public). The anchor is taken over what
-// is stored at each eviction: the kept tokens plus the new block. Not applied after the
-// context. Kept tokens keep their positions.
-#include <string>
-
-#include "harness/input_error.h"
+// FlashAttention-style kernels (score = -cos(k, anchor), kvpress KeyDiffPress; the official
+// code is not public). The paper processes the prompt block-wise under a fixed cache size,
+// evicting after each block: prefill=stream,chunk=128 does that (kvpress BlockPress
+// (block_size=128) around KeyDiffPress), so the cache never holds more than budget + chunk
+// tokens, and the anchor is taken over what is stored at each eviction (the kept tokens
+// plus the new block). The default prefill is dense, compressing once at the end of the
+// context, as kvpress's KeyDiffPress alone. Not applied after the context. Kept tokens
+// keep their positions.
 #include "kernels/cpu/scores.h"
 #include "methods/budget.h"
 #include "methods/plan_helpers.h"
+#include "methods/prefill_mode.h"
 #include "methods/registry.h"
 
 namespace kvbench {
@@ -20,15 +19,15 @@ namespace {
 
 class KeyDiffPolicy : public TokenPolicy {
  public:
-  KeyDiffPolicy(const Budget& budget, int64_t block, int32_t n_layers)
-      : limits_(budget, n_layers), block_(block) {}
+  KeyDiffPolicy(const Budget& budget, int64_t chunk, int32_t n_layers)
+      : limits_(budget, n_layers), chunk_(chunk) {}
 
   std::unique_ptr<TokenPolicy> clone() const override {
     return std::make_unique<KeyDiffPolicy>(*this);
   }
 
-  // Blocks only help a token budget: a ratio is known at ContextEnd, after the last block.
-  int64_t context_block() const override { return limits_.budget().is_ratio() ? 0 : block_; }
+  // prefill=stream (a token budget): the context comes in chunks, each followed by a plan.
+  int64_t context_block() const override { return chunk_; }
 
   bool plan(int32_t layer, const DenseKv& kv, CachePhase phase, RetainPlan& plan) override {
     if (phase == CachePhase::AfterContext) return false;
@@ -43,7 +42,7 @@ class KeyDiffPolicy : public TokenPolicy {
 
  private:
   LayerLimits limits_;
-  int64_t block_;
+  int64_t chunk_;  // 0: dense prefill
 };
 
 }  // namespace
@@ -52,37 +51,26 @@ MethodInfo keydiff_method() {
   MethodInfo info;
   info.name = "keydiff";
   info.kind = MethodKind::Eviction;
-  info.stage = "2: block-wise during prefill (token budgets) and after prefill";
+  info.stage = "2: after prefill (or every streamed chunk, the paper's block-wise prefill)";
   info.summary =
-      "keeps the keys least similar (cosine) to the mean normalised key, per KV head, "
-      "evicting after every context block";
+      "keeps the keys least similar (cosine) to the mean normalised key, per KV head";
   info.paper =
       "KeyDiff: Key Similarity-Based KV Cache Eviction for Long-Context LLM Inference in "
       "Resource-Constrained Environments (Park et al., 2025), arXiv 2504.15364";
   info.choices = {
-      "the authors' code is not public: kvpress's BlockPress(block_size=128) around "
-      "KeyDiffPress",
-      "block is at most 512, as each 512-token prefill forward is followed by an "
-      "eviction",
+      "the authors' code is not public: kvpress's KeyDiffPress; prefill=stream,chunk=128 "
+      "is its BlockPress(block_size=128), the paper's block-wise prefill",
+      "prefill=dense by default, as kvpress's KeyDiffPress alone and the other methods",
   };
   info.params = budget_params(kDefaultBudget);
-  info.params.push_back(int_param("block", 128, 1, kNoMax,
-                                  "context tokens fed per block, each followed by an eviction "
-                                  "(token budgets; kvpress BlockPress 128)"));
+  for (const ParamInfo& p : prefill_params()) info.params.push_back(p);
   info.check = [](const MethodParams& params) {
     check_budget(params);
-    // Each model forward of the context is followed by an eviction, so a larger block
-    // would silently act as kPrefillChunk.
-    if (params.get_int("block") > kPrefillChunk) {
-      throw InputError("keydiff block=" + params.get("block") + ": the context is prefilled in "
-                       "forwards of at most " + std::to_string(kPrefillChunk) +
-                       " tokens, each followed by an eviction, so block must be at most " +
-                       std::to_string(kPrefillChunk));
-    }
+    check_prefill(params);
   };
   info.make_policy = [](const MethodParams& params, const KvShape& shape) {
     return std::unique_ptr<TokenPolicy>(
-        new KeyDiffPolicy(budget_from(params), params.get_int("block"), shape.n_layers));
+        new KeyDiffPolicy(budget_from(params), stream_chunk(params), shape.n_layers));
   };
   return info;
 }

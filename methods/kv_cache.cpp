@@ -60,7 +60,11 @@ void KvCache::compress(CachePhase phase) {
   RetainPlan plan;
   for (int32_t l = 0; l < shape_.n_layers; ++l) {
     LayerKv& store = *layers_[l];
-    if (policy_ && !policy_->done(l) && policy_->plan(l, store.view(), phase, plan)) {
+    // A dense prefill is never planned before its end: only a streamed one (context_block)
+    // evicts chunk by chunk.
+    const bool planning = policy_ && !policy_->done(l) &&
+                          (phase != CachePhase::ContextChunk || policy_->context_block() > 0);
+    if (planning && policy_->plan(l, store.view(), phase, plan)) {
       assert(static_cast<int64_t>(plan.slots.size()) == plan.n_keep * shape_.n_kv_heads);
       tokens_evicted_ += store.n_tokens() - plan.n_keep;
       store.retain(plan);
@@ -93,6 +97,42 @@ KvCache KvCache::clone() const {
   copy.bytes_read_last_ = bytes_read_last_;
   copy.bytes_read_total_ = bytes_read_total_;
   return copy;
+}
+
+void KvCache::load_prefill(const KvCache& source, int64_t chunk, const TokenPolicy* observed) {
+  assert(next_position_ == 0 && !source.context_ended_ && chunk > 0);
+  const int64_t n = source.next_position_;
+  const int64_t d = shape_.head_dim, heads = shape_.n_kv_heads;
+  reserve_more(n);
+  std::vector<float> k, v;
+  std::vector<int32_t> positions;
+  for (int32_t l = 0; l < shape_.n_layers; ++l) {
+    const DenseKv kv = source.layer(l).view();
+    assert(kv.n_tokens == n);
+    for (int64_t first = 0; first < n; first += chunk) {
+      const int64_t rows = std::min(chunk, n - first);
+      k.resize(static_cast<size_t>(rows * heads * d));
+      v.resize(k.size());
+      positions.assign(kv.positions + first, kv.positions + first + rows);
+      for (int64_t t = 0; t < rows; ++t) {  // [heads, capacity, d] -> [rows, heads, d]
+        for (int32_t h = 0; h < heads; ++h) {
+          const float* from_k = kv.k + (h * kv.capacity + first + t) * d;
+          const float* from_v = kv.v + (h * kv.capacity + first + t) * d;
+          std::copy(from_k, from_k + d, k.begin() + (t * heads + h) * d);
+          std::copy(from_v, from_v + d, v.begin() + (t * heads + h) * d);
+        }
+      }
+      append(l, k.data(), v.data(), positions.data(), rows);
+    }
+  }
+  next_position_ = source.next_position_;
+  bytes_read_last_ = source.bytes_read_last_;
+  bytes_read_total_ = source.bytes_read_total_;
+  int64_t at_end = bytes_resident();
+  for (int32_t l = 0; l < shape_.n_layers && observed && policy_; ++l) {
+    at_end += observed->bytes_resident(l) - policy_->bytes_resident(l);
+  }
+  bytes_peak_ = std::max(bytes_peak_, at_end);
 }
 
 int64_t KvCache::bytes_resident() const {

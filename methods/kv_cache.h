@@ -147,6 +147,16 @@ class KvCache {
   // A deep copy (storage, policy state, counters): a branch that can decode and be dropped.
   KvCache clone() const;
 
+  // Starts this empty cache from a prefill another cache ran (harness/shared_prefill.h):
+  // `source` holds the context in fp32 with nothing evicted, its context not yet ended. Its
+  // KV is appended here as a forward appends it (`chunk` rows at a time, so stores and a
+  // reader grow as they would), positions move on, and the prefill's read counters and
+  // peak are taken over. With a policy that observed the same queries, this is the cache
+  // a prefill of its own would have left. `observed` is the policy that saw the prefill,
+  // of which this cache holds a copy: its bytes as they stand (a copy's vectors may hold
+  // less spare room) go into the peak.
+  void load_prefill(const KvCache& source, int64_t chunk, const TokenPolicy* observed);
+
   int64_t bytes_resident() const;
   CacheStats stats() const;
   void reset_peak() { bytes_peak_ = bytes_resident(); }

@@ -30,7 +30,7 @@ constexpr int64_t kPrefillChunk = 512;
 
 // When KvCache asks the policy to plan.
 enum class CachePhase : int32_t {
-  ContextChunk,  // after a forward chunk of the shared context (block-wise prefill)
+  ContextChunk,  // after a chunk of a streamed prefill of the shared context
   ContextEnd,    // the whole shared context is in (SnapKV, Knorm, ... compress here)
   AfterContext,  // after any later forward: a query, an appended answer, a decode step
 };
@@ -56,9 +56,9 @@ class TokenPolicy {
   // Bytes of per-token state held for `layer` (scores), counted in the layer's KV bytes.
   virtual int64_t bytes_resident(int32_t /*layer*/) const { return 0; }
 
-  // Preferred chunk size for feeding the shared context (block-wise prefill), 0: any. The
-  // model still cuts a block into forwards of at most kPrefillChunk rows, each followed by
-  // a ContextChunk plan, so a larger block acts as kPrefillChunk.
+  // The chunk the shared context is fed in under a streamed prefill (prefill=stream), each
+  // followed by a ContextChunk plan; 0: a dense prefill, never planned before ContextEnd
+  // (methods/prefill_mode.h). At most kPrefillChunk, the rows a model forward feeds.
   virtual int64_t context_block() const { return 0; }
 
   // True once `layer` is compressed for good (a policy that compresses once): observe and

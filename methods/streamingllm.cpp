@@ -11,6 +11,7 @@
 #include "harness/input_error.h"
 #include "methods/budget.h"
 #include "methods/plan_helpers.h"
+#include "methods/prefill_mode.h"
 #include "methods/registry.h"
 
 namespace kvbench {
@@ -18,16 +19,19 @@ namespace {
 
 class StreamingLlmPolicy : public TokenPolicy {
  public:
-  StreamingLlmPolicy(const Budget& budget, int64_t sink, int32_t n_layers)
-      : limits_(budget, n_layers), sink_(sink) {}
+  StreamingLlmPolicy(const Budget& budget, int64_t sink, int64_t chunk, int32_t n_layers)
+      : limits_(budget, n_layers), sink_(sink), chunk_(chunk) {}
 
   std::unique_ptr<TokenPolicy> clone() const override {
     return std::make_unique<StreamingLlmPolicy>(*this);
   }
 
-  // Evicts whenever a layer is over its limit: after each context chunk (token budgets; a
-  // ratio is known only at ContextEnd), at ContextEnd and after every later forward, so
-  // memory stays bounded by the budget plus one forward's tokens.
+  // prefill=stream: the context comes in chunks, each followed by a ContextChunk plan.
+  int64_t context_block() const override { return chunk_; }
+
+  // Evicts whenever a layer is over its limit: at ContextEnd (after each streamed context
+  // chunk too) and after every later forward, so memory stays bounded by the budget plus
+  // one forward's tokens.
   bool plan(int32_t layer, const DenseKv& kv, CachePhase phase, RetainPlan& plan) override {
     const int64_t limit = limits_.resolve(layer, phase, kv.n_tokens);
     if (limit < 0 || kv.n_tokens <= limit) return false;
@@ -46,6 +50,7 @@ class StreamingLlmPolicy : public TokenPolicy {
  private:
   LayerLimits limits_;
   int64_t sink_;
+  int64_t chunk_;  // 0: dense prefill
 };
 
 }  // namespace
@@ -54,7 +59,7 @@ MethodInfo streamingllm_method() {
   MethodInfo info;
   info.name = "streamingllm";
   info.kind = MethodKind::Eviction;
-  info.stage = "2: during prefill (token budgets), after prefill and every decode step";
+  info.stage = "2: after prefill (or every streamed chunk) and every decode step";
   info.summary = "keeps the first `sink` tokens and the most recent budget - sink tokens";
   info.paper =
       "Efficient Streaming Language Models with Attention Sinks (Xiao et al., ICLR 2024), "
@@ -62,17 +67,18 @@ MethodInfo streamingllm_method() {
   info.choices = {
       "positions: kept tokens keep their original positions (RoPE is in the stored "
       "keys); the paper re-assigns positions inside the cache",
-      "prefill: a context over 512 tokens is evicted after every 512-token forward; "
-      "kvpress and SCBench compress once after a dense prefill, so even the first "
-      "answer token can differ from theirs",
+      "prefill=dense by default, as kvpress and SCBench; the original streams, which "
+      "prefill=stream,chunk=N runs",
   };
   const ParamInfo sink =
       int_param("sink", 4, 0, kNoMax,
                 "attention-sink tokens always kept (the first positions); part of the budget");
   info.params = budget_params(kDefaultBudget);
   info.params.push_back(sink);
+  for (const ParamInfo& p : prefill_params()) info.params.push_back(p);
   info.check = [](const MethodParams& params) {
     check_budget(params);
+    check_prefill(params);
     const Budget budget = budget_from(params);
     const int64_t sink = params.get_int("sink");
     if (!budget.is_ratio() && sink >= budget.tokens) {
@@ -83,7 +89,8 @@ MethodInfo streamingllm_method() {
   };
   info.make_policy = [](const MethodParams& params, const KvShape& shape) {
     return std::unique_ptr<TokenPolicy>(
-        new StreamingLlmPolicy(budget_from(params), params.get_int("sink"), shape.n_layers));
+        new StreamingLlmPolicy(budget_from(params), params.get_int("sink"),
+                               stream_chunk(params), shape.n_layers));
   };
   return info;
 }

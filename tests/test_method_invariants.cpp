@@ -61,7 +61,7 @@ std::string spec_for(const MethodInfo& m, const std::string& budget) {
   for (const ParamInfo& p : m.params) {
     if (p.name == "skip") spec += ",skip=0";
     if (p.name == "window") spec += ",window=8";
-    if (p.name == "block") spec += ",block=64";
+    if (p.name == "prefill") spec += ",prefill=stream,chunk=64";
   }
   return spec;
 }

@@ -72,9 +72,9 @@ TEST_CASE("streamingllm keeps the sinks and the recent window, one eviction per 
   const KvShape shape{3, 2, 8};
   const int32_t n_heads = 4;
   std::mt19937 rng(1);
-  KvCache cache = policy_cache("streamingllm:budget=10,sink=2", shape);
+  KvCache cache = policy_cache("streamingllm:budget=10,sink=2,prefill=stream,chunk=8", shape);
 
-  // Context in chunks of 8: a token budget evicts after each chunk.
+  // A streamed prefill in chunks of 8 evicts after each chunk.
   for (int chunk = 0; chunk < 4; ++chunk) {
     feed(cache, n_heads, random_chunk(8, shape, n_heads, rng));
     const int32_t seen = cache.next_position();
@@ -239,11 +239,10 @@ TEST_CASE("keydiff keeps the keys that stand out from the mean direction, per he
   const std::vector<std::vector<int32_t>> outliers = {{3, 17, 30, 44, 58}, {0, 9, 25, 26, 51}};
   for (int32_t h = 0; h < shape.n_kv_heads; ++h)
     plant_keydiff_keys(c, shape, h, outliers[h], 0, rng);
-  // The whole context in one block: evicted right after it (a token budget evicts per
-  // chunk), so ContextEnd finds nothing more to drop.
-  KvCache cache = policy_cache("keydiff:budget=5,block=128", shape);
+  // A dense prefill: nothing goes before the context ends, then all of it at once.
+  KvCache cache = policy_cache("keydiff:budget=5", shape);
   feed(cache, n_heads, c);
-  CHECK(evicted(cache) == shape.n_layers * (n_context - 5));
+  CHECK(evicted(cache) == 0);
   cache.end_context();
   CHECK(evicted(cache) == shape.n_layers * (n_context - 5));
   for (int32_t l = 0; l < shape.n_layers; ++l) {
@@ -254,11 +253,11 @@ TEST_CASE("keydiff keeps the keys that stand out from the mean direction, per he
   CHECK(cache.layer(0).n_tokens() == 8);
 }
 
-TEST_CASE("keydiff evicts block by block, holding at most budget + block", "[unit]") {
+TEST_CASE("keydiff prefill=stream evicts chunk by chunk, holding at most budget + chunk", "[unit]") {
   const KvShape shape{2, 2, 8};
   const int32_t n_heads = 2, n_context = 200, budget = 8;
   std::mt19937 rng(6);
-  KvCache cache = policy_cache("keydiff:budget=8,block=16", shape);
+  KvCache cache = policy_cache("keydiff:budget=8,prefill=stream,chunk=16", shape);
   const int64_t block = cache.policy()->context_block();
   REQUIRE(block == 16);
   const std::vector<std::vector<int32_t>> outliers = {{3, 20, 41, 60, 77, 95},
@@ -499,4 +498,17 @@ TEST_CASE("retain_rows moves per-slot state with the plan and gives memory back"
   retain_rows(per_layer, 1, 100, same, 3);
   CHECK(per_layer == std::vector<int32_t>{5, 50, 99});
   CHECK(vector_bytes(per_layer) < 100 * static_cast<int64_t>(sizeof(int32_t)));
+}
+
+TEST_CASE("streamingllm's dense prefill keeps the whole context until it ends", "[unit]") {
+  // kvpress and SCBench compress once after a dense prefill; the chunks the context comes
+  // in do not matter.
+  const KvShape shape{2, 2, 8};
+  std::mt19937 rng(3);
+  KvCache cache = policy_cache("streamingllm:budget=10,sink=2", shape);
+  for (int chunk = 0; chunk < 4; ++chunk) feed(cache, 4, random_chunk(8, shape, 4, rng));
+  CHECK(evicted(cache) == 0);
+  CHECK(cache.stats().bytes_peak >= cache.stats().bytes_resident);
+  cache.end_context();
+  CHECK(kept(cache, 0, 0) == concat(range(0, 2), range(24, 32)));
 }

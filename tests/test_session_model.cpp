@@ -10,6 +10,9 @@
 #include "harness/session.h"
 #include "methods/registry.h"
 #include "model_path.h"
+#include "datasets/generator.h"
+#include "harness/evaluation.h"
+#include "tests/same_turns.h"
 
 using namespace kvbench;
 
@@ -42,5 +45,35 @@ TEST_CASE("session model: the kv_retrieval example with the full cache", "[model
     }
     CHECK(std::any_of(evicted.turns.begin(), evicted.turns.end(),
                       [](const TurnRecord& t) { return t.first_token_kl > 0.0; }));
+  }
+}
+
+TEST_CASE("shared prefill: a real-model multi-turn sample, methods as if prefilled alone",
+          "[model]") {
+  const std::unique_ptr<LlamaModel> model = LlamaModel::load(testing::model_path_or_skip());
+  GeneratorOptions g;
+  g.task = "retr_kv";
+  g.context_tokens = 700;  // two forwards of 512
+  g.turns = 2;
+  g.samples = 1;
+  const std::vector<Sample> samples = generate_samples(g, model->tokenizer());
+  const std::vector<std::string> methods = {"snapkv:budget=128", "h2o:budget=128",
+                                            "kivi:bits=2", "quest:budget=128",
+                                            "tova:budget=128+kivi:bits=4"};
+  const auto run = [&](bool shared) {
+    EvaluationOptions options;
+    options.shared_prefill = shared;
+    std::vector<UnitResult> units;
+    evaluate(*model, samples, methods, options, [&](const UnitResult& u) { units.push_back(u); });
+    return units;
+  };
+  const std::vector<UnitResult> alone = run(false), shared = run(true);
+  REQUIRE(alone.size() == shared.size());
+  for (size_t i = 0; i < alone.size(); ++i) {
+    INFO(alone[i].session.method);
+    CHECK_FALSE(alone[i].session.shared_prefill);
+    CHECK(shared[i].session.shared_prefill);
+    CHECK(alone[i].scores == shared[i].scores);
+    testing::require_same_turns(alone[i].session, shared[i].session);
   }
 }

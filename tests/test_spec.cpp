@@ -142,11 +142,13 @@ TEST_CASE("compositions: eviction or retrieval, then storage last", "[unit]") {
   CHECK(error_of("kivi:residual=100").find("multiple of 32") != std::string::npos);
 }
 
-TEST_CASE("keydiff refuses a block its prefill cannot honour", "[unit]") {
-  // The context is prefilled in forwards of at most 512 tokens, each followed by an
-  // eviction: a larger block would silently act as 512.
-  CHECK(error_of("keydiff:budget=256,block=512").empty());
-  const std::string error = error_of("keydiff:budget=256,block=1024");
-  CHECK(error.find("block=1024") != std::string::npos);
-  CHECK(error.find("at most 512") != std::string::npos);
+TEST_CASE("a streamed prefill takes a chunk a forward can honour and a token budget", "[unit]") {
+  // The model feeds at most 512 rows a forward: a larger chunk would act as 512.
+  CHECK(error_of("keydiff:budget=256,prefill=stream,chunk=512").empty());
+  CHECK(error_of("keydiff:budget=256,prefill=stream,chunk=1024").find("chunk") !=
+        std::string::npos);
+  // A ratio resolves only once the whole context is in.
+  const std::string error = error_of("streamingllm:ratio=0.5,prefill=stream");
+  CHECK(error.find("prefill=stream needs a token budget") != std::string::npos);
+  CHECK(error_of("streamingllm:ratio=0.5").empty());
 }

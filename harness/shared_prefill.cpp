@@ -1,0 +1,115 @@
+#include "harness/shared_prefill.h"
+
+#include <chrono>
+#include <stdexcept>
+
+#include "harness/elapsed.h"
+#include "harness/model/llama_model.h"
+#include "methods/full_cache.h"
+
+namespace kvbench {
+
+namespace {
+
+// The shared cache's policy: every method's own policy observes each layer's queries, each
+// timed. It never plans: the prefill is dense, so KvCache asks no plan before the end, and
+// the context never ends in the shared cache.
+class ObserveForAll : public TokenPolicy {
+ public:
+  explicit ObserveForAll(std::vector<TokenPolicy*> policies)
+      : policies_(std::move(policies)), seconds_(policies_.size(), 0.0) {}
+
+  std::unique_ptr<TokenPolicy> clone() const override {
+    throw std::logic_error("the shared prefill's cache is never cloned");
+  }
+
+  void observe(int32_t layer, const AttentionQuery& query, const DenseKv& kv) override {
+    for (size_t i = 0; i < policies_.size(); ++i) {
+      if (policies_[i]->done(layer)) continue;
+      const auto start = std::chrono::steady_clock::now();
+      policies_[i]->observe(layer, query, kv);
+      seconds_[i] += seconds_since(start);
+    }
+  }
+
+  bool plan(int32_t, const DenseKv&, CachePhase, RetainPlan&) override { return false; }
+
+  double seconds(size_t i) const { return seconds_[i]; }
+
+ private:
+  std::vector<TokenPolicy*> policies_;
+  std::vector<double> seconds_;
+};
+
+}  // namespace
+
+struct SharedPrefill::Method {
+  ResolvedSpec spec;
+  std::unique_ptr<TokenPolicy> observed;  // nullptr: the method has no policy
+  double observe_ms = 0;
+};
+
+SharedPrefill::SharedPrefill(const LlamaModel& model, const std::vector<int32_t>& context,
+                             const std::vector<ResolvedSpec>& specs)
+    : model_(model), context_tokens_(static_cast<int64_t>(context.size())) {
+  const KvShape shape = model.kv_shape();
+  std::vector<TokenPolicy*> observers;
+  for (const ResolvedSpec& spec : specs) {
+    if (!can_share(spec, model)) {
+      throw std::invalid_argument("SharedPrefill: " + spec.canonical + " cannot share a prefill");
+    }
+    Method m;
+    m.spec = spec;
+    m.observed = make_cache_parts(spec, shape).policy;
+    if (m.observed) observers.push_back(m.observed.get());
+    methods_.push_back(std::move(m));
+  }
+  auto fan_out = std::make_unique<ObserveForAll>(observers);
+  const ObserveForAll& timing = *fan_out;
+  full_ = std::make_unique<KvCache>(shape, make_dense_layers(shape), std::move(fan_out));
+  const auto start = std::chrono::steady_clock::now();
+  full_->reserve_more(context_tokens_);
+  model.forward(context, *full_);
+  forward_ms_ = seconds_since(start) * 1e3;
+  base_ms_ = forward_ms_;
+  size_t observer = 0;
+  for (Method& m : methods_) {
+    if (!m.observed) continue;
+    m.observe_ms = timing.seconds(observer++) * 1e3;
+    base_ms_ -= m.observe_ms;
+  }
+}
+
+SharedPrefill::~SharedPrefill() = default;
+
+bool SharedPrefill::can_share(const ResolvedSpec& spec, const LlamaModel& model) {
+  if (model.device() != ModelDevice::Cpu) return false;
+  for (const auto& [info, params] : spec.components) {
+    if (info->kind == MethodKind::Reuse || info->kind == MethodKind::Tiers) return false;
+  }
+  const std::unique_ptr<TokenPolicy> policy = make_cache_parts(spec, model.kv_shape()).policy;
+  return !policy || policy->context_block() == 0;
+}
+
+bool SharedPrefill::serves(const std::string& canonical) const {
+  for (const Method& m : methods_) {
+    if (m.spec.canonical == canonical) return true;
+  }
+  return false;
+}
+
+KvCache SharedPrefill::fork(const std::string& canonical, double* prefill_ms) const {
+  for (const Method& m : methods_) {
+    if (m.spec.canonical != canonical) continue;
+    CacheParts parts = make_cache_parts(m.spec, model_.kv_shape());  // as make_cache
+    if (parts.layers.empty()) parts.layers = make_dense_layers(model_.kv_shape());
+    KvCache cache(model_.kv_shape(), std::move(parts.layers),
+                  m.observed ? m.observed->clone() : nullptr, std::move(parts.reader));
+    cache.load_prefill(*full_, model_.prefill_chunk, m.observed.get());
+    if (prefill_ms) *prefill_ms = base_ms_ + m.observe_ms;
+    return cache;
+  }
+  throw std::invalid_argument("SharedPrefill: no prefill ran for " + canonical);
+}
+
+}  // namespace kvbench

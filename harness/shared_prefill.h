@@ -1,0 +1,57 @@
+// One prefill of a sample's shared context for many cache methods. A sweep runs every
+// method over the same context, and the prefill is most of a unit's time at 2K tokens and
+// beyond, so the context is fed once, through a full dense cache whose policy hands each
+// layer's queries to every method's own policy: the observe() calls a prefill of its own
+// would make, on the same KV. Each method's cache is then forked from it (a copy of the
+// KV appended to the method's stores as a forward appends it, a copy of its policy with
+// what it observed, the prefill's read counters and peak) and, once end_context() runs,
+// is bit-identical to a separate prefill.
+//
+// That holds for every method whose prefill is dense (TokenPolicy::context_block() == 0):
+// nothing of it evicts or packs before the context ends. A streamed prefill
+// (prefill=stream), reuse across requests (prefix, tiers, cacheblend: the prefill they save
+// is what they measure) and caches on a GPU prefill on their own.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "methods/kv_cache.h"
+#include "methods/registry.h"
+
+namespace kvbench {
+
+class LlamaModel;
+
+class SharedPrefill {
+ public:
+  // Feeds `context` once for `specs` (each one can_share() accepts).
+  SharedPrefill(const LlamaModel& model, const std::vector<int32_t>& context,
+                const std::vector<ResolvedSpec>& specs);
+  ~SharedPrefill();
+
+  static bool can_share(const ResolvedSpec& spec, const LlamaModel& model);
+
+  // Whether the prefill ran for this canonical spec.
+  bool serves(const std::string& canonical) const;
+  // A cache for `canonical` (served) holding the context, its end not yet marked. *prefill_ms
+  // is what a prefill of its own would have taken: the shared forward less the other
+  // methods' observing, plus its own (the fork's own time is the caller's to measure).
+  KvCache fork(const std::string& canonical, double* prefill_ms) const;
+
+  int64_t context_tokens() const { return context_tokens_; }
+  double forward_ms() const { return forward_ms_; }  // the shared forward, all observing
+
+ private:
+  struct Method;
+  const LlamaModel& model_;
+  int64_t context_tokens_ = 0;
+  double forward_ms_ = 0;
+  double base_ms_ = 0;  // the forward less every method's observing
+  std::unique_ptr<KvCache> full_;
+  std::vector<Method> methods_;
+};
+
+}  // namespace kvbench

@@ -1,0 +1,129 @@
+// One prefill for many methods (harness/shared_prefill.h): every method that starts from
+// the sample's shared prefill gives the same predictions, logits, scores, KL and bytes as
+// a prefill of its own, in both modes, on a tiny random-weight model and on the real one.
+#include <catch2/catch.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gguf_writer.h"
+#include "harness/evaluation.h"
+#include "harness/model/llama_model.h"
+#include "harness/session.h"
+#include "harness/shared_prefill.h"
+#include "methods/registry.h"
+#include "tests/same_turns.h"
+
+using namespace kvbench;
+
+namespace {
+
+const LlamaModel& tiny_model() {
+  static const std::unique_ptr<LlamaModel> model = [] {
+    testing::TinyLlamaSpec spec;
+    spec.n_layer = 4;
+    spec.n_embd = 128;  // head_dim 32: KIVI packs channels in groups of 32
+    spec.context_length = 2048;
+    const std::string path = testing::temp_path("tiny_shared_prefill.gguf");
+    testing::write_tiny_llama_gguf(path, spec);
+    auto m = LlamaModel::load(path);
+    m->prefill_chunk = 64;  // a context of several forwards: stores grow chunk by chunk
+    return m;
+  }();
+  return *model;
+}
+
+Sample long_sample() {
+  Sample s;
+  s.id = "shared-1";
+  for (int i = 0; i < 40; ++i) {
+    s.context += "key " + std::to_string(i * 7919 % 1000) + " holds " +
+                 std::to_string(i * 104729 % 977) + ". ";
+  }
+  SampleTurn a, b;
+  a.input = "which key holds 7?";
+  a.answers = {"key 3 holds it"};
+  b.input = "and the first key?";
+  b.answers = {"key 0"};
+  s.turns = {a, b};
+  return s;
+}
+
+// Every kind of per-sequence method and the compositions, budgets below the context.
+const std::vector<std::string> kSpecs = {
+    "full",
+    "streamingllm:budget=64",
+    "h2o:budget=64",
+    "snapkv:budget=64,window=8",
+    "pyramidkv:budget=64,window=8",
+    "tova:budget=64",
+    "knorm:budget=64",
+    "keydiff:budget=64",
+    "kvmerger:budget=64,window=8",
+    "kivi:bits=2,residual=32",
+    "kivi:bits=4,residual=32,tail=block",
+    "quest:budget=32,page=8",
+    "snapkv:budget=64,window=8+kivi:bits=2,residual=32",
+    "h2o:budget=64+kivi:bits=2,residual=32",
+    "quest:budget=32,page=8+kivi:bits=4,residual=32",
+};
+
+}  // namespace
+
+TEST_CASE("shared prefill: every dense-prefill method equals a prefill of its own", "[unit]") {
+  const LlamaModel& model = tiny_model();
+  const Sample sample = long_sample();
+  for (const SessionMode mode : {SessionMode::MultiTurn, SessionMode::MultiRequest}) {
+    SessionOptions options;
+    options.mode = mode;
+    options.max_new_tokens = 5;
+    const std::vector<int32_t> context = session_context_tokens(model, sample, options);
+    REQUIRE(context.size() > 300);  // several forwards of 64, well above every budget
+    std::vector<ResolvedSpec> specs;
+    for (const std::string& spec : kSpecs) specs.push_back(resolve_method_spec(spec));
+    const SharedPrefill shared(model, context, specs);
+    const SessionResult full = run_session(model, sample, "full", options, nullptr);
+    for (const ResolvedSpec& spec : specs) {
+      INFO(to_string(mode) << " " << spec.canonical);
+      REQUIRE(SharedPrefill::can_share(spec, model));
+      const SampleReference reference = reference_of(full);
+      const SessionResult own = run_session(model, sample, spec.canonical, options, &reference);
+      const SessionResult forked =
+          run_session(model, sample, spec.canonical, options, &reference, &shared);
+      CHECK(forked.shared_prefill);
+      CHECK(forked.prefilled_tokens == 0);
+      CHECK(own.prefilled_tokens ==
+            static_cast<int64_t>(context.size()) *
+                (mode == SessionMode::MultiTurn ? 1 : static_cast<int64_t>(own.turns.size())));
+      testing::require_same_turns(own, forked);
+    }
+  }
+}
+
+TEST_CASE("shared prefill: streamed prefills and reuse methods prefill on their own", "[unit]") {
+  const LlamaModel& model = tiny_model();
+  for (const char* spec : {"streamingllm:budget=64,prefill=stream,chunk=32",
+                           "keydiff:budget=64,prefill=stream,chunk=16", "prefix",
+                           "snapkv:budget=64+prefix"}) {
+    INFO(spec);
+    CHECK_FALSE(SharedPrefill::can_share(resolve_method_spec(spec), model));
+  }
+  // evaluate() prefills once for the rest, and counts it.
+  EvaluationOptions options;
+  options.session.max_new_tokens = 3;
+  int units = 0;
+  const PrefillCount count =
+      evaluate(model, {long_sample()}, {"snapkv:budget=64,window=8", "kivi", "h2o:budget=64",
+                                         "streamingllm:budget=64,prefill=stream,chunk=32"},
+               options, [&](const UnitResult&) { ++units; });
+  CHECK(units == 4);
+  CHECK(count.shared_prefills == 1);
+  CHECK(count.unit_tokens == count.shared_tokens);  // only the streamed one prefilled again
+  options.shared_prefill = false;
+  const PrefillCount separate =
+      evaluate(model, {long_sample()}, {"snapkv:budget=64,window=8", "kivi"}, options,
+               [](const UnitResult&) {});
+  CHECK(separate.shared_prefills == 0);
+  CHECK(separate.unit_tokens == 3 * count.shared_tokens);  // full, snapkv, kivi
+}
