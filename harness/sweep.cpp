@@ -332,6 +332,9 @@ SweepConfig parse_sweep_config(const std::string& json_text, const std::string& 
     } else if (key == "fidelity") {
       if (!v.is_boolean()) fail(source, "fidelity must be true or false");
       config.fidelity = v.get<bool>();
+    } else if (key == "shared_prefill") {
+      if (!v.is_boolean()) fail(source, "shared_prefill must be true or false");
+      config.shared_prefill = v.get<bool>();
     } else if (key == "model") {
       if (!v.is_string() || v.get<std::string>().empty()) {
         fail(source, "model must be a short name (kvbench list models) or a GGUF path");
@@ -344,8 +347,8 @@ SweepConfig parse_sweep_config(const std::string& json_text, const std::string& 
       config.min_full_accuracy = v.get<double>();
     } else {
       fail(source, "unknown key '" + key + "' (keys: tasks, methods, budgets, modes, seeds, "
-                   "samples, turns, context_tokens, max_new, fidelity, model, "
-                   "min_full_accuracy)");
+                   "samples, turns, context_tokens, max_new, fidelity, shared_prefill, "
+                   "model, min_full_accuracy)");
     }
   }
   if (!has_tasks) fail(source, "missing 'tasks'");
@@ -388,6 +391,7 @@ std::string canonical_config_json(const SweepConfig& config) {
                {"context_tokens", config.context_tokens},
                {"max_new", config.max_new},
                {"fidelity", config.fidelity}};
+  if (!config.shared_prefill) root["shared_prefill"] = false;  // the default left out
   if (!config.model.empty()) root["model"] = config.model;
   if (config.min_full_accuracy > 0) root["min_full_accuracy"] = config.min_full_accuracy;
   if (!config.excluded_tasks.empty()) {
@@ -479,10 +483,10 @@ Shard shard_from_environment() {
   return Shard{};
 }
 
-void run_sweep(const LlamaModel& model, const SweepConfig& config, const Shard& shard,
-               ResultsDb& db, RunRecord run,
-               const std::function<void(const SweepProgress&)>& progress,
-               const UnitSink& on_unit) {
+SweepProgress run_sweep(const LlamaModel& model, const SweepConfig& config, const Shard& shard,
+                        ResultsDb& db, RunRecord run,
+                        const std::function<void(const SweepProgress&)>& progress,
+                        const UnitSink& on_unit) {
   const std::vector<SweepMethod> methods = sweep_methods(config);
   const int64_t window = model.config().context_length;
 
@@ -556,6 +560,7 @@ void run_sweep(const LlamaModel& model, const SweepConfig& config, const Shard& 
       options.session.max_turns = config.turns;
     }
     options.fidelity = config.fidelity;
+    options.shared_prefill = config.shared_prefill;
     return options;
   };
   for (const auto& [group, left] : todo) check_samples_fit(model, {*group->sample}, options_of(*group));
@@ -571,7 +576,8 @@ void run_sweep(const LlamaModel& model, const SweepConfig& config, const Shard& 
       specs.push_back(m.spec);
       budget_of_spec[m.spec] = m.budget;
     }
-    evaluate(model, {*group->sample}, specs, options, [&](const UnitResult& unit) {
+    const PrefillCount prefilled = evaluate(model, {*group->sample}, specs, options,
+                                            [&](const UnitResult& unit) {
       const SessionResult& s = unit.session;
       UnitRecord record;
       record.key = unit_key(*group->task, *group->sample, group->mode, s.method);
@@ -583,6 +589,9 @@ void run_sweep(const LlamaModel& model, const SweepConfig& config, const Shard& 
       record.seed = group->seed;
       record.context_tokens = s.context_tokens;
       record.context_prefill_ms = s.context_prefill_ms;
+      record.prefill = s.prefill;
+      record.shared_prefill = s.shared_prefill;
+      record.prefilled_tokens = s.prefilled_tokens;
       for (size_t i = 0; i < s.turns.size(); ++i) {
         std::optional<double> score;
         if (!unit.scores.empty()) score = unit.scores[i];
@@ -595,8 +604,13 @@ void run_sweep(const LlamaModel& model, const SweepConfig& config, const Shard& 
       if (on_unit) on_unit(unit);
       if (progress) progress(state);
     });
+    // The sample's shared prefill, its full reference and every unit's own prefills.
+    state.prefill.shared_prefills += prefilled.shared_prefills;
+    state.prefill.shared_tokens += prefilled.shared_tokens;
+    state.prefill.unit_tokens += prefilled.unit_tokens;
   }
   db.finish_run(run_id);
+  return state;
 }
 
 }  // namespace kvbench

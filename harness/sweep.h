@@ -57,6 +57,9 @@ struct SweepConfig {
   int64_t context_tokens = 512;
   int32_t max_new = 0;
   bool fidelity = true;
+  // Prefill each sample's context once for every method that can start from it
+  // (harness/shared_prefill.h); false: every unit prefills its own.
+  bool shared_prefill = true;
   std::string model;             // "" : the command's --model (or the default model)
   double min_full_accuracy = 0;  // 0: every task runs, calibrated or not
   std::vector<ExcludedTask> excluded_tasks;  // filled by apply_calibration
@@ -111,6 +114,7 @@ struct SweepProgress {
   int64_t skipped = 0;  // units of this shard already in the db
   double elapsed_s = 0;
   std::string last_unit;
+  PrefillCount prefill;  // context tokens prefilled so far, shared and by units alone
 };
 
 // Runs the shard's units that the db does not have yet. Units are grouped by (task, seed,
@@ -118,9 +122,10 @@ struct SweepProgress {
 // shards round-robin in a fixed order. Each finished unit is committed to the db at once.
 // `run` is the run record (its config_json is set here); after each unit is committed,
 // `on_unit` sees its result (e.g. to print its table) and `progress` the counts.
-void run_sweep(const LlamaModel& model, const SweepConfig& config, const Shard& shard,
-               ResultsDb& db, RunRecord run,
-               const std::function<void(const SweepProgress&)>& progress,
-               const UnitSink& on_unit = nullptr);
+// Returns the final counts.
+SweepProgress run_sweep(const LlamaModel& model, const SweepConfig& config, const Shard& shard,
+                        ResultsDb& db, RunRecord run,
+                        const std::function<void(const SweepProgress&)>& progress,
+                        const UnitSink& on_unit = nullptr);
 
 }  // namespace kvbench

@@ -13,10 +13,11 @@
 
 namespace kvbench {
 
-// prefill (dense | stream) and chunk (tokens per streamed forward, at most kPrefillChunk).
+// prefill (dense | stream) and chunk (tokens per streamed forward, at most kPrefillChunk,
+// default kPrefillChunk; given only with prefill=stream).
 std::vector<ParamInfo> prefill_params();
 // InputError for prefill=stream with a ratio budget (a ratio resolves only once the whole
-// context is in).
+// context is in), and for a chunk without prefill=stream.
 void check_prefill(const MethodParams& params);
 // The streamed chunk, or 0 for a dense prefill: what TokenPolicy::context_block() returns.
 int64_t stream_chunk(const MethodParams& params);

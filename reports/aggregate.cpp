@@ -31,6 +31,8 @@ struct Sums {
   int64_t prompt_tokens = 0, tokens_reused = 0;
   double read_sum = 0;
   int64_t read_n = 0;
+  std::string prefill;
+  int64_t shared = 0;  // units that started from a shared prefill
 };
 
 }  // namespace
@@ -48,12 +50,18 @@ std::string method_family(const std::string& spec) {
   return family;
 }
 
+std::string combine_prefill(const std::string& a, const std::string& b) {
+  return a == b ? a : "mixed";
+}
+
 std::vector<Aggregate> aggregate_units(const std::vector<UnitRecord>& units) {
   // Keyed in the output order: task, mode, method, budget.
   using Key = std::tuple<std::string, std::string, std::string, std::string>;
   std::map<Key, Sums> groups;
   for (const UnitRecord& unit : units) {
     Sums& s = groups[Key(unit.task, unit.mode, unit.method, unit.budget)];
+    s.prefill = s.units == 0 ? unit.prefill : combine_prefill(s.prefill, unit.prefill);
+    s.shared += unit.shared_prefill ? 1 : 0;
     ++s.units;
     std::vector<double> scores;
     for (const TurnRow& t : unit.turns) {
@@ -104,6 +112,7 @@ std::vector<Aggregate> aggregate_units(const std::vector<UnitRecord>& units) {
     std::tie(a.task, a.mode, a.method, a.budget) = key;
     a.units = s.units;
     a.turns = s.turns;
+    a.prefill = s.prefill + (s.shared == s.units && !s.prefill.empty() ? "+shared" : "");
     if (s.scored > 0) {
       a.accuracy = s.score_sum / static_cast<double>(s.scored);
       a.accuracy_ci = accuracy_interval(s.unit_scores);

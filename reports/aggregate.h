@@ -32,7 +32,14 @@ struct Aggregate {
   double kv_read_per_step = 0;        // mean over turns that decoded: bytes read per step
   std::optional<double> reused;       // reuse: prompt tokens loaded over prompt tokens (when any)
   std::optional<double> kv_vs_full;   // kv_bytes / the full cache's on the same task and mode
+  // How the units' contexts went in: "dense", "stream:N", "mixed" when units differ, ""
+  // when unknown (units written before schema v4); "+shared" when every unit started
+  // from its sample's one prefill for all methods.
+  std::string prefill;
 };
+
+// Combines two units' prefill descriptions (UnitRecord::prefill, "" for the first).
+std::string combine_prefill(const std::string& a, const std::string& b);
 
 // A method's family: its components' names ("snapkv:budget=256" -> "snapkv",
 // "snapkv:budget=256+kivi:bits=2" -> "snapkv+kivi"); what the report groups and colours by.

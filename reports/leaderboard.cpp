@@ -193,6 +193,14 @@ std::optional<int64_t> row_budget_tokens(const std::string& budget, const std::s
   return std::nullopt;
 }
 
+// "dense+shared" -> "dense, shared"; "" (a db before schema v4) -> the missing mark.
+std::string prefill_cell(const std::string& prefill) {
+  if (prefill.empty()) return kMissing;
+  const size_t plus = prefill.find('+');
+  return plus == std::string::npos ? prefill
+                                   : prefill.substr(0, plus) + ", " + prefill.substr(plus + 1);
+}
+
 std::string budget_cell(const std::string& budget) {
   if (budget.empty()) return kMissing;
   if (auto b = budget_tokens(budget)) return std::to_string(*b);
@@ -226,6 +234,7 @@ struct Row {
   double kv_mib = 0, peak_mib = 0, ttft_ms = 0;
   std::optional<double> read_kib;  // KV KiB read per decode step
   std::optional<double> reused;    // prompt tokens loaded by reuse, fraction
+  std::string prefill;             // Aggregate::prefill over the row's tasks
   std::vector<double> by_turn;  // NaN: no score at that turn index
   int64_t units = 0, turns = 0;
   std::string label;  // short display name for charts
@@ -285,6 +294,7 @@ Board build_board(const std::vector<Aggregate>& aggs) {
       for (size_t i = 0; i < a->accuracy_by_turn.size(); ++i) {
         if (std::isfinite(a->accuracy_by_turn[i])) turn_vals[i].push_back(a->accuracy_by_turn[i]);
       }
+      r.prefill = r.units == 0 ? a->prefill : combine_prefill(r.prefill, a->prefill);
       r.units += a->units;
       r.turns += a->turns;
     }
@@ -462,16 +472,19 @@ std::string render_leaderboard_markdown(const std::vector<RunRecord>& runs,
   o << "\n## Cost and fidelity\n\n";
   o << "Means over the tasks of each row. KV vs full: resident KV bytes after a turn over the "
        "full cache's on the same task and mode. Peak: the largest over all turns. Decode "
-       "tok/s: turns that decoded more than one token. Read/step: KV bytes attention read "
+       "tok/s: turns that decoded more than one token. Prefill: dense (compressed once the "
+       "context is in) or stream:N (evicting every N tokens), shared when the units started "
+       "from their sample's one prefill for all methods. Read/step: KV bytes attention read "
        "per decode step, all layers (Quest reads pages, KIVI packed blocks). Reused: prompt "
        "tokens loaded from the reuse tiers instead of prefilled (prefix). KL: first-token "
        "KL divergence from the full cache (nats); top-1: agreement of the greedy tokens with "
        "the full cache.\n\n";
-  o << md_row({"method", "budget", "mode", "KV vs full", "KV MiB", "peak MiB", "read/step KiB",
-               "TTFT ms", "reused %", "decode tok/s", "KL", "top-1 %"})
-    << md_rule(3, 9);
+  o << md_row({"method", "budget", "mode", "prefill", "KV vs full", "KV MiB", "peak MiB",
+               "read/step KiB", "TTFT ms", "reused %", "decode tok/s", "KL", "top-1 %"})
+    << md_rule(4, 9);
   for (const Row& r : b.rows) {
     o << md_row({md_escape(r.method), md_escape(budget_cell(r.budget)), md_escape(r.mode),
+                 md_escape(prefill_cell(r.prefill)),
                  r.kv_vs_full ? fmt(*r.kv_vs_full, 2) + "x" : std::string(kMissing),
                  fmt(r.kv_mib, 2), fmt(r.peak_mib, 2), fmt(r.read_kib, 0), fmt(r.ttft_ms, 1),
                  fmt(r.reused, 1, 100), fmt(r.decode, 1), fmt(r.kl, 4), fmt(r.top1, 1, 100)});
@@ -932,13 +945,14 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
        "pages, KIVI packed blocks). Reused: prompt tokens loaded from the reuse tiers instead "
        "of prefilled (prefix). KL: first-token KL divergence from the full cache (nats); "
        "top-1: agreement of the greedy tokens with the full cache.</p>\n";
-  o << "<table>\n<tr>" << th("method") << th("budget") << th("mode") << th("KV vs full", true)
+  o << "<table>\n<tr>" << th("method") << th("budget") << th("mode") << th("prefill")
+    << th("KV vs full", true)
     << th("KV MiB", true) << th("peak MiB", true) << th("read/step KiB", true)
     << th("TTFT ms", true) << th("reused %", true)
     << th("decode tok/s", true) << th("KL", true) << th("top-1 %", true) << "</tr>\n";
   for (const Row& r : b.rows) {
     o << tr_open(r) << td(h_spec(r.method), "spec") << td(h(budget_cell(r.budget)), "num")
-      << td(h(r.mode), "nw")
+      << td(h(r.mode), "nw") << td(h(prefill_cell(r.prefill)), "nw")
       << td(r.kv_vs_full ? fmt(*r.kv_vs_full, 2) + "x" : std::string(kMissing), "num")
       << td(fmt(r.kv_mib, 2), "num") << td(fmt(r.peak_mib, 2), "num")
       << td(fmt(r.read_kib, 0), "num") << td(fmt(r.ttft_ms, 1), "num") << td(fmt(r.reused, 1, 100), "num") << td(fmt(r.decode, 1), "num") << td(fmt(r.kl, 4), "num")

@@ -310,6 +310,12 @@ ALTER TABLE results ADD COLUMN reuse_load_ms REAL NOT NULL DEFAULT 0;
 ALTER TABLE results ADD COLUMN reuse_tiers TEXT NOT NULL DEFAULT '';
 ALTER TABLE results ADD COLUMN reuse_faults TEXT NOT NULL DEFAULT '';
 )sql",
+    // v4: how each unit's context went in (dense or streamed, shared with other methods)
+    R"sql(
+ALTER TABLE units ADD COLUMN prefill TEXT NOT NULL DEFAULT '';
+ALTER TABLE units ADD COLUMN shared_prefill INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE units ADD COLUMN prefilled_tokens INTEGER NOT NULL DEFAULT 0;
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kResultsSchemaVersion,
               "one migration per schema version");
@@ -519,8 +525,9 @@ void insert_unit(sqlite3* db, const std::string& path, const Stmt::OnError& on_e
   const auto seed = static_cast<int64_t>(unit.seed);  // two's complement: round-trips
   Stmt u(db,
          "INSERT INTO units (run_id, unit_key, task, sample_id, method, budget, mode, seed, "
-         "context_tokens, context_prefill_ms, finished_at) "
-         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+         "context_tokens, context_prefill_ms, finished_at, prefill, shared_prefill, "
+         "prefilled_tokens) "
+         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
          on_error);
   u.bind(1, run_id)
       .bind(2, unit.key)
@@ -532,7 +539,10 @@ void insert_unit(sqlite3* db, const std::string& path, const Stmt::OnError& on_e
       .bind(8, seed)
       .bind(9, unit.context_tokens)
       .bind(10, unit.context_prefill_ms)
-      .bind(11, finished_at.empty() ? now_utc() : finished_at);
+      .bind(11, finished_at.empty() ? now_utc() : finished_at)
+      .bind(12, unit.prefill)
+      .bind(13, static_cast<int64_t>(unit.shared_prefill))
+      .bind(14, unit.prefilled_tokens);
   u.run();
   const int64_t unit_id = sqlite3_last_insert_rowid(db);
 
@@ -601,7 +611,8 @@ std::vector<StoredUnit> read_units(sqlite3* db, const Stmt::OnError& on_error) {
   {
     Stmt s(db,
            "SELECT id, run_id, unit_key, task, sample_id, method, budget, mode, seed, "
-           "context_tokens, context_prefill_ms, finished_at FROM units ORDER BY id",
+           "context_tokens, context_prefill_ms, finished_at, prefill, shared_prefill, "
+           "prefilled_tokens FROM units ORDER BY id",
            on_error);
     while (s.step()) {
       StoredUnit su;
@@ -617,6 +628,9 @@ std::vector<StoredUnit> read_units(sqlite3* db, const Stmt::OnError& on_error) {
       u.context_tokens = s.int64(9);
       u.context_prefill_ms = s.real(10);
       su.finished_at = s.text(11);
+      u.prefill = s.text(12);
+      u.shared_prefill = s.int64(13) != 0;
+      u.prefilled_tokens = s.int64(14);
       index_of[s.int64(0)] = units.size();
       units.push_back(std::move(su));
     }

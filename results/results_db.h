@@ -18,7 +18,7 @@ struct sqlite3;
 
 namespace kvbench {
 
-constexpr int kResultsSchemaVersion = 3;
+constexpr int kResultsSchemaVersion = 4;
 
 struct RunRecord {
   int64_t id = 0;  // assigned by begin_run
@@ -80,6 +80,11 @@ struct UnitRecord {
   uint64_t seed = 0;
   int64_t context_tokens = 0;
   double context_prefill_ms = 0;
+  // How the context went in: "dense", "stream:N" (evicting every N tokens), or "" (a db
+  // written before schema v4).
+  std::string prefill;
+  bool shared_prefill = false;   // forked from the sample's one prefill for all methods
+  int64_t prefilled_tokens = 0;  // context tokens the unit ran through the model itself
   std::vector<TurnRow> turns;
 };
 

@@ -392,7 +392,7 @@ TEST_CASE("cli: a sweep into a db, its report, and the check against its own bas
   CHECK(same.output.find("no regressions in 2 baseline rows") != std::string::npos);
   // A baseline that asks for more: exit 1 with the table.
   const std::string strict = write_text(
-      "strict.json", R"({"kvbench_baseline": 1, "rows": [{"method": "streamingllm:budget=32,sink=4",
+      "strict.json", R"({"kvbench_baseline": 1, "rows": [{"method": "streamingllm:budget=32,sink=4,prefill=dense",
       "task": "math_find", "mode": "multi-turn", "budget": "budget=32", "accuracy": 1.0,
       "accuracy_low": 1.0, "accuracy_high": 1.0, "scored_turns": 2,
       "top1_agreement": 1.0, "kv_bytes": 1, "decode_tokens_per_s": 0, "ttft_ms": 0},

@@ -103,6 +103,12 @@ std::vector<UnitRecord> fixed_units() {
                    {turn(1, 1.0, 40, 50, 4 * mib, 4 * mib), turn(2, 0.0, 42, 50, 4 * mib, 4 * mib)}));
   u.push_back(unit("retr_kv", snap + "128" + snap_rest, "budget=128", "multi-request",
                    {turn(1, 0.5, 30, 60, mib, mib), turn(2, 0.0, 32, 60, mib, mib)}));
+  // How the contexts went in: shared dense prefills, but H2O streamed in one task (mixed).
+  for (UnitRecord& unit : u) {
+    const bool h2o_streamed = unit.method.rfind("h2o", 0) == 0 && unit.task == "retr_kv";
+    unit.prefill = h2o_streamed ? "stream:128" : "dense";
+    unit.shared_prefill = !h2o_streamed;
+  }
   return u;
 }
 

@@ -61,7 +61,8 @@ std::string spec_for(const MethodInfo& m, const std::string& budget) {
   for (const ParamInfo& p : m.params) {
     if (p.name == "skip") spec += ",skip=0";
     if (p.name == "window") spec += ",window=8";
-    if (p.name == "prefill") spec += ",prefill=stream,chunk=64";
+    // A streamed prefill needs a token budget; the dense one is covered by the others.
+    if (p.name == "prefill" && budget.rfind("budget=", 0) == 0) spec += ",prefill=stream,chunk=64";
   }
   return spec;
 }

@@ -382,13 +382,13 @@ TEST_CASE("results db: a unit whose write fails half-way leaves no rows", "[resu
         0);
 }
 
-TEST_CASE("results db: WAL mode, schema version 3, the three tables", "[results]") {
+TEST_CASE("results db: WAL mode, schema version 4, the three tables", "[results]") {
   const std::string path = temp_path("schema.db");
   auto db = ResultsDb::open(path);
   Raw raw(path);
   CHECK(raw.text("PRAGMA journal_mode") == "wal");
   CHECK(raw.integer("PRAGMA user_version") == kResultsSchemaVersion);
-  CHECK(kResultsSchemaVersion == 3);
+  CHECK(kResultsSchemaVersion == 4);
   for (const char* table : {"runs", "units", "results"}) {
     INFO(table);
     CHECK(raw.integer(std::string("SELECT count(*) FROM sqlite_master WHERE type = 'table' "
@@ -645,7 +645,9 @@ TEST_CASE("results db: a version 1 db migrates to the current version and keeps 
       "ALTER TABLE results DROP COLUMN kv_read_per_step; ALTER TABLE results DROP COLUMN "
       "tokens_reused; ALTER TABLE results DROP COLUMN reuse_bytes_loaded; ALTER TABLE results "
       "DROP COLUMN reuse_load_ms; ALTER TABLE results DROP COLUMN reuse_tiers; ALTER TABLE "
-      "results DROP COLUMN reuse_faults; PRAGMA user_version = 1");
+      "results DROP COLUMN reuse_faults; ALTER TABLE units DROP COLUMN prefill; ALTER TABLE "
+      "units DROP COLUMN shared_prefill; ALTER TABLE units DROP COLUMN prefilled_tokens; "
+      "PRAGMA user_version = 1");
   CHECK(Raw(path).integer("SELECT count(*) FROM pragma_table_info('results') "
                           "WHERE name = 'kv_read_per_step'") == 0);
   auto db = ResultsDb::open(path);
@@ -656,11 +658,20 @@ TEST_CASE("results db: a version 1 db migrates to the current version and keeps 
   CHECK(units[0].turns[0].kv_read_per_step == 0);
   CHECK(units[0].turns[0].tokens_reused == 0);
   CHECK(units[0].turns[0].reuse_tiers.empty());
+  CHECK(units[0].prefill.empty());  // unknown before v4
+  CHECK_FALSE(units[0].shared_prefill);
   const int64_t run = db->begin_run(make_run());
   UnitRecord u = make_unit("u2");
   u.turns[0].kv_read_per_step = 12345;
+  u.prefill = "stream:128";
+  u.shared_prefill = true;
+  u.prefilled_tokens = 777;
   db->write_unit(run, u);
-  CHECK(db->units()[1].turns[0].kv_read_per_step == 12345);
+  const UnitRecord back = db->units()[1];
+  CHECK(back.turns[0].kv_read_per_step == 12345);
+  CHECK(back.prefill == "stream:128");
+  CHECK(back.shared_prefill);
+  CHECK(back.prefilled_tokens == 777);
 }
 
 }  // namespace

@@ -111,7 +111,7 @@ TEST_CASE("sweep config: methods x budgets, full once, canonical JSON", "[unit]"
   REQUIRE(methods.size() == 5);  // full + 2 methods x 2 budgets
   CHECK(methods[0].spec == "full");
   CHECK(methods[0].budget.empty());
-  CHECK(methods[1].spec == "streamingllm:budget=32,sink=4");
+  CHECK(methods[1].spec == "streamingllm:budget=32,sink=4,prefill=dense");
   CHECK(methods[1].budget == "budget=32");
   CHECK(methods[2].budget == "ratio=0.5");
   CHECK(canonical_config_json(c) == canonical_config_json(parse_sweep_config(kSmall, "other.json")));

@@ -110,16 +110,23 @@ void run_sweep_into(const ModelOptions& model_options, SweepConfig config, const
   run.host = host_name();
   run.command_line = command_line();
   const size_t before = db->finished_unit_keys().size();
-  run_sweep(*model, config, shard, *db, run, print_progress, on_unit);
+  const SweepProgress done = run_sweep(*model, config, shard, *db, run, print_progress, on_unit);
   const size_t after = db->finished_unit_keys().size();
   std::printf("sweep: %zu unit%s written to %s (shard %d/%d; %zu already there)\n", after - before,
               after - before == 1 ? "" : "s", db_path.c_str(), shard.index, shard.count, before);
+  const PrefillCount& p = done.prefill;
+  std::printf("sweep: %lld context tokens prefilled: %lld in %lld shared prefills, %lld by "
+              "units on their own%s\n",
+              static_cast<long long>(p.total()), static_cast<long long>(p.shared_tokens),
+              static_cast<long long>(p.shared_prefills), static_cast<long long>(p.unit_tokens),
+              config.shared_prefill ? "" : " (shared_prefill off)");
   std::fflush(stdout);
 }
 
 void add_sweep_command(CLI::App& app, ModelOptions& model) {
   struct SweepArgs {
     std::string config, db = "results.db", shard;
+    bool separate_prefill = false;
   };
   auto args = std::make_shared<SweepArgs>();
   CLI::App* cmd = app.add_subcommand(
@@ -130,8 +137,12 @@ void add_sweep_command(CLI::App& app, ModelOptions& model) {
   cmd->add_option("--shard", args->shard,
                   "i/n: run shard i of n (default: from SLURM_ARRAY_TASK_ID/COUNT or "
                   "JOB_COMPLETION_INDEX with KVBENCH_SHARD_COUNT, else 0/1)");
+  cmd->add_flag("--separate-prefill", args->separate_prefill,
+                "Every unit prefills its own context (as before one prefill served many "
+                "methods; for timing the two side by side)");
   cmd->callback([&model, args] {
-    const SweepConfig config = load_sweep_config(args->config);
+    SweepConfig config = load_sweep_config(args->config);
+    if (args->separate_prefill) config.shared_prefill = false;
     const Shard shard = args->shard.empty() ? shard_from_environment() : parse_shard(args->shard);
     run_sweep_into(model, config, shard, args->db);
   });
