@@ -5,10 +5,12 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <map>
 #include <string>
 
 #include "gguf_writer.h"
 #include "methods/registry.h"
+#include "results/results_db.h"
 
 using namespace kvbench;
 
@@ -404,4 +406,53 @@ TEST_CASE("cli: a sweep into a db, its report, and the check against its own bas
   CHECK(worse.output.find("regressions in 2 baseline rows") != std::string::npos);
   CHECK(worse.output.find("missing") != std::string::npos);
   CHECK(worse.output.find("KV bytes") != std::string::npos);
+}
+
+TEST_CASE("cli: sweep --jobs runs worker processes into one db, as one process would", "[unit]") {
+  testing::TinyLlamaSpec wide;
+  wide.context_length = 2048;
+  const std::string model = testing::temp_path("tiny_cli_jobs.gguf");
+  testing::write_tiny_llama_gguf(model, wide);
+  const std::string config = write_text("sweep_jobs.json", R"({"tasks": ["math_find", "retr_kv"],
+    "methods": ["full", "snapkv", "streamingllm"], "budgets": [32], "samples": 2, "turns": 2,
+    "context_tokens": 300, "max_new": 3})");
+  const std::string one = testing::temp_path("jobs_one.db"), two = testing::temp_path("jobs_two.db");
+  const Run single = run_kvbench("--model " + model + " --threads 1 sweep " + config + " --db " + one);
+  INFO(single.output);
+  REQUIRE(single.exit_code == 0);
+  const Run jobs =
+      run_kvbench("--model " + model + " --threads 1 sweep " + config + " --db " + two + " --jobs 2");
+  INFO(jobs.output);
+  REQUIRE(jobs.exit_code == 0);
+  CHECK(jobs.output.find("sweep: 2 workers done into " + two) != std::string::npos);
+  // The same units, each with the same predictions, scores and bytes.
+  const auto units_of = [](const std::string& path) {
+    std::map<std::string, UnitRecord> by_key;
+    for (UnitRecord& u : ResultsDb::open(path, true)->units()) by_key[u.key] = std::move(u);
+    return by_key;
+  };
+  const auto a = units_of(one), b = units_of(two);
+  REQUIRE(a.size() == 12);  // 2 tasks x 2 samples x 3 methods
+  REQUIRE(b.size() == a.size());
+  for (const auto& [key, u] : a) {
+    INFO(key);
+    REQUIRE(b.count(key) == 1);
+    const UnitRecord& v = b.at(key);
+    REQUIRE(u.turns.size() == v.turns.size());
+    CHECK(u.shared_prefill == v.shared_prefill);
+    for (size_t t = 0; t < u.turns.size(); ++t) {
+      CHECK(u.turns[t].prediction == v.turns[t].prediction);
+      CHECK(u.turns[t].score == v.turns[t].score);
+      CHECK(u.turns[t].kv_bytes == v.turns[t].kv_bytes);
+      CHECK(u.turns[t].first_token_kl == v.turns[t].first_token_kl);
+    }
+  }
+  // Resumed with workers: nothing left to run.
+  const Run again =
+      run_kvbench("--model " + model + " --threads 1 sweep " + config + " --db " + two + " --jobs 2");
+  CHECK(again.exit_code == 0);
+  CHECK(units_of(two).size() == 12);
+  require_clear_error(run_kvbench("--model " + model + " sweep " + config + " --db " + two +
+                                  " --jobs 2 --shard 0/2"),
+                      "--jobs or --shard");
 }

@@ -1,7 +1,9 @@
-// `kvbench sweep CONFIG --db DB [--shard i/n]` and `kvbench merge A.db B.db ... -o ALL.db`.
+// `kvbench sweep CONFIG --db DB [--shard i/n | --jobs N]` and `kvbench merge A.db B.db ... -o ALL.db`.
 #include <CLI/CLI.hpp>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -71,6 +73,49 @@ void print_progress(const SweepProgress& p) {
   std::fflush(stderr);
 }
 
+// `kvbench sweep --jobs N`: N worker processes of this kvbench, each running shard i/N of
+// the sweep into the same db (WAL: the writers take turns per unit) with its own share of
+// the cores, so each keeps its own threads. A unit is computed as it would be in one
+// process; resume works as for shards. Returns when every worker has exited; throws
+// InputError naming a worker that failed.
+void run_sweep_jobs(const ModelOptions& model, const std::string& config, const std::string& db,
+                    int jobs) {
+  const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+  const int threads = model.threads > 0 ? model.threads
+                                        : static_cast<int>(std::max(1L, cores / jobs));
+  std::vector<pid_t> workers;
+  for (int i = 0; i < jobs; ++i) {
+    const std::string shard = std::to_string(i) + "/" + std::to_string(jobs);
+    std::vector<std::string> args = {"kvbench", "--threads", std::to_string(threads),
+                                     "--device", model.device};
+    if (!model.model_path.empty()) args.insert(args.end(), {"--model", model.model_path});
+    args.insert(args.end(), {"sweep", config, "--db", db, "--shard", shard});
+    std::fflush(stdout);
+    std::fflush(stderr);
+    const pid_t pid = fork();
+    if (pid < 0) throw InputError("--jobs: cannot start a worker process");
+    if (pid == 0) {
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv("/proc/self/exe", argv.data());
+      std::_Exit(127);
+    }
+    workers.push_back(pid);
+  }
+  std::string failed;
+  for (size_t i = 0; i < workers.size(); ++i) {
+    int status = 0;
+    waitpid(workers[i], &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      failed += (failed.empty() ? "" : ", ") + std::to_string(i) + "/" + std::to_string(jobs);
+    }
+  }
+  if (!failed.empty()) throw InputError("sweep --jobs " + std::to_string(jobs) + ": worker " +
+                                        failed + " failed (see its lines above); rerun to resume");
+  std::printf("sweep: %d workers done into %s\n", jobs, db.c_str());
+}
+
 }  // namespace
 
 void run_sweep_into(const ModelOptions& model_options, SweepConfig config, const Shard& shard,
@@ -127,6 +172,7 @@ void add_sweep_command(CLI::App& app, ModelOptions& model) {
   struct SweepArgs {
     std::string config, db = "results.db", shard;
     bool separate_prefill = false;
+    int jobs = 1;
   };
   auto args = std::make_shared<SweepArgs>();
   CLI::App* cmd = app.add_subcommand(
@@ -140,8 +186,22 @@ void add_sweep_command(CLI::App& app, ModelOptions& model) {
   cmd->add_flag("--separate-prefill", args->separate_prefill,
                 "Every unit prefills its own context (as before one prefill served many "
                 "methods; for timing the two side by side)");
+  cmd->add_option("--jobs", args->jobs,
+                  "Worker processes, each running 1/N of the samples with its share of the "
+                  "cores (default 1)")
+      ->check(CLI::Range(1, 256));
   cmd->callback([&model, args] {
     SweepConfig config = load_sweep_config(args->config);
+    if (args->jobs > 1) {
+      if (!args->shard.empty()) throw InputError("sweep: give --jobs or --shard, not both");
+      if (args->separate_prefill) {
+        throw InputError("sweep: --separate-prefill is for one process (set \"shared_prefill\": "
+                         "false in the config for --jobs)");
+      }
+      ResultsDb::open(args->db);  // an unwritable or corrupt db fails before any worker starts
+      run_sweep_jobs(model, args->config, args->db, args->jobs);
+      return;
+    }
     if (args->separate_prefill) config.shared_prefill = false;
     const Shard shard = args->shard.empty() ? shard_from_environment() : parse_shard(args->shard);
     run_sweep_into(model, config, shard, args->db);
