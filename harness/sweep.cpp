@@ -13,6 +13,8 @@
 #include "harness/input_error.h"
 #include "harness/model/llama_model.h"
 #include "harness/model/model_config.h"
+#include "harness/model/tokenizer.h"
+#include "methods/full_cache.h"
 #include "methods/registry.h"
 #include "results/results_db.h"
 #include "tasks/task_catalog.h"
@@ -565,6 +567,15 @@ SweepProgress run_sweep(const LlamaModel& model, const SweepConfig& config, cons
   };
   for (const auto& [group, left] : todo) check_samples_fit(model, {*group->sample}, options_of(*group));
 
+  // One forward of a model chunk first, untimed: the process's first forward pays for
+  // thread pools and buffers, which would otherwise land in the first unit's TTFT (or in
+  // the first shared prefill, and so in every method's).
+  if (!todo.empty()) {
+    KvCache scratch = make_full_cache(model.kv_shape());
+    model.forward(std::vector<int32_t>(static_cast<size_t>(model.prefill_chunk),
+                                       model.tokenizer().eos_id()),
+                  scratch);
+  }
   run.config_json = canonical_config_json(config);
   const int64_t run_id = db.begin_run(run);
   const auto start = std::chrono::steady_clock::now();
