@@ -127,3 +127,24 @@ TEST_CASE("shared prefill: streamed prefills and reuse methods prefill on their 
   CHECK(separate.shared_prefills == 0);
   CHECK(separate.unit_tokens == 3 * count.shared_tokens);  // full, snapkv, kivi
 }
+
+TEST_CASE("prefill=stream is recorded, and its peak is below the dense prefill's", "[unit]") {
+  const LlamaModel& model = tiny_model();
+  SessionOptions options;
+  options.max_new_tokens = 3;
+  const SessionResult dense =
+      run_session(model, long_sample(), "streamingllm:budget=64", options, nullptr);
+  const SessionResult stream = run_session(
+      model, long_sample(), "streamingllm:budget=64,prefill=stream,chunk=32", options, nullptr);
+  CHECK(dense.prefill == "dense");
+  CHECK(stream.prefill == "stream:32");
+  // Multi-turn: the prefill's peak is before turn 1; a request (multi-request) holds it in
+  // its turn's peak.
+  options.mode = SessionMode::MultiRequest;
+  const SessionResult dense_request =
+      run_session(model, long_sample(), "streamingllm:budget=64", options, nullptr);
+  const SessionResult stream_request = run_session(
+      model, long_sample(), "streamingllm:budget=64,prefill=stream,chunk=32", options, nullptr);
+  CHECK(stream_request.turns[0].kv_bytes_peak < dense_request.turns[0].kv_bytes_peak / 2);
+  CHECK(stream_request.turns[0].tokens_kept == dense_request.turns[0].tokens_kept);
+}
