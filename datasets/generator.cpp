@@ -699,7 +699,8 @@ Plan plan_for(const std::string& task, const Knobs& knobs, int32_t turns, uint64
 
 void check_knob_names(const TaskInfo& info, const std::map<std::string, std::string>& knobs,
                       const std::vector<const TaskInfo*>& also) {
-  for (const auto& [name, value] : knobs) {
+  for (const auto& knob : knobs) {
+    const std::string& name = knob.first;  // not a structured binding: lambdas capture it
     bool known = false;
     std::string names;
     auto scan = [&](const TaskInfo& t) {

@@ -4,6 +4,7 @@
 //  "documents"?: ["...", ...]} ("documents" is kvbench's, not SCBench's)
 #pragma once
 
+#include <istream>
 #include <string>
 #include <vector>
 
@@ -51,5 +52,7 @@ inline const std::string& turn_task(const Sample& sample, const SampleTurn& turn
 // samples are raw: no task template applied (see tasks/task_catalog.h,
 // format_scbench_sample).
 std::vector<Sample> load_samples_jsonl(const std::string& path);
+// The same from a stream; `path` names it in errors.
+std::vector<Sample> parse_samples_jsonl(std::istream& in, const std::string& path);
 
 }  // namespace kvbench

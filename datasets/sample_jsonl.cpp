@@ -1,5 +1,4 @@
-#include <nlohmann/json.hpp>
-
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -7,6 +6,7 @@
 
 #include "datasets/sample.h"
 #include "harness/input_error.h"
+#include "harness/json_input.h"
 
 namespace kvbench {
 
@@ -18,10 +18,11 @@ using nlohmann::json;
 std::string number_text(const json& value) {
   if (value.is_number_integer() || value.is_number_unsigned()) return value.dump();
   const double d = value.get<double>();
-  if (d == static_cast<double>(static_cast<long long>(d)) && d > -1e15 && d < 1e15) {
+  // The range first: casting a double outside long long's range is undefined.
+  if (std::isfinite(d) && d > -1e15 && d < 1e15 && d == std::trunc(d)) {
     return std::to_string(static_cast<long long>(d));
   }
-  return value.dump();
+  return dump_json(value);
 }
 
 const char* type_name(const json& value) {
@@ -38,6 +39,7 @@ class LineReader {
   LineReader(std::string path, int64_t line) : where_(std::move(path) + ":" + std::to_string(line)) {}
 
   [[noreturn]] void fail(const std::string& what) const { throw InputError(where_ + ": " + what); }
+  const std::string& where() const { return where_; }
 
   const json& field(const json& object, const std::string& name, const std::string& owner) const {
     const auto it = object.find(name);
@@ -183,7 +185,12 @@ bool blank(const std::string& line) {
 
 std::vector<Sample> load_samples_jsonl(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in || std::filesystem::is_directory(path)) throw InputError(path + ": cannot open the sample file");
+  std::error_code ec;
+  if (!in || std::filesystem::is_directory(path, ec)) throw InputError(path + ": cannot open the sample file");
+  return parse_samples_jsonl(in, path);
+}
+
+std::vector<Sample> parse_samples_jsonl(std::istream& in, const std::string& path) {
   std::vector<Sample> samples;
   std::map<std::string, int64_t> first_line;  // id -> line
   std::string line;
@@ -194,17 +201,7 @@ std::vector<Sample> load_samples_jsonl(const std::string& path) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (blank(line)) continue;
     const LineReader reader(path, line_no);
-    json row;
-    try {
-      row = json::parse(line);
-    } catch (const json::parse_error& e) {
-      // nlohmann's message: "[json.exception.parse_error.101] parse error at line 1, ...".
-      std::string what = e.what();
-      const size_t at = what.find("parse error");
-      if (at != std::string::npos) what = what.substr(at);
-      if (what.size() > 200) what = what.substr(0, 200) + "...";
-      reader.fail("malformed JSON (" + what + ")");
-    }
+    const json row = parse_json_input(line, reader.where());
     Sample sample = reader.sample(row);
     const auto [it, fresh] = first_line.emplace(sample.id, line_no);
     if (!fresh) {

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "harness/input_error.h"
+#include "harness/json_input.h"
 #include "harness/model/known_models.h"
 
 namespace kvbench {
@@ -42,19 +43,32 @@ Calibration load_calibration(const std::string& path) {
   if (!in) throw InputError(path + ": cannot read the calibration file (run kvbench calibrate)");
   std::stringstream text;
   text << in.rdbuf();
+  // nlohmann casts a float to an integer unchecked (undefined out of range): counts are
+  // checked to be integers first.
+  const auto count = [&path](const json& v, const char* key) {
+    const json& x = v.at(key);
+    if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > (int64_t{1} << 30)) {
+      throw InputError(path + ": malformed calibration file (" + key +
+                       " must be an integer in [0, 2^30])");
+    }
+    return x.get<int64_t>();
+  };
   try {
-    const json root = json::parse(text.str());
+    const json root = parse_json_input(text.str(), path);
     Calibration c;
     c.model = root.at("model").get<std::string>();
     c.model_sha256 = root.at("model_sha256").get<std::string>();
     c.mode = root.at("mode").get<std::string>();
+    if (!root.at("seed").is_number_unsigned()) {
+      throw InputError(path + ": malformed calibration file (seed must be an unsigned integer)");
+    }
     c.seed = root.at("seed").get<uint64_t>();
     for (const json& cell : root.at("cells")) {
       CalibrationCell x;
       x.task = cell.at("task").get<std::string>();
-      x.context_tokens = cell.at("context_tokens").get<int64_t>();
-      x.samples = cell.at("samples").get<int32_t>();
-      x.turns = cell.at("turns").get<int32_t>();
+      x.context_tokens = count(cell, "context_tokens");
+      x.samples = static_cast<int32_t>(count(cell, "samples"));
+      x.turns = static_cast<int32_t>(count(cell, "turns"));
       x.accuracy = cell.at("accuracy").get<double>();
       x.low = cell.at("low").get<double>();
       x.high = cell.at("high").get<double>();
@@ -87,7 +101,7 @@ void save_calibration(const Calibration& c, const std::string& path) {
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << root.dump(1) << "\n";
+    out << dump_json(root, 1) << "\n";
     if (!out) throw InputError(path + ": cannot write the calibration file");
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {

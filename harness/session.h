@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "datasets/sample.h"
+#include "harness/session_mode.h"
 #include "methods/kv_cache.h"
 #include "reuse/prefix_cache.h"
 
@@ -21,14 +22,6 @@ namespace kvbench {
 
 class LlamaModel;
 class SharedPrefill;
-
-enum class SessionMode { MultiTurn, MultiRequest };
-enum class AnswerSource { Gold, Model };  // what a multi-turn turn appends after decoding
-
-const char* to_string(SessionMode mode);   // "multi-turn", "multi-request"
-SessionMode parse_session_mode(const std::string& text);  // InputError on anything else
-const char* to_string(AnswerSource source);               // "gold", "model"
-AnswerSource parse_answer_source(const std::string& text);  // InputError on anything else
 
 struct SessionOptions {
   SessionMode mode = SessionMode::MultiTurn;

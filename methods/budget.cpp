@@ -17,7 +17,7 @@ std::vector<ParamInfo> budget_params(int64_t default_tokens) {
       float_param("ratio", "", 0, 1, "fraction of the shared context kept, instead of budget");
   ratio.min_exclusive = true;
   ratio.replaces = "budget";
-  return {int_param("budget", default_tokens, 1, kNoMax, "tokens kept per layer and KV head"),
+  return {int_param("budget", default_tokens, 1, kMaxTokens, "tokens kept per layer and KV head"),
           ratio};
 }
 

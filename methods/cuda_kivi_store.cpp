@@ -533,7 +533,7 @@ void CudaKiviLayerKv::retain(RetainPlan& plan) {
              rows);
   resize_blocks(n_blocks);
   const int64_t tail = n_keep - n_blocks * g;
-  const int64_t capacity = std::max(tail, config_.residual + g);
+  const int64_t capacity = std::max(tail, std::min(config_.residual, n_keep) + g);  // as KiviLayerKv
   Rows new_tail = allocate_rows(capacity);
   copy_rows(kept, n_keep, n_blocks * g, new_tail, capacity, tail);
   wait_default_stream();

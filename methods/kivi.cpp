@@ -317,7 +317,9 @@ void KiviLayerKv::retain(RetainPlan& plan) {
   resize_blocks(n_blocks);
   tail_.n_tokens = 0;
   const int64_t tail = n_keep - n_blocks * g;
-  tail_.reallocate(std::max(tail, config_.residual + g));
+  // Room for the tail to grow back to residual + group, but never more than the tokens kept
+  // could need (a residual larger than the context costs nothing).
+  tail_.reallocate(std::max(tail, std::min(config_.residual, n_keep) + g));
   for (int32_t h = 0; h < n_kv_heads_; ++h) {
     const size_t row = static_cast<size_t>(h) * all.capacity + n_blocks * g;
     const size_t tail_row = static_cast<size_t>(h) * tail_.capacity;
@@ -378,7 +380,7 @@ MethodInfo kivi_method() {
   };
   info.params = {
       choice_param("bits", "2", {"2", "4"}, "bits per key and value"),
-      int_param("residual", 128, 0, kNoMax,
+      int_param("residual", 128, 0, kMaxTokens,
                 "KIVI's residual length R, a multiple of 32: the newest tokens kept in fp32"),
       choice_param("tail", "kivi", {"kivi", "block"},
                    "kivi: keys go to bits R at a time (0 to R-1 fp32), the newest R values "

@@ -53,7 +53,7 @@ MethodInfo knorm_method() {
       "kept tokens stay in position order (l2compress re-orders the cache by norm)",
   };
   const ParamInfo skip =
-      int_param("skip", 2, 0, kNoMax,
+      int_param("skip", 2, 0, kMaxTokens,
                 "the first `skip` layers keep every token (l2compress skip_layers [0, 1])");
   info.params = budget_params(kDefaultBudget);
   info.params.push_back(skip);

@@ -204,7 +204,7 @@ MethodInfo kvmerger_method() {
   info.params.push_back(float_param("threshold", "0.75", -1, 1,
                                     "cosine similarity above which neighbouring keys merge"));
   info.params.push_back(int_param(
-      "window", 32, 1, kNoMax, "newest context tokens kept unmerged; their queries pick pivots"));
+      "window", 32, 1, kMaxTokens, "newest context tokens kept unmerged; their queries pick pivots"));
   info.check = [](const MethodParams& params) {
     check_budget(params);
     check_window_in_budget(params);

@@ -7,19 +7,29 @@
 
 namespace kvbench {
 
+// The ring grows to hold the rows it has seen, up to `size`: a window larger than any
+// context (window=10^17) costs only the context's rows, never size x row up front.
 void QueryWindow::observe(const AttentionQuery& query, int32_t head_dim) {
   const int64_t row = static_cast<int64_t>(query.n_heads) * head_dim;
-  if (q_.empty()) {
-    q_.resize(static_cast<size_t>(size_ * row));
-    positions_.resize(static_cast<size_t>(size_));
+  if (n_rows_ == 0) {
     n_heads_ = query.n_heads;
     scale_ = query.scale;
   }
-  for (int64_t i = std::max<int64_t>(0, query.n_queries - size_); i < query.n_queries; ++i) {
-    std::copy(query.q + i * row, query.q + (i + 1) * row, q_.begin() + next_ * row);
-    positions_[next_] = query.q_positions[i];
-    next_ = (next_ + 1) % size_;
-    n_rows_ = std::min(n_rows_ + 1, size_);
+  const int64_t first = std::max<int64_t>(0, query.n_queries - size_);
+  const int64_t held = std::min(size_, n_rows_ + (query.n_queries - first));
+  q_.reserve(static_cast<size_t>(held * row));
+  positions_.reserve(static_cast<size_t>(held));
+  for (int64_t i = first; i < query.n_queries; ++i) {
+    const float* q = query.q + i * row;
+    if (n_rows_ < size_) {  // filling: rows in arrival order, the oldest at next_ = 0
+      q_.insert(q_.end(), q, q + row);
+      positions_.push_back(query.q_positions[i]);
+      ++n_rows_;
+    } else {
+      std::copy(q, q + row, q_.begin() + next_ * row);
+      positions_[next_] = query.q_positions[i];
+      next_ = (next_ + 1) % size_;
+    }
   }
 }
 

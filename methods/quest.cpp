@@ -152,8 +152,8 @@ MethodInfo quest_method() {
   info.params = budget_params(kDefaultBudget);
   info.params.push_back(int_param("page", 16, 1, 4096, "tokens per page"));
   info.params.push_back(
-      int_param("dense_layers", 2, 0, kNoMax, "first layers that always read every page"));
-  info.params.push_back(int_param("min_pages", 3, 1, kNoMax,
+      int_param("dense_layers", 2, 0, kMaxTokens, "first layers that always read every page"));
+  info.params.push_back(int_param("min_pages", 3, 1, kMaxTokens,
                                   "pages a step reads at least, whatever the budget (Quest: 3)"));
   info.check = [](const MethodParams& params) { check_budget(params); };
   info.make_reader = [](const MethodParams& params, const KvShape& shape) {

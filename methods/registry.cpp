@@ -38,7 +38,7 @@ bool parse_float(const std::string& s, double* out) {
 
 std::string format_number(double x) {
   char buf[32];
-  std::snprintf(buf, sizeof(buf), "%g", x);
+  std::snprintf(buf, sizeof(buf), "%.15g", x);
   return buf;
 }
 

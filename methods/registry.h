@@ -24,6 +24,10 @@ namespace kvbench {
 enum class ParamType { Int, Float, Choice, Text, Bytes };
 
 constexpr double kNoMax = 1e18;  // ParamInfo::max meaning "no upper bound"
+// The bound of every parameter that counts tokens, pages or layers: 2^24, beyond any model's
+// context, so that no spec string can make a method's arithmetic overflow or its buffers
+// grow past what a context could need.
+constexpr double kMaxTokens = 16777216;
 
 struct ParamInfo {
   std::string name;

@@ -73,7 +73,7 @@ int64_t SnapKvPolicy::bytes_resident(int32_t layer) const { return windows_.byte
 std::vector<ParamInfo> snapkv_params() {
   std::vector<ParamInfo> params = budget_params(kDefaultBudget);
   const ParamInfo window =
-      int_param("window", 32, 1, kNoMax,
+      int_param("window", 32, 1, kMaxTokens,
                 "observation window: the last context queries that score the prefix; always kept");
   const ParamInfo kernel =
       int_param("kernel", 5, 1, 1001, "pooling width along tokens, odd (1: no pooling)");

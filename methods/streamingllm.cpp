@@ -71,7 +71,7 @@ MethodInfo streamingllm_method() {
       "prefill=stream,chunk=N runs",
   };
   const ParamInfo sink =
-      int_param("sink", 4, 0, kNoMax,
+      int_param("sink", 4, 0, kMaxTokens,
                 "attention-sink tokens always kept (the first positions); part of the budget");
   info.params = budget_params(kDefaultBudget);
   info.params.push_back(sink);

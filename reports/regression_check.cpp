@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "harness/input_error.h"
+#include "harness/json_input.h"
 
 namespace kvbench {
 
@@ -68,44 +69,58 @@ std::string baseline_json(const std::vector<Aggregate>& rows) {
     row["top1_agreement"] = a.top1_agreement ? json(*a.top1_agreement) : json(nullptr);
     list.push_back(row);
   }
-  return json({{"kvbench_baseline", 1}, {"rows", list}}).dump(2) + "\n";
+  return dump_json(json({{"kvbench_baseline", 1}, {"rows", list}}), 2) + "\n";
 }
 
 std::vector<Aggregate> parse_baseline(const std::string& json_text, const std::string& source) {
-  json root;
-  try {
-    root = json::parse(json_text);
-  } catch (const json::parse_error&) {
-    throw InputError(source + ": the baseline is not valid JSON");
-  }
-  if (!root.is_object() || root.value("kvbench_baseline", 0) != 1 || !root.contains("rows") ||
-      !root["rows"].is_array()) {
+  const json root = parse_json_input(json_text, source);
+  // Compared as JSON values: a string or null version is "not a baseline", not a type error.
+  if (!root.is_object() || !root.contains("kvbench_baseline") || root["kvbench_baseline"] != 1 ||
+      !root.contains("rows") || !root["rows"].is_array()) {
     throw InputError(source + ": not a kvbench baseline (expected {\"kvbench_baseline\": 1, \"rows\": [...]})");
   }
   std::vector<Aggregate> out;
   size_t i = 0;
   for (const json& row : root["rows"]) {
     const std::string where = source + ": rows[" + std::to_string(i++) + "]";
+    // Numbers are checked for type and range before use: nlohmann converts a float to an
+    // integer with a plain cast, undefined outside the integer's range.
+    const auto number = [&](const char* key, double lo, double hi) {
+      const json& v = row.at(key);
+      if (!v.is_number() || !(v.get<double>() >= lo && v.get<double>() <= hi)) {
+        throw InputError(where + ": " + key + " must be a number in [" + std::to_string(lo) +
+                         ", " + std::to_string(hi) + "]");
+      }
+      return v.get<double>();
+    };
+    const auto fraction = [&](const char* key) { return number(key, 0, 1); };
+    constexpr double kHuge = 1e300;
     try {
       Aggregate a;
       a.method = row.at("method").get<std::string>();
       a.task = row.at("task").get<std::string>();
       a.mode = row.at("mode").get<std::string>();
       a.budget = row.at("budget").get<std::string>();
-      a.kv_bytes = row.at("kv_bytes").get<double>();
-      a.decode_tokens_per_s = row.at("decode_tokens_per_s").get<double>();
-      a.ttft_ms = row.at("ttft_ms").get<double>();
+      a.kv_bytes = number("kv_bytes", 0, kHuge);
+      a.decode_tokens_per_s = number("decode_tokens_per_s", 0, kHuge);
+      a.ttft_ms = number("ttft_ms", 0, kHuge);
       if (!row.at("accuracy").is_null()) {
-        a.accuracy = row.at("accuracy").get<double>();
+        a.accuracy = fraction("accuracy");
         if (!row.contains("accuracy_low")) {
           throw InputError(where + ": has no accuracy interval (a baseline from before "
                            "intervals); regenerate it with kvbench check DB --write-baseline");
         }
-        a.accuracy_ci = Interval{*a.accuracy, row.at("accuracy_low").get<double>(),
-                                 row.at("accuracy_high").get<double>(),
-                                 row.at("scored_turns").get<int64_t>()};
+        const json& turns = row.at("scored_turns");
+        if (!turns.is_number_integer() || turns.get<int64_t>() < 1) {
+          throw InputError(where + ": scored_turns must be a positive integer");
+        }
+        a.accuracy_ci = Interval{*a.accuracy, fraction("accuracy_low"), fraction("accuracy_high"),
+                                 turns.get<int64_t>()};
+        if (!(a.accuracy_ci->low <= *a.accuracy && *a.accuracy <= a.accuracy_ci->high)) {
+          throw InputError(where + ": accuracy must lie in [accuracy_low, accuracy_high]");
+        }
       }
-      if (!row.at("top1_agreement").is_null()) a.top1_agreement = row.at("top1_agreement").get<double>();
+      if (!row.at("top1_agreement").is_null()) a.top1_agreement = fraction("top1_agreement");
       out.push_back(a);
     } catch (const json::exception& e) {
       throw InputError(where + ": missing or mistyped field (" + std::string(e.what()).substr(0, 120) + ")");

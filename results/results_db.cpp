@@ -25,29 +25,6 @@ constexpr int kBusyTimeoutMs = 5000;
 // ---------------------------------------------------------------------------------------
 // Messages
 
-// Control characters (newlines above all) escaped, so every message stays one line.
-std::string one_line(const std::string& text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\r') {
-      out += "\\r";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (u < 0x20 || u == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", u);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
 std::string sqlite_detail(sqlite3* db, int rc) {
   std::string detail = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
   if (db != nullptr) {
@@ -96,13 +73,23 @@ bool is_busy(int rc) { return (rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLIT
                    (read_only ? "reading" : "writing") + " (" + detail + ")");
 }
 
-// An error after a successful open (a query or a write): BUSY is the lock message, the rest
-// a runtime_error naming the path and the operation.
+// An error after a successful open (a query or a write). The db is the user's file: a corrupt
+// or truncated one, tables with other columns (SQLite's "no such column"), a full disk or a
+// read-only file are bad input, one InputError line; only misuse of SQLite's API (a bug
+// here) is a runtime_error.
 [[noreturn]] void throw_db_error(const std::string& path, sqlite3* db, int rc,
                                  const std::string& what) {
   if (is_busy(rc)) throw_locked(path);
-  throw std::runtime_error(one_line(path) + ": results db: " + what + " failed (" +
-                           sqlite_detail(db, rc) + ")");
+  const int primary = rc & 0xff;
+  const std::string detail = sqlite_detail(db, rc);
+  if (primary == SQLITE_MISUSE || primary == SQLITE_RANGE || primary == SQLITE_NOMEM) {
+    throw std::runtime_error(one_line(path) + ": results db: " + what + " failed (" + detail + ")");
+  }
+  const char* kind = primary == SQLITE_CORRUPT || primary == SQLITE_NOTADB
+                         ? "corrupt, or not a kvbench results db"
+                     : primary == SQLITE_ERROR ? "not a kvbench results db of this version"
+                                               : "cannot use the results db";
+  throw InputError(one_line(path) + ": " + kind + " (" + what + ": " + detail + ")");
 }
 
 // ---------------------------------------------------------------------------------------

@@ -184,7 +184,7 @@ std::optional<int64_t> DiskTier::put(const std::string& key, const SharedBytes& 
     fault("disk " + path + ": " + why);
     return std::nullopt;
   }
-  keys_.insert(key);
+  keys_[key] = value->size();
   return static_cast<int64_t>(total);
 }
 
@@ -197,7 +197,9 @@ SharedBytes DiskTier::drop_bad(const std::string& key, const std::string& path,
 }
 
 SharedBytes DiskTier::get(const std::string& key) {
-  if (!keys_.count(key)) return nullptr;
+  const auto written = keys_.find(key);
+  if (written == keys_.end()) return nullptr;
+  const uint64_t expected = written->second;
   const std::string path = path_of(key);
   Bytes file;
   const std::string why = read_file(path, file);
@@ -214,8 +216,10 @@ SharedBytes DiskTier::get(const std::string& key) {
   const uint64_t size = get_le(file.data() + header - 8, 8);
   const uint8_t* frame = file.data() + header;
   const size_t frame_bytes = file.size() - header;
-  // Both sizes must agree before allocating: a flipped size byte must not cost a huge buffer.
-  if (ZSTD_getFrameContentSize(frame, frame_bytes) != size) {
+  // The stored size, the frame's and the size written must all agree before allocating: a
+  // flipped size byte must not cost a huge buffer, and zstd's "unknown" and "error" values
+  // (the largest uint64s) must not pass as sizes.
+  if (size != expected || ZSTD_getFrameContentSize(frame, frame_bytes) != size) {
     return drop_bad(key, path, "sizes disagree (truncated or corrupt)");
   }
   std::shared_ptr<Bytes> value;

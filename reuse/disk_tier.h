@@ -11,8 +11,9 @@
 // little-endian). The key inside catches a file under the wrong name.
 #pragma once
 
+#include <cstdint>
 #include <string>
-#include <unordered_set>
+#include <unordered_map>
 
 #include "reuse/tier.h"
 
@@ -47,7 +48,8 @@ class DiskTier : public Tier {
   int level_;
   bool sync_;
   uint64_t temp_counter_ = 0;
-  std::unordered_set<std::string> keys_;  // written and not dropped: a missing file is a fault
+  // Keys written and not dropped (a missing file is a fault), with their value sizes.
+  std::unordered_map<std::string, uint64_t> keys_;
   Bytes scratch_;                         // the encoded file, reused across puts
   ZSTD_CCtx_s* cctx_ = nullptr;
   ZSTD_DCtx_s* dctx_ = nullptr;

@@ -2,8 +2,10 @@
 // an InputError whose one line names the spec and quotes the expected form.
 #include <catch2/catch.hpp>
 
+#include <random>
 #include <string>
 
+#include "cache_feed.h"
 #include "harness/input_error.h"
 #include "methods/budget.h"
 #include "methods/registry.h"
@@ -110,7 +112,7 @@ TEST_CASE("budget parameters: ranges, budget xor ratio, resolution", "[unit]") {
   CHECK(error_of("snapkv:ratio=0").find("ratio must be in (0, 1]") != std::string::npos);
   CHECK(error_of("snapkv:ratio=1.5").find("ratio must be in (0, 1]") != std::string::npos);
   CHECK(error_of("snapkv:ratio=abc").find("ratio must be a number") != std::string::npos);
-  CHECK(error_of("snapkv:budget=-5").find("budget must be in [1, inf)") != std::string::npos);
+  CHECK(error_of("snapkv:budget=-5").find("budget must be in [1, 16777216]") != std::string::npos);
   CHECK(error_of("snapkv:budget=1.5").find("budget must be an integer") != std::string::npos);
   CHECK(error_of("snapkv:budget=64,ratio=0.5").find("not both") != std::string::npos);
   CHECK(error_of("snapkv:windw=3").find("method 'snapkv' has no parameter 'windw'") !=
@@ -151,4 +153,32 @@ TEST_CASE("a streamed prefill takes a chunk a forward can honour and a token bud
   const std::string error = error_of("streamingllm:ratio=0.5,prefill=stream");
   CHECK(error.find("prefill=stream needs a token budget") != std::string::npos);
   CHECK(error_of("streamingllm:ratio=0.5").empty());
+}
+
+// Issue 20: window=10^17 was checked only against token budgets, so a ratio budget let it
+// through to QueryWindow, which allocated window x row floats up front (int64 overflow or
+// gigabytes per layer); kivi's residual likewise overflowed residual + group.
+TEST_CASE("hostile sizes: token counts are bounded, and the bound costs only what is seen", "[unit]") {
+  for (const std::string spec :
+       {"snapkv:ratio=0.5,window=100000000000000000", "pyramidkv:ratio=0.5,window=100000000000000000",
+        "kvmerger:ratio=0.5,window=100000000000000000",
+        "h2o:budget=64+kivi:residual=9223372036854775776", "streamingllm:ratio=0.5,sink=99999999999",
+        "snapkv:budget=100000000000000000"}) {
+    INFO(spec);
+    CHECK(error_of(spec).find("must be in [") != std::string::npos);
+  }
+  // The largest allowed values hold only the rows a 40-token context gives them.
+  const KvShape shape{2, 2, 32};
+  for (const std::string spec :
+       {"snapkv:ratio=0.5,window=16777216", "pyramidkv:ratio=0.5,window=16777216",
+        "kvmerger:ratio=0.5,window=16777216", "h2o:budget=16+kivi:residual=16777216",
+        "snapkv:ratio=0.5,window=16777216+kivi:residual=16777216"}) {
+    INFO(spec);
+    KvCache cache = make_cache(spec, shape);
+    std::mt19937 rng(3);
+    testing::feed(cache, 4, testing::random_chunk(40, shape, 4, rng));
+    cache.end_context();
+    testing::decode_step(cache, 4, testing::random_chunk(1, shape, 4, rng));
+    CHECK(cache.bytes_resident() < (int64_t{1} << 20));
+  }
 }

@@ -76,7 +76,8 @@ void run_calibrate(const ModelOptions& model_options, const CalibrateArgs& args)
   const std::string path = args.output.empty() ? calibration_path(model_path) : args.output;
   const std::string sha = sha256_file(model_path);
   Calibration calibration;
-  if (std::filesystem::exists(path)) {
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec)) {
     calibration = load_calibration(path);
     if (calibration.model_sha256 != sha || calibration.seed != args.seed) {
       throw InputError(path + ": holds a calibration of another model file or seed; "

@@ -43,7 +43,7 @@ void list_models(const ModelOptions& options) {
               "layers", "heads", "ctx", "MiB", "path");
   for (const auto& [short_name, path] : models) {
     const char* shown = short_name.empty() ? "-" : short_name.c_str();
-    if (!std::filesystem::exists(path)) {
+    if (!std::filesystem::exists(path, ec)) {
       const KnownModel* m = find_known_model(short_name);
       std::printf("%-13s not fetched: run ./scripts/setup.sh (%s)  %s\n", shown,
                   m ? m->source.c_str() : "?", path.c_str());
@@ -56,7 +56,7 @@ void list_models(const ModelOptions& options) {
       for (const auto& t : file.tensors()) params += t.n_elements();
       std::printf("%-13s %-40.40s %-6s %6.0fM %6d %2d/%-2d %5d %8.1f  %s\n", shown, c.name.c_str(),
                   c.architecture.c_str(), params / 1e6, c.n_layers, c.n_heads, c.n_kv_heads,
-                  c.context_length, std::filesystem::file_size(path) / 1048576.0, path.c_str());
+                  c.context_length, std::filesystem::file_size(path, ec) / 1048576.0, path.c_str());
     } catch (const InputError& e) {
       std::printf("%-13s unusable: %s\n", shown, e.what());
     }

