@@ -2,9 +2,12 @@
 // And the happy path on a tiny model written by the test.
 #include <catch2/catch.hpp>
 
+#include <sqlite3.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
 
@@ -353,7 +356,7 @@ TEST_CASE("cli: sweep, report and check name a bad db, config or baseline in one
   require_clear_error(run_kvbench("run --out x --samples 3"), "takes only --out");
 }
 
-TEST_CASE("cli: a sweep into a db, its report, and the check against its own baseline", "[unit]") {
+TEST_CASE("cli: a sweep into a db, its report, and the check against its own baseline", "[slow]") {
   testing::TinyLlamaSpec wide;
   wide.context_length = 2048;
   const std::string model = testing::temp_path("tiny_cli_sweep.gguf");
@@ -408,7 +411,7 @@ TEST_CASE("cli: a sweep into a db, its report, and the check against its own bas
   CHECK(worse.output.find("KV bytes") != std::string::npos);
 }
 
-TEST_CASE("cli: sweep --jobs runs worker processes into one db, as one process would", "[unit]") {
+TEST_CASE("cli: sweep --jobs runs worker processes into one db, as one process would", "[slow]") {
   testing::TinyLlamaSpec wide;
   wide.context_length = 2048;
   const std::string model = testing::temp_path("tiny_cli_jobs.gguf");
@@ -455,4 +458,131 @@ TEST_CASE("cli: sweep --jobs runs worker processes into one db, as one process w
   require_clear_error(run_kvbench("--model " + model + " sweep " + config + " --db " + two +
                                   " --jobs 2 --shard 0/2"),
                       "--jobs or --shard");
+}
+
+// ---------------------------------------------------------------------------------------
+// Issue 20: the inputs a code read found, each one line and exit 2 (exit 3, a crash or two
+// lines before).
+
+namespace {
+
+// A db of one finished unit, written through the results API.
+std::string one_unit_db(const std::string& name, const std::string& method) {
+  const std::string path = testing::temp_path(name);
+  std::remove(path.c_str());
+  auto db = ResultsDb::open(path);
+  RunRecord run;
+  run.kvbench_version = "0.1.0";
+  run.model_path = "m.gguf";
+  run.config_json = "{}";
+  const int64_t id = db->begin_run(run);
+  UnitRecord unit;
+  unit.task = "retr_kv";
+  unit.method = method;
+  unit.mode = "multi-turn";
+  unit.sample_id = "s";
+  unit.key = "retr_kv|s|multi-turn|" + method;
+  TurnRow turn;
+  turn.turn = 1;
+  turn.score = 1.0;
+  turn.kv_bytes = 1000;
+  unit.turns = {turn};
+  db->write_unit(id, unit);
+  db->finish_run(id);
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("cli: hostile input is one line and exit 2", "[unit]") {
+  const std::string db = one_unit_db("hostile_ok.db", "full");
+
+  SECTION("a sweep config nested 200,000 levels deep") {
+    const std::string deep = "{\"tasks\": [\"retr_kv\"], \"methods\": [\"full\"], \"budgets\": [" +
+                             std::string(200000, '[') + std::string(200000, ']') + "]}";
+    require_clear_error(run_kvbench("sweep " + write_text("deep.json", deep) + " --db x.db"),
+                        "nested deeper than 64 levels");
+  }
+  SECTION("--model and KVBENCH_MODEL paths that make std::filesystem throw") {
+    const std::string long_name = "/tmp/" + std::string(300, 'a') + "/m.gguf";
+    require_clear_error(run_kvbench("--model " + long_name + " generate --prompt hi"),
+                        "model not found");
+    const std::string loop = testing::temp_path("loop");
+    std::remove(loop.c_str());
+    REQUIRE(symlink(loop.c_str(), loop.c_str()) == 0);  // a link to itself
+    require_clear_error(run_kvbench("--model " + loop + "/m.gguf generate --prompt hi"),
+                        "model not found");
+    setenv("KVBENCH_MODEL", long_name.c_str(), 1);
+    const Run run = run_kvbench("generate --prompt hi");
+    unsetenv("KVBENCH_MODEL");
+    require_clear_error(run, "model not found");
+  }
+  SECTION("a baseline whose version is a string or null") {
+    for (const std::string version : {"\"1\"", "null", "[1]"}) {
+      const std::string baseline =
+          write_text("typed_baseline.json", "{\"kvbench_baseline\": " + version + ", \"rows\": []}");
+      require_clear_error(run_kvbench("check " + db + " --baseline " + baseline),
+                          "not a kvbench baseline");
+    }
+  }
+  SECTION("numbers past double's range in a config and a baseline") {
+    require_clear_error(run_kvbench("sweep " + write_text("big.json", "{\"samples\": 1e400}") +
+                                    " --db x.db"),
+                        "malformed JSON");
+    require_clear_error(run_kvbench("check " + db + " --baseline " +
+                                    write_text("big_baseline.json", "[1e400]")),
+                        "malformed JSON");
+  }
+  SECTION("an error message that echoes a newline stays one line") {
+    require_clear_error(run_kvbench("session --sample /nonexistent.jsonl --method 'snap\nkv'"),
+                        "snap\\nkv");
+  }
+  SECTION("a truncated db, and one with kvbench's tables but other columns") {
+    std::vector<uint8_t> bytes = testing::read_file_bytes(db);
+    bytes.resize(bytes.size() / 2);
+    const std::string truncated = testing::temp_path("truncated.db");
+    testing::write_file(truncated, bytes);
+    const std::string other = testing::temp_path("other_columns.db");
+    std::remove(other.c_str());
+    sqlite3* handle = nullptr;
+    REQUIRE(sqlite3_open(other.c_str(), &handle) == SQLITE_OK);
+    REQUIRE(sqlite3_exec(handle, "PRAGMA user_version = 4; CREATE TABLE runs(x); "
+                         "CREATE TABLE units(y); CREATE TABLE results(z);", nullptr, nullptr,
+                         nullptr) == SQLITE_OK);
+    sqlite3_close(handle);
+    for (const std::string& bad : {truncated, other}) {
+      require_clear_error(run_kvbench("report " + bad + " -o " + testing::temp_path("rep_bad")), bad);
+      require_clear_error(run_kvbench("check " + bad + " --write-baseline " +
+                                      testing::temp_path("b_bad.json")),
+                          bad);
+      const std::string merged = testing::temp_path("merged_bad.db");
+      std::remove(merged.c_str());
+      require_clear_error(run_kvbench("merge " + bad + " -o " + merged), bad);
+    }
+  }
+}
+
+TEST_CASE("cli: strings that are not UTF-8 are stored and shown, not an internal error", "[unit]") {
+  // A method name in a db (a shard written elsewhere) that is not UTF-8: the report and the
+  // baseline written from it replace the bad byte.
+  const std::string db = one_unit_db("not_utf8.db", "snapkv:budget=1\xff");
+  const Run report = run_kvbench("report " + db + " -o " + testing::temp_path("rep_utf8"));
+  INFO(report.output);
+  CHECK(report.exit_code == 0);
+  const Run baseline =
+      run_kvbench("check " + db + " --write-baseline " + testing::temp_path("b_utf8.json"));
+  INFO(baseline.output);
+  CHECK(baseline.exit_code == 0);
+  // run --db records its config (a tiers:disk= path that is not UTF-8) as JSON.
+  testing::TinyLlamaSpec wide;
+  wide.context_length = 2048;
+  const std::string model = testing::temp_path("tiny_cli_utf8.gguf");
+  testing::write_tiny_llama_gguf(model, wide);
+  const std::string out_db = testing::temp_path("run_utf8.db");
+  std::remove(out_db.c_str());
+  const Run run = run_kvbench("--model " + model + " --threads 1 run --task retr_kv --context-tokens 300"
+                              " --turns 1 --max-new 2 --no-fidelity --method 'prefix+tiers:disk=" +
+                              testing::temp_path("disk\xff") + "' --db " + out_db);
+  INFO(run.output);
+  CHECK(run.exit_code == 0);
 }

@@ -285,20 +285,60 @@ TEST_CASE("every truncation of a valid file is an InputError", "[unit]") {
   CHECK(contains(in_key, "while reading metadata key"));
 }
 
+// Byte flips of a small file: each is rejected with one line naming it, or parses into a file
+// of the original's shape whose tensor data lies inside the mapping (open_error dequantizes
+// every tensor; CI also runs this under ASan, where a read outside it aborts).
 TEST_CASE("random corruption never crashes the reader", "[unit]") {
   const std::vector<uint8_t> good = t::small_gguf_bytes();
+  const std::string good_path = t::temp_path("flip_good.gguf");
+  t::write_file(good_path, good);
+  const GgufFile original(good_path);
   std::mt19937 gen(3);
-  int rejected = 0;
+  int rejected = 0, accepted = 0;
   for (int trial = 0; trial < 1000; ++trial) {
     std::vector<uint8_t> bad = good;
     const int flips = 1 + static_cast<int>(gen() % 4);
     for (int i = 0; i < flips; ++i) {
       bad[gen() % bad.size()] = static_cast<uint8_t>(gen());
     }
-    if (!open_error(bad, "fuzz.gguf").empty()) ++rejected;
+    if (!open_error(bad, "fuzz.gguf").empty()) {
+      ++rejected;
+      continue;
+    }
+    ++accepted;
+    const GgufFile f(t::temp_path("fuzz.gguf"));
+    CHECK((f.version() == 2 || f.version() == 3));
+    CHECK(f.metadata().size() == original.metadata().size());
+    REQUIRE(f.tensors().size() == original.tensors().size());
+    for (const kvbench::GgufTensorInfo& info : f.tensors()) {
+      CHECK(info.n_bytes() >= 0);
+      CHECK(info.n_bytes() <= static_cast<int64_t>(bad.size()));
+    }
   }
   CHECK(rejected > 0);
+  CHECK(accepted > 0);  // flips inside values and names parse, and were checked above
 }
+
+// Issue 20: one corrupted count made the reader allocate up to 8 times the file (a uint8
+// array read into 8-byte elements, empty strings, the tensor table); a file's metadata may
+// now hold at most the file's own size (and 1 MiB) in memory.
+TEST_CASE("a count that would hold more in memory than the file is refused", "[unit]") {
+  constexpr uint64_t kCount = uint64_t{3} << 20;  // 3 MiB of uint8 in the file, 24 MiB held
+  std::vector<uint8_t> payload = concat({le32(0), le64(kCount)});
+  payload.resize(payload.size() + kCount, 1);
+  t::GgufWriter w;
+  w.add_raw("bytes", GgufValueType::ARRAY, payload);
+  CHECK(contains(open_error(w.bytes(), "amplified.gguf"), "would hold more in memory"));
+  // Empty strings: 8 bytes each in the file, a std::string each in memory.
+  std::vector<uint8_t> strings = concat({le32(8), le64(kCount / 8)});
+  strings.resize(strings.size() + kCount, 0);
+  t::GgufWriter s;
+  s.add_raw("strings", GgufValueType::ARRAY, strings);
+  CHECK(contains(open_error(s.bytes(), "amplified_strings.gguf"), "would hold more in memory"));
+  // Real arrays fit: the small file and the tiny llama's vocabulary parse.
+  CHECK(open_error(t::small_gguf_bytes(), "small.gguf").empty());
+}
+
 
 TEST_CASE("malformed headers are rejected with a clear message", "[unit]") {
   const std::vector<uint8_t> good = t::small_gguf_bytes();

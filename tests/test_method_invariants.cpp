@@ -7,6 +7,8 @@
 //   - a clone decodes without touching the original.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <set>
 #include <string>
 #include <vector>
@@ -122,6 +124,19 @@ TEST_CASE("invariant: full from the registry is the plain model path, bit for bi
   const Run a = run(plain, kContext), b = run(registered, kContext);
   for (size_t i = 0; i < a.logits.size(); ++i) REQUIRE(a.logits[i] == b.logits[i]);
   CHECK(a.stats.back().bytes_resident == b.stats.back().bytes_resident);
+  // And what the cache holds is what recomputing gives: each decode step's logits equal a
+  // forward over the whole prefix on a fresh cache (fp32 rounding of other chunkings apart).
+  const std::vector<int32_t> tokens = context_tokens();
+  for (const int step : {0, kDecode - 1}) {
+    KvCache fresh = make_full_cache(tiny_model().kv_shape());
+    const std::vector<float> again = tiny_model().forward(
+        std::vector<int32_t>(tokens.begin(), tokens.begin() + kContext + step + 1), fresh);
+    const std::vector<float>& cached = a.logits[step + 1];
+    REQUIRE(again.size() == cached.size());
+    float worst = 0;
+    for (size_t i = 0; i < again.size(); ++i) worst = std::max(worst, std::fabs(again[i] - cached[i]));
+    CHECK(worst < 1e-3f);
+  }
 }
 
 TEST_CASE("invariant: a budget of at least the context changes nothing", "[unit]") {

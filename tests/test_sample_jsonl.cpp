@@ -169,3 +169,16 @@ TEST_CASE("jsonl: optional documents must join to the context", "[unit]") {
   require_error(R"({"id": 1, "context": "a\n\nb", "documents": ["a", "c"], "multi_turns": )" + turns + "}",
                 1, "field 'documents' joined with blank lines");
 }
+
+// Issue 20: numbers of 9.2e18 or more (or 1e400) were cast to long long before the range
+// check, which is undefined (UBSan in CI); 1e400 was nlohmann's out_of_range (exit 3).
+TEST_CASE("jsonl: numbers past long long's and double's range", "[unit]") {
+  const std::string huge = write_jsonl(
+      "huge.jsonl", row("9.3e18", R"([{"input": "q", "answer": [-9.3e18, 1e300, 42.0]}])") + "\n");
+  const std::vector<Sample> samples = load_samples_jsonl(huge);
+  REQUIRE(samples.size() == 1);
+  CHECK(samples[0].id == "9.3e+18");
+  CHECK(samples[0].turns[0].answers == std::vector<std::string>{"-9.3e+18", "1e+300", "42"});
+  require_error(row("1e400", std::string("[") + kTurn + "]") + "\n", 1, "malformed JSON");
+  require_error(row("1", R"([{"input": "q", "answer": -1e400}])") + "\n", 1, "number overflow");
+}

@@ -2,6 +2,8 @@
 // feeds and keeps, the bytes it reports, fidelity against the full cache, and the errors.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <memory>
 #include <numeric>
@@ -130,6 +132,19 @@ TEST_CASE("session: the full cache in multi-turn is its own reference", "[unit]"
   CHECK(self.fidelity);
   CHECK(self.turns[2].first_token_kl == 0.0);
   CHECK(self.turns[2].top1_agreement == 1.0);
+  // The comparison can fail: against a reference whose distribution and top-1s differ, the
+  // same turns score KL > 0 and no agreement.
+  SampleReference shifted = reference_of(first);
+  for (TurnReference& t : shifted.turns) {
+    std::rotate(t.first_logprobs.begin(), t.first_logprobs.begin() + 1, t.first_logprobs.end());
+    for (int32_t& id : t.top1) id = (id + 1) % model.tokenizer().vocab_size();
+  }
+  SessionResult against_shifted = first;
+  apply_reference(against_shifted, shifted);
+  for (const TurnRecord& t : against_shifted.turns) {
+    CHECK(t.first_token_kl > 0.01);
+    CHECK(t.top1_agreement == 0.0);
+  }
 
   Sample other = sample;
   other.id = "other";
@@ -139,13 +154,18 @@ TEST_CASE("session: the full cache in multi-turn is its own reference", "[unit]"
 TEST_CASE("session: multi-turn keeps growing, multi-request starts over", "[unit]") {
   const LlamaModel& model = tiny_model();
   const Sample sample = tiny_sample();
+  const auto started = std::chrono::steady_clock::now();
   const SessionResult turn = run_session(model, sample, "full", options_for(SessionMode::MultiTurn), nullptr);
   const SessionResult request =
       run_session(model, sample, "full", options_for(SessionMode::MultiRequest), nullptr);
+  // Timings are in milliseconds of this wall time (a timer in seconds or microseconds, or one
+  // never started, would fall outside (0, wall]).
+  const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   REQUIRE(turn.turns.size() == 3);
   REQUIRE(request.turns.size() == 3);
   CHECK(turn.context_tokens == request.context_tokens);
   CHECK(turn.context_prefill_ms > 0);
+  CHECK(turn.context_prefill_ms < wall_ms);
 
   // Multi-turn: context, then each turn's query and appended gold answer, all kept.
   int64_t seen = turn.context_tokens;
@@ -164,6 +184,7 @@ TEST_CASE("session: multi-turn keeps growing, multi-request starts over", "[unit
     CHECK(t.cache.tokens_seen == t.prompt_tokens + t.appended_tokens);
     CHECK(t.appended_tokens == n_tokens(sample.turns[i].answers[0]) - 1);
     CHECK(t.ttft_ms > 0);
+    CHECK(t.ttft_ms < wall_ms);
   }
   CHECK(request.turns[2].cache.tokens_seen < turn.turns[2].cache.tokens_seen);
   // The first turn sees the same tokens either way, so the same distribution.
@@ -253,9 +274,20 @@ TEST_CASE("session: an eviction method keeps its budget and is measured against 
   CHECK(r.fidelity);
   for (const TurnRecord& t : r.turns) {
     CHECK(t.tokens_kept <= 24.0);
-    CHECK(t.first_token_kl >= 0.0);
-    CHECK(t.top1_agreement >= 0.0);
-    CHECK(t.top1_agreement <= 1.0);
+    // The recorded KL is the sum over the vocabulary of p_ref (log p_ref - log p_method),
+    // recomputed here unclamped: non-negative by itself, not by kl_divergence's clamp.
+    const std::vector<float>& ref = reference.turns[t.turn - 1].first_logprobs;
+    double kl = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      kl += std::exp(double{ref[i]}) * (double{ref[i]} - t.own.first_logprobs[i]);
+    }
+    CHECK(kl > -1e-9);
+    CHECK(t.first_token_kl == Approx(kl).margin(1e-9));
+    // Agreement: the share of reference positions where the method's argmax is the same.
+    const std::vector<int32_t>& top1 = reference.turns[t.turn - 1].top1;
+    size_t same = 0;
+    for (size_t i = 0; i < top1.size() && i < t.own.top1.size(); ++i) same += top1[i] == t.own.top1[i];
+    CHECK(t.top1_agreement == Approx(static_cast<double>(same) / std::max(top1.size(), t.own.top1.size())));
     CHECK(t.cache.tokens_evicted > 0);
   }
   CHECK(r.turns.back().first_token_kl > 0.0);  // the context it needed is gone

@@ -35,7 +35,7 @@ TEST_CASE("session model: the kv_retrieval example with the full cache", "[model
   }
   CHECK(found >= 1);  // SmolLM2-135M is weak at retrieval: 2 of 3 when this was written
 
-  if (find_method("streamingllm")) {
+  {  // the comparison can fail: an evicting method moves the distribution
     const SampleReference reference = reference_of(full);
     const SessionResult evicted =
         run_session(*model, samples[0], "streamingllm:budget=128", options, &reference);

@@ -37,7 +37,7 @@ TEST_CASE("spec parser splits components and parameters", "[unit]") {
   CHECK(parse_method_spec("full").components[0].params.empty());
 }
 
-TEST_CASE("a value may hold ':' (host:port); only the first ':' ends a name", "[unit]") {
+TEST_CASE("a value may hold ':' (host:port): only the first ':' ends a name", "[unit]") {
   const MethodSpec spec = parse_method_spec("tiers:redis=127.0.0.1:6379,disk=/tmp/kv");
   REQUIRE(spec.components[0].params.size() == 2);
   CHECK(spec.components[0].params[0].second == "127.0.0.1:6379");

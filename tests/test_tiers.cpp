@@ -502,4 +502,25 @@ TEST_CASE("erase drops a key from every tier") {
 }
 
 }  // namespace
+// Issue 20: a stored size equal to zstd's "error" value (what ZSTD_getFrameContentSize gives
+// for a frame that is not one) passed the size check, and the tier asked for a buffer of
+// 2^64 - 2 bytes (std::length_error, out of get()).
+TEST_CASE("disk tier: a stored size of zstd's error or unknown value is a fault, not a throw") {
+  DiskTier tier(testing::temp_path("disk-hostile-size"));
+  for (const uint64_t size : {~uint64_t{0} - 1, ~uint64_t{0}}) {
+    REQUIRE(tier.put("k", kv_bytes(64, 1)));
+    std::string file = "KVBZST01";
+    const uint32_t key_length = 1;
+    file.append(reinterpret_cast<const char*>(&key_length), 4);
+    file += "k";
+    file.append(reinterpret_cast<const char*>(&size), 8);
+    file += "not a zstd frame at all";
+    std::ofstream(tier.path_of("k"), std::ios::binary | std::ios::trunc) << file;
+    const int64_t faults = tier.stats().faults;
+    CHECK(tier.get("k") == nullptr);
+    CHECK(tier.stats().faults == faults + 1);
+    CHECK(tier.stats().last_fault.find("sizes disagree") != std::string::npos);
+  }
+}
+
 }  // namespace kvbench

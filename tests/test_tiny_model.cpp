@@ -304,3 +304,53 @@ TEST_CASE("model config: RoPE frequencies and hyper-parameter checks", "[unit]")
   const std::string bad = write("cfg_bad.gguf", 0, 3);
   CHECK_THROWS_WITH(ModelConfig::from_gguf(GgufFile(bad)), Catch::Contains(bad));
 }
+
+// Issue 20: int64 metadata was narrowed to int32 unchecked (block_count = 2^32 + 2 loaded as
+// 2 layers), key_length = 0 was accepted, and eps, theta and the rope factors went unchecked.
+TEST_CASE("model config: hostile hyper-parameters are named, not narrowed", "[unit]") {
+  auto config_error = [](const std::string& key, const GgufValue& value) {
+    testing::GgufWriter w;
+    w.add("general.architecture", testing::gguf_str("llama"));
+    const std::map<std::string, GgufValue> base = {
+        {"llama.block_count", testing::gguf_u32(1)},
+        {"llama.context_length", testing::gguf_u32(64)},
+        {"llama.embedding_length", testing::gguf_u32(32)},
+        {"llama.feed_forward_length", testing::gguf_u32(64)},
+        {"llama.attention.head_count", testing::gguf_u32(4)},
+        {"llama.rope.freq_base", testing::gguf_f32(10000.f)}};
+    for (const auto& [k, v] : base) w.add(k, k == key ? value : v);
+    if (key == "rope_freqs") {  // head_dim 8: 4 divisors
+      w.add_tensor("rope_freqs.weight", {4}, GgmlType::F32, {1.f, 2.f, 0.f, 4.f});
+    } else if (!base.count(key)) {
+      w.add(key, value);
+    }
+    w.add_tensor("token_embd.weight", {32, 16}, GgmlType::F32, std::vector<float>(32 * 16, 0.f));
+    const std::string path = testing::temp_path("cfg_hostile.gguf");
+    w.write(path);
+    try {
+      ModelConfig::from_gguf(GgufFile(path));
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(config_error("llama.block_count", testing::gguf_u64((uint64_t{1} << 32) + 2))
+            .find("'llama.block_count' is 4294967298") != std::string::npos);
+  CHECK(config_error("llama.attention.head_count", testing::gguf_i64(-4)).find("head_count") !=
+        std::string::npos);
+  CHECK(config_error("llama.attention.key_length", testing::gguf_u32(0)).find("key_length' is 0") !=
+        std::string::npos);
+  CHECK(config_error("llama.attention.layer_norm_rms_epsilon", testing::gguf_f32(-1.f))
+            .find("layer_norm_rms_epsilon") != std::string::npos);
+  CHECK(config_error("llama.attention.layer_norm_rms_epsilon", testing::gguf_f32(std::nanf("")))
+            .find("layer_norm_rms_epsilon") != std::string::npos);
+  CHECK(config_error("llama.rope.freq_base", testing::gguf_f32(0.f)).find("freq_base") !=
+        std::string::npos);
+  CHECK(config_error("llama.rope.freq_base", testing::gguf_f64(1e300)).find("freq_base") !=
+        std::string::npos);
+  CHECK(config_error("llama.context_length", testing::gguf_u64(uint64_t{1} << 40))
+            .find("context_length") != std::string::npos);
+  // A rope_freqs divisor of zero would make every frequency infinite.
+  CHECK(config_error("rope_freqs", GgufValue()).find("rope_freqs.weight[2] is 0") !=
+        std::string::npos);
+}
