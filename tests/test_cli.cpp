@@ -534,7 +534,7 @@ TEST_CASE("cli: hostile input is one line and exit 2", "[unit]") {
                         "malformed JSON");
   }
   SECTION("an error message that echoes a newline stays one line") {
-    require_clear_error(run_kvbench("session --sample /nonexistent.jsonl --method 'snap\nkv'"),
+    require_clear_error(run_kvbench("session --sample /nonexistent.jsonl --mode multi-turn --method 'snap\nkv'"),
                         "snap\\nkv");
   }
   SECTION("a truncated db, and one with kvbench's tables but other columns") {

@@ -177,6 +177,7 @@ TEST_CASE("hostile sizes: token counts are bounded, and the bound costs only wha
     KvCache cache = make_cache(spec, shape);
     std::mt19937 rng(3);
     testing::feed(cache, 4, testing::random_chunk(40, shape, 4, rng));
+    CHECK(cache.bytes_resident() < (int64_t{1} << 20));  // the query windows held: 40 rows
     cache.end_context();
     testing::decode_step(cache, 4, testing::random_chunk(1, shape, 4, rng));
     CHECK(cache.bytes_resident() < (int64_t{1} << 20));

@@ -319,8 +319,9 @@ TEST_CASE("model config: hostile hyper-parameters are named, not narrowed", "[un
         {"llama.attention.head_count", testing::gguf_u32(4)},
         {"llama.rope.freq_base", testing::gguf_f32(10000.f)}};
     for (const auto& [k, v] : base) w.add(k, k == key ? value : v);
-    if (key == "rope_freqs") {  // head_dim 8: 4 divisors
-      w.add_tensor("rope_freqs.weight", {4}, GgmlType::F32, {1.f, 2.f, 0.f, 4.f});
+    if (key == "rope_freqs" || key == "rope_freqs_tiny") {  // head_dim 8: 4 divisors
+      w.add_tensor("rope_freqs.weight", {4}, GgmlType::F32,
+                   {1.f, 2.f, key == "rope_freqs" ? 0.f : 1e-44f, 4.f});
     } else if (!base.count(key)) {
       w.add(key, value);
     }
@@ -352,5 +353,8 @@ TEST_CASE("model config: hostile hyper-parameters are named, not narrowed", "[un
             .find("context_length") != std::string::npos);
   // A rope_freqs divisor of zero would make every frequency infinite.
   CHECK(config_error("rope_freqs", GgufValue()).find("rope_freqs.weight[2] is 0") !=
+        std::string::npos);
+  // A divisor in range whose quotient is not (found by fuzz_gguf).
+  CHECK(config_error("rope_freqs_tiny", GgufValue()).find("RoPE frequency 2 is inf") !=
         std::string::npos);
 }

@@ -85,6 +85,16 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& file) {
     for (float& f : c.rope_inv_freq) f = static_cast<float>(f / factor);
   }
 
+  // Each factor may be in range and the product still not (a theta of 1e-40, a divisor of
+  // 1e-40): the frequencies themselves must be usable.
+  for (size_t i = 0; i < c.rope_inv_freq.size(); ++i) {
+    if (!(std::isfinite(c.rope_inv_freq[i]) && c.rope_inv_freq[i] > 0)) {
+      throw InputError(file.path() + ": RoPE frequency " + std::to_string(i) + " is " +
+                       std::to_string(c.rope_inv_freq[i]) +
+                       " (rope.freq_base, rope_freqs.weight or rope.scaling.factor out of range)");
+    }
+  }
+
   const GgufTensorInfo& embd = file.tensor("token_embd.weight");
   c.vocab_size = count("vocab_size", 1, 1 << 24, embd.shape.size() == 2 ? embd.shape[1] : 0);
   c.tied_embeddings = file.find_tensor("output.weight") == nullptr;
