@@ -22,6 +22,7 @@
 #include "harness/cache_blend.h"
 #include "harness/model/llama_model.h"
 #include "harness/model/tokenizer.h"
+#include "harness/model_cache.h"
 #include "methods/full_cache.h"
 #include "methods/registry.h"
 
@@ -33,7 +34,7 @@ namespace {
 
 // The full cache where `model` runs: host stores on the CPU, device stores on a GPU.
 KvCache full_cache_for(const LlamaModel& model) {
-  return model.new_cache(resolve_method_spec("full"));
+  return new_cache(model, resolve_method_spec("full"));
 }
 
 void prefill(benchmark::State& state, ModelDevice device) {
@@ -56,7 +57,7 @@ void decode(benchmark::State& state, ModelDevice device, const char* spec = "ful
   if (!model) return;
   const int64_t context = state.range(0);
   constexpr int kSteps = 16;
-  KvCache cache = model->new_cache(resolve_method_spec(spec));
+  KvCache cache = new_cache(*model, resolve_method_spec(spec));
   cache.reserve(context + 1 + kSteps * 64);
   if (context > 0) model->forward(some_tokens(context, 2), cache);
   cache.end_context();

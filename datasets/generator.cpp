@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/input_error.h"
+#include "common/input_error.h"
 #include "harness/model/tokenizer.h"
 
 namespace kvbench {

@@ -5,8 +5,8 @@
 #include <string>
 
 #include "datasets/sample.h"
-#include "harness/input_error.h"
-#include "harness/json_input.h"
+#include "common/input_error.h"
+#include "common/json_input.h"
 
 namespace kvbench {
 

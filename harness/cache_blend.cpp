@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
-#include "harness/elapsed.h"
-#include "harness/input_error.h"
+#include "common/elapsed.h"
+#include "common/input_error.h"
 #include "kernels/cpu/layer_ops.h"
 #include "methods/full_cache.h"
 

@@ -7,8 +7,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "harness/input_error.h"
-#include "harness/json_input.h"
+#include "common/input_error.h"
+#include "common/json_input.h"
 #include "harness/model/known_models.h"
 
 namespace kvbench {

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <random>
 
-#include "harness/elapsed.h"
+#include "common/elapsed.h"
 #include "harness/model/llama_model.h"
 #include "harness/model/tokenizer.h"
 

@@ -1,3 +1,4 @@
+#include "harness/model_cache.h"
 #include "harness/session.h"
 
 #include <algorithm>
@@ -6,10 +7,10 @@
 #include <stdexcept>
 
 #include "harness/cache_blend.h"
-#include "harness/elapsed.h"
+#include "common/elapsed.h"
 #include "harness/fidelity.h"
 #include "harness/generate.h"
-#include "harness/input_error.h"
+#include "common/input_error.h"
 #include "harness/model/chat_template.h"
 #include "harness/model/gguf.h"
 #include "harness/model/llama_model.h"
@@ -185,7 +186,7 @@ KvCache context_cache(const LlamaModel& model, const ResolvedSpec& spec,
     result.shared_prefill = true;
     return cache;
   }
-  KvCache cache = model.new_cache(spec);
+  KvCache cache = new_cache(model, spec);
   feed_context(model, cache, context);
   result.prefilled_tokens += static_cast<int64_t>(context.size());
   return cache;
@@ -481,7 +482,7 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
   if (options.mode == SessionMode::MultiTurn) {
     if (blend) {
       const auto start = Clock::now();
-      conversation.emplace(model.new_cache(spec));
+      conversation.emplace(new_cache(model, spec));
       feed_blended_context(model, *conversation, tokens, *blend);  // timed as context_prefill_ms
       result.context_prefill_ms = seconds_since(start) * 1e3;
     } else {
@@ -521,7 +522,7 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
       // A request: a fresh cache, the context prefilled (or its cached prefix loaded) and
       // compressed, then the query; all of it counts towards TTFT.
       const auto start = Clock::now();
-      KvCache cache = model.new_cache(spec);
+      KvCache cache = new_cache(model, spec);
       const auto tiers_now = [&] {
         return reuse       ? reuse->tier_stats()
                : snapshots ? std::vector<TierStats>{snapshots->stats()}

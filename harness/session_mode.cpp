@@ -1,6 +1,6 @@
 #include "harness/session_mode.h"
 
-#include "harness/input_error.h"
+#include "common/input_error.h"
 
 namespace kvbench {
 

@@ -3,7 +3,7 @@
 #include <chrono>
 #include <stdexcept>
 
-#include "harness/elapsed.h"
+#include "common/elapsed.h"
 #include "harness/model/llama_model.h"
 #include "methods/full_cache.h"
 

@@ -8,7 +8,7 @@
 
 #include "datasets/generator.h"
 #include "harness/calibration.h"
-#include "harness/input_error.h"
+#include "common/input_error.h"
 #include "harness/model/llama_model.h"
 #include "harness/model/model_config.h"
 #include "harness/model/tokenizer.h"

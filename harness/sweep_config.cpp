@@ -6,8 +6,8 @@
 #include <set>
 #include <sstream>
 
-#include "harness/input_error.h"
-#include "harness/json_input.h"
+#include "common/input_error.h"
+#include "common/json_input.h"
 #include "harness/session_mode.h"
 #include "methods/registry.h"
 #include "tasks/task_catalog.h"

@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "harness/input_error.h"
+#include "common/input_error.h"
 #include "methods/cuda_dense_store.h"
 #include "methods/cuda_kivi_store.h"
 #include "methods/kivi.h"

@@ -3,7 +3,7 @@
 // context is in and after every later forward, a layer over budget keeps, per KV head, its
 // most recent tokens plus the heaviest hitters among the rest; one decode step evicts one.
 //
-// Where sources differ (shared/METHODS-FACTS.md, H2O):
+// Where sources differ (docs/methods.md, "Where sources differ"):
 // - scores are SUMS over queries, as the original (FMInference/H2O _update_hh_score), which
 //   favours early tokens; kvpress's ObservedAttentionPress takes a mean and only prefills.
 // - scores are kept per query head (the original is MHA); the GQA group's scores are summed

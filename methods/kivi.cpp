@@ -4,7 +4,7 @@
 #include <cassert>
 #include <cstring>
 
-#include "harness/input_error.h"
+#include "common/input_error.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/kivi_attention.h"
 #include "kernels/cpu/quantize.h"

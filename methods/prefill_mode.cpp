@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "harness/input_error.h"
+#include "common/input_error.h"
 #include "methods/policy.h"
 
 namespace kvbench {

@@ -8,7 +8,7 @@
 // (window 32, avg-pool 5), shared with snapkv.
 #include <string>
 
-#include "harness/input_error.h"
+#include "common/input_error.h"
 #include "methods/snapkv.h"
 
 namespace kvbench {

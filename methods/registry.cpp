@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <map>
 
-#include "harness/input_error.h"
+#include "common/input_error.h"
 #include "methods/full_cache.h"
 
 namespace kvbench {

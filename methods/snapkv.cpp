@@ -2,7 +2,7 @@
 // they attend to; each KV head keeps its top tokens (after 1-D pooling, so neighbours of a
 // hit come along) plus the window itself. Prefill-only: later tokens are appended whole.
 //
-// Where sources differ (shared/METHODS-FACTS.md, SnapKV):
+// Where sources differ (docs/methods.md, "Where sources differ"):
 // - window / pooling: the paper's LongBench configs use window 32, max-pool 7; its code
 //   defaults to avg-pool 5; kvpress uses window 64, avg-pool 5; SCBench runs window 32,
 //   avg-pool 5. The defaults here are SCBench's; all three are parameters.
@@ -20,7 +20,7 @@
 #include <cfloat>
 #include <string>
 
-#include "harness/input_error.h"
+#include "common/input_error.h"
 
 namespace kvbench {
 

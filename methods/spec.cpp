@@ -2,7 +2,7 @@
 
 #include <set>
 
-#include "harness/input_error.h"
+#include "common/input_error.h"
 
 namespace kvbench {
 

@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <string>
 
-#include "harness/input_error.h"
+#include "common/input_error.h"
 #include "methods/budget.h"
 #include "methods/plan_helpers.h"
 #include "methods/prefill_mode.h"

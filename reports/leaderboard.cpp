@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/input_error.h"
+#include "common/input_error.h"
 
 namespace kvbench {
 

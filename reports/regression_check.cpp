@@ -7,8 +7,8 @@
 #include <sstream>
 #include <tuple>
 
-#include "harness/input_error.h"
-#include "harness/json_input.h"
+#include "common/input_error.h"
+#include "common/json_input.h"
 
 namespace kvbench {
 

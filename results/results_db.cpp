@@ -15,7 +15,7 @@
 #include <stdexcept>
 #include <utility>
 
-#include "harness/input_error.h"
+#include "common/input_error.h"
 
 namespace kvbench {
 namespace {

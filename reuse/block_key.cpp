@@ -6,7 +6,7 @@
 #include <mutex>
 #include <tuple>
 
-#include "results/sha256.h"
+#include "common/sha256.h"
 
 namespace kvbench {
 

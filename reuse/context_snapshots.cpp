@@ -2,8 +2,8 @@
 
 #include <chrono>
 
-#include "harness/elapsed.h"
-#include "results/sha256.h"
+#include "common/elapsed.h"
+#include "common/sha256.h"
 
 namespace kvbench {
 

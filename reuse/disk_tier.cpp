@@ -13,7 +13,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "harness/input_error.h"
+#include "common/input_error.h"
 
 namespace kvbench {
 namespace fs = std::filesystem;

@@ -3,7 +3,7 @@
 #include <chrono>
 #include <stdexcept>
 
-#include "harness/elapsed.h"
+#include "common/elapsed.h"
 #include "methods/registry.h"
 #include "reuse/block_key.h"
 #include "reuse/kv_block.h"

@@ -11,7 +11,7 @@
 #include <memory>
 #include <vector>
 
-#include "harness/input_error.h"
+#include "common/input_error.h"
 #include "reuse/replacement.h"
 
 namespace kvbench {

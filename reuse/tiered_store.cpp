@@ -4,8 +4,8 @@
 #include <cassert>
 #include <chrono>
 
-#include "harness/elapsed.h"
-#include "harness/input_error.h"
+#include "common/elapsed.h"
+#include "common/input_error.h"
 #include "reuse/disk_tier.h"
 #include "reuse/memory_tier.h"
 #include "reuse/redis_tier.h"

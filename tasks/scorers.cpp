@@ -7,7 +7,7 @@
 #include <map>
 #include <sstream>
 
-#include "harness/input_error.h"
+#include "common/input_error.h"
 
 namespace kvbench {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstddef>
 
-#include "harness/input_error.h"
+#include "common/input_error.h"
 
 namespace kvbench {
 

@@ -11,7 +11,7 @@
 
 #include "gguf_writer.h"
 #include "harness/cache_blend.h"
-#include "harness/input_error.h"
+#include "common/input_error.h"
 #include "harness/model/llama_model.h"
 #include "harness/model/tokenizer.h"
 #include "kernels/cpu/layer_ops.h"

@@ -8,7 +8,7 @@
 
 #include "gguf_writer.h"
 #include "harness/calibration.h"
-#include "harness/input_error.h"
+#include "common/input_error.h"
 #include "harness/sweep.h"
 
 using namespace kvbench;

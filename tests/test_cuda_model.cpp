@@ -13,6 +13,7 @@
 #include "harness/generate.h"
 #include "harness/model/llama_model.h"
 #include "harness/model/tokenizer.h"
+#include "harness/model_cache.h"
 #include "methods/registry.h"
 #include "model_path.h"
 
@@ -47,8 +48,8 @@ TEST_CASE("the model on a GPU gives the CPU's logits and greedy tokens", "[gpu]"
   const std::vector<int32_t> prompt = long_prompt(*cpu);
   REQUIRE(prompt.size() > 600);
 
-  KvCache cpu_cache = cpu->new_cache(full);
-  KvCache gpu_cache = gpu->new_cache(full);
+  KvCache cpu_cache = new_cache(*cpu, full);
+  KvCache gpu_cache = new_cache(*gpu, full);
   const std::vector<float> cpu_logits = cpu->forward(prompt, cpu_cache, true);
   const std::vector<float> gpu_logits = gpu->forward(prompt, gpu_cache, true);
   REQUIRE(gpu_logits.size() == cpu_logits.size());
@@ -64,7 +65,7 @@ TEST_CASE("the model on a GPU gives the CPU's logits and greedy tokens", "[gpu]"
   // Decoding from the cache: the same greedy tokens.
   GenerateOptions options;
   options.max_new_tokens = 24;
-  KvCache a = cpu->new_cache(full), b = gpu->new_cache(full);
+  KvCache a = new_cache(*cpu, full), b = new_cache(*gpu, full);
   const GenerateResult on_cpu = generate(*cpu, a, prompt, options);
   const GenerateResult on_gpu = generate(*gpu, b, prompt, options);
   CHECK(on_gpu.tokens == on_cpu.tokens);
@@ -84,7 +85,7 @@ TEST_CASE("eviction methods, Quest and KIVI on a GPU decide as on the CPU", "[gp
                              "snapkv:budget=256+kivi:bits=2"}) {
     INFO(method);
     const ResolvedSpec spec = resolve_method_spec(method);
-    KvCache a = cpu->new_cache(spec), b = gpu->new_cache(spec);
+    KvCache a = new_cache(*cpu, spec), b = new_cache(*gpu, spec);
     GenerateOptions options;
     options.max_new_tokens = 12;
     const GenerateResult on_cpu = generate(*cpu, a, prompt, options);
@@ -98,9 +99,9 @@ TEST_CASE("eviction methods, Quest and KIVI on a GPU decide as on the CPU", "[gp
 TEST_CASE("a model on a GPU refuses what it cannot run", "[gpu]") {
   testing::require_device();
   const auto gpu = LlamaModel::load(testing::model_path_or_skip(), ModelDevice::Cuda);
-  CHECK_THROWS_WITH(gpu->new_cache(resolve_method_spec("snapkv:budget=64+prefix")),
+  CHECK_THROWS_WITH(new_cache(*gpu, resolve_method_spec("snapkv:budget=64+prefix")),
                     Catch::Contains("does not run on --device cuda"));
-  KvCache cache = gpu->new_cache(resolve_method_spec("full"));
+  KvCache cache = new_cache(*gpu, resolve_method_spec("full"));
   const std::vector<float> k(10 * 576);
   CHECK_THROWS_WITH(gpu->forward_blend({1, 2, 3}, k.data(), k.data(), 0.15, 1, cache),
                     Catch::Contains("CPU only"));

@@ -15,7 +15,7 @@
 
 #include "datasets/generator.h"
 #include "gguf_writer.h"
-#include "harness/input_error.h"
+#include "common/input_error.h"
 #include "harness/model/gguf.h"
 #include "harness/model/tokenizer.h"
 

@@ -15,7 +15,7 @@
 
 #include <unistd.h>
 
-#include "harness/input_error.h"
+#include "common/input_error.h"
 #include "reports/aggregate.h"
 #include "reports/leaderboard.h"
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/input_error.h"
+#include "common/input_error.h"
 #include "methods/full_cache.h"
 #include "methods/plan_helpers.h"
 #include "methods/registry.h"

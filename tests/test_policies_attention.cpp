@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "harness/input_error.h"
+#include "common/input_error.h"
 #include "methods/registry.h"
 #include "tests/kept_positions.h"
 

@@ -11,7 +11,7 @@
 
 #include "gguf_writer.h"
 #include "prefix_requests.h"
-#include "harness/input_error.h"
+#include "common/input_error.h"
 #include "harness/model/llama_model.h"
 #include "harness/session.h"
 #include "methods/full_cache.h"

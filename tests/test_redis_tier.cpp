@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/input_error.h"
+#include "common/input_error.h"
 #include "reuse/redis_tier.h"
 #include "reuse/tiered_store.h"
 #include "tests/random_floats.h"

@@ -2,7 +2,7 @@
 // baseline row missing from the db flagged, the baseline file round-tripped.
 #include <catch2/catch.hpp>
 
-#include "harness/input_error.h"
+#include "common/input_error.h"
 #include "reports/regression_check.h"
 
 using namespace kvbench;

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/input_error.h"
+#include "common/input_error.h"
 #include "results/results_db.h"
 #include "tests/gguf_writer.h"
 

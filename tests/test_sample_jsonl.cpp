@@ -6,7 +6,7 @@
 
 #include "datasets/sample.h"
 #include "gguf_writer.h"
-#include "harness/input_error.h"
+#include "common/input_error.h"
 
 using namespace kvbench;
 

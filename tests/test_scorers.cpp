@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/input_error.h"
+#include "common/input_error.h"
 #include "tasks/scorers.h"
 
 using namespace kvbench;

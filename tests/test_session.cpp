@@ -11,7 +11,7 @@
 
 #include "gguf_writer.h"
 #include "harness/fidelity.h"
-#include "harness/input_error.h"
+#include "common/input_error.h"
 #include "harness/model/llama_model.h"
 #include "harness/model/tokenizer.h"
 #include "harness/session.h"

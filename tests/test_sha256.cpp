@@ -4,8 +4,8 @@
 #include <string>
 
 #include "gguf_writer.h"
-#include "harness/input_error.h"
-#include "results/sha256.h"
+#include "common/input_error.h"
+#include "common/sha256.h"
 
 using namespace kvbench;
 

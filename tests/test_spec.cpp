@@ -6,7 +6,7 @@
 #include <string>
 
 #include "cache_feed.h"
-#include "harness/input_error.h"
+#include "common/input_error.h"
 #include "methods/budget.h"
 #include "methods/registry.h"
 

@@ -16,7 +16,7 @@
 #include <tuple>
 
 #include "gguf_writer.h"
-#include "harness/input_error.h"
+#include "common/input_error.h"
 #include "harness/model/llama_model.h"
 #include "harness/sweep.h"
 #include "results/results_db.h"

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/input_error.h"
+#include "common/input_error.h"
 #include "tasks/task_catalog.h"
 
 using namespace kvbench;

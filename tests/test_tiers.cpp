@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/input_error.h"
+#include "common/input_error.h"
 #include "reuse/disk_tier.h"
 #include "reuse/memory_tier.h"
 #include "reuse/replacement.h"

@@ -15,12 +15,12 @@
 #include "harness/calibration.h"
 #include "harness/cli/commands.h"
 #include "harness/evaluation.h"
-#include "harness/input_error.h"
+#include "common/input_error.h"
 #include "harness/model/known_models.h"
 #include "harness/model/llama_model.h"
 #include "harness/sweep.h"
 #include "reports/intervals.h"
-#include "results/sha256.h"
+#include "common/sha256.h"
 
 namespace kvbench {
 

@@ -12,6 +12,7 @@
 #include "harness/model/gguf.h"
 #include "harness/model/llama_model.h"
 #include "harness/model/tokenizer.h"
+#include "harness/model_cache.h"
 #include "methods/registry.h"
 
 namespace kvbench {
@@ -28,7 +29,7 @@ struct GenerateArgs {
 
 void run_generate(const ModelOptions& model_options, const GenerateArgs& args) {
   const ResolvedSpec method = resolve_method_spec(args.method);  // before the model loads
-  LlamaModel::check_runs_on(method, model_device(model_options));
+  check_runs_on(method, model_device(model_options));
   apply_thread_option(model_options);
   auto model = LlamaModel::load(resolve_model_path(model_options), model_device(model_options));
   const std::string jinja = model->file().get_string("tokenizer.chat_template", "");
@@ -42,7 +43,7 @@ void run_generate(const ModelOptions& model_options, const GenerateArgs& args) {
   }
   const std::vector<int32_t> prompt = model->tokenizer().encode(text);
   // The prompt is the shared context: the method compresses it before the first token.
-  KvCache cache = model->new_cache(method);
+  KvCache cache = new_cache(*model, method);
   const GenerateResult r = generate(*model, cache, prompt, args.options);
 
   std::cout << r.text << "\n\n";

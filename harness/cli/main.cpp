@@ -63,6 +63,9 @@ void apply_thread_option(const ModelOptions& options) {
 int main(int argc, char** argv) {
   CLI::App app{"kvbench: a benchmark harness for KV-cache methods on a real LLM"};
   app.set_version_flag("--version", KVBENCH_VERSION);
+  app.footer("Docs (in the source tree): README.md; docs/methods.md (every method, specs, "
+             "adding one), docs/tasks.md, docs/results.md (sweeps, reports, the check), "
+             "docs/numerics.md, docs/speed.md, docs/gpu.md");
   app.require_subcommand(0, 1);
   kvbench::ModelOptions model;
   app.fallthrough();  // --model may follow the command too

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "harness/cli/commands.h"
-#include "harness/input_error.h"
+#include "common/input_error.h"
 #include "reports/aggregate.h"
 #include "reports/leaderboard.h"
 #include "reports/regression_check.h"

@@ -16,9 +16,10 @@
 #include "harness/cli/commands.h"
 #include "harness/cli/turn_table.h"
 #include "harness/evaluation.h"
-#include "harness/input_error.h"
+#include "common/input_error.h"
 #include "harness/model/llama_model.h"
 #include "harness/model/model_config.h"
+#include "harness/model_cache.h"
 #include "harness/sweep.h"
 #include "methods/registry.h"
 #include "tasks/task_catalog.h"
@@ -85,7 +86,7 @@ void run_run_command(const ModelOptions& model_options, const RunArgs& args,
   std::vector<std::string> methods;
   for (const std::string& m : args.methods) {
     const ResolvedSpec spec = resolve_method_spec(m);
-    LlamaModel::check_runs_on(spec, model_device(model_options));
+    check_runs_on(spec, model_device(model_options));
     methods.push_back(spec.canonical);
   }
   const auto knobs = parse_knobs(args.knobs);

@@ -13,8 +13,9 @@
 #include "harness/cli/commands.h"
 #include "harness/cli/turn_table.h"
 #include "harness/evaluation.h"
-#include "harness/input_error.h"
+#include "common/input_error.h"
 #include "harness/model/llama_model.h"
+#include "harness/model_cache.h"
 #include "harness/session.h"
 #include "methods/registry.h"
 
@@ -44,7 +45,7 @@ void run_session_command(const ModelOptions& model_options, const SessionArgs& a
   std::vector<ResolvedSpec> specs;
   for (const std::string& method : args.methods) {
     specs.push_back(resolve_method_spec(method));
-    LlamaModel::check_runs_on(specs.back(), model_device(model_options));
+    check_runs_on(specs.back(), model_device(model_options));
   }
   std::vector<Sample> samples = load_samples_jsonl(args.sample_path);
   if (!args.sample_id.empty()) {

@@ -11,13 +11,14 @@
 
 #include "harness/cli/commands.h"
 #include "harness/calibration.h"
-#include "harness/input_error.h"
+#include "common/input_error.h"
 #include "harness/model/known_models.h"
 #include "harness/model/llama_model.h"
+#include "harness/model_cache.h"
 #include "harness/sweep.h"
 #include "methods/registry.h"
 #include "results/results_db.h"
-#include "results/sha256.h"
+#include "common/sha256.h"
 
 namespace kvbench {
 
@@ -134,7 +135,7 @@ void run_sweep_into(const ModelOptions& model_options, SweepConfig config, const
   const std::string model_path = resolve_model_path(options);
   auto db = ResultsDb::open(db_path);  // an unwritable or corrupt db fails before the model loads
   for (const std::string& method : config.methods) {
-    LlamaModel::check_runs_on(resolve_method_spec(method), model_device(options));
+    check_runs_on(resolve_method_spec(method), model_device(options));
   }
   RunRecord run;
   run.model_path = model_path;

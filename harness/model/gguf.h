@@ -10,7 +10,7 @@
 #include <variant>
 #include <vector>
 
-#include "harness/input_error.h"
+#include "common/input_error.h"
 
 namespace kvbench {
 

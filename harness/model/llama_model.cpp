@@ -17,11 +17,9 @@
 #include "harness/model/tokenizer.h"
 #include "kernels/cpu/block_matvec.h"
 #include "kernels/cpu/layer_ops.h"
-#include "methods/registry.h"
 
 #ifdef KVBENCH_WITH_CUDA
 #include "harness/model/cuda_forward.h"
-#include "methods/cuda_host_policies.h"
 #endif
 
 namespace kvbench {
@@ -488,29 +486,6 @@ KvShape LlamaModel::kv_shape() const {
 }
 
 ModelDevice LlamaModel::device() const { return impl_->device; }
-
-void LlamaModel::check_runs_on(const ResolvedSpec& spec, ModelDevice device) {
-  if (device != ModelDevice::Cuda) return;
-  // On a GPU the KV lives in device stores (dense or KIVI's); policies and read policies
-  // plan on host copies (methods/cuda_host_policies.h). Reuse keeps host memory.
-  for (const auto& [info, params] : spec.components) {
-    if (info->kind == MethodKind::Reuse || info->kind == MethodKind::Tiers) {
-      throw InputError("method '" + info->name + "' in '" + spec.canonical +
-                       "' does not run on --device cuda yet: the full cache, eviction "
-                       "methods, quest and kivi do");
-    }
-  }
-}
-
-KvCache LlamaModel::new_cache(const ResolvedSpec& spec) const {
-  check_runs_on(spec, impl_->device);
-  if (impl_->device == ModelDevice::Cpu) return make_cache(spec, kv_shape());
-#ifdef KVBENCH_WITH_CUDA
-  return make_cuda_cache(spec, kv_shape());
-#else
-  throw InputError("--device cuda: this kvbench was built without CUDA");
-#endif
-}
 
 std::vector<float> LlamaModel::decode(int32_t token, KvCache& cache) const {
   cache.mark_decode_step();

@@ -17,7 +17,6 @@ namespace kvbench {
 
 class GgufFile;
 class Tokenizer;
-struct ResolvedSpec;
 
 // Where the forward pass runs and the KV cache lives.
 enum class ModelDevice { Cpu, Cuda };
@@ -37,15 +36,6 @@ class LlamaModel {
   const GgufFile& file() const;
   KvShape kv_shape() const;
   ModelDevice device() const;
-
-  // An empty cache for `spec` where this model's forward can use it: host stores on the
-  // CPU; on a GPU device stores (dense or KIVI's), with an eviction method's or Quest's
-  // decisions made on host copies (methods/cuda_host_policies.h). Reuse across requests
-  // does not run on a GPU yet (InputError naming the method).
-  KvCache new_cache(const ResolvedSpec& spec) const;
-  // Throws InputError naming the method when `spec` cannot run on `device` (checked before
-  // a model loads, and by new_cache).
-  static void check_runs_on(const ResolvedSpec& spec, ModelDevice device);
 
   // Feeds `tokens` at positions cache.next_position() onwards, in chunks of at most
   // prefill_chunk tokens, storing their keys and values in `cache`. Returns the logits of

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "harness/input_error.h"
+#include "common/input_error.h"
 
 // Aborts with a message when a parsed value breaks an invariant the target checks.
 #define FUZZ_CHECK(condition)                                                          \

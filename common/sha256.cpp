@@ -1,11 +1,11 @@
-#include "results/sha256.h"
+#include "common/sha256.h"
 
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <vector>
 
-#include "harness/input_error.h"
+#include "common/input_error.h"
 
 namespace kvbench {
 

@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "harness/input_error.h"
+#include "common/input_error.h"
 
 namespace kvbench {
 

@@ -1,0 +1,34 @@
+#include "harness/model_cache.h"
+
+#include "common/input_error.h"
+#include "methods/registry.h"
+#ifdef KVBENCH_WITH_CUDA
+#include "methods/cuda_host_policies.h"
+#endif
+
+namespace kvbench {
+
+void check_runs_on(const ResolvedSpec& spec, ModelDevice device) {
+  if (device != ModelDevice::Cuda) return;
+  // On a GPU the KV lives in device stores (dense or KIVI's); policies and read policies
+  // plan on host copies (methods/cuda_host_policies.h). Reuse keeps host memory.
+  for (const auto& [info, params] : spec.components) {
+    if (info->kind == MethodKind::Reuse || info->kind == MethodKind::Tiers) {
+      throw InputError("method '" + info->name + "' in '" + spec.canonical +
+                       "' does not run on --device cuda yet: the full cache, eviction "
+                       "methods, quest and kivi do");
+    }
+  }
+}
+
+KvCache new_cache(const LlamaModel& model, const ResolvedSpec& spec) {
+  check_runs_on(spec, model.device());
+  if (model.device() == ModelDevice::Cpu) return make_cache(spec, model.kv_shape());
+#ifdef KVBENCH_WITH_CUDA
+  return make_cuda_cache(spec, model.kv_shape());
+#else
+  throw InputError("--device cuda: this kvbench was built without CUDA");
+#endif
+}
+
+}  // namespace kvbench

@@ -1,0 +1,22 @@
+// The cache a model's forward runs on, built by the driver from the model's shape and device:
+// the model itself knows only KvCache and the store interface, no method.
+#pragma once
+
+#include "harness/model/llama_model.h"
+#include "methods/kv_cache.h"
+
+namespace kvbench {
+
+struct ResolvedSpec;
+
+// Throws InputError naming the method when `spec` cannot run on `device` (checked before a
+// model loads, and by new_cache).
+void check_runs_on(const ResolvedSpec& spec, ModelDevice device);
+
+// An empty cache for `spec` where `model`'s forward can use it: host stores on the CPU; on a
+// GPU device stores (dense or KIVI's), with an eviction method's or Quest's decisions made on
+// host copies (methods/cuda_host_policies.h). Reuse across requests does not run on a GPU
+// yet (InputError naming the method).
+KvCache new_cache(const LlamaModel& model, const ResolvedSpec& spec);
+
+}  // namespace kvbench
