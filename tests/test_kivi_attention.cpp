@@ -58,7 +58,7 @@ TEST_CASE("attention_kivi_cpu matches the dequantizing reference", "[unit]") {
   }
 }
 
-TEST_CASE("attention_kivi_cpu: decode sees every slot; prefill chunks of many rows", "[unit]") {
+TEST_CASE("attention_kivi_cpu: decode sees every slot, and prefill chunks of many rows", "[unit]") {
   // Long caches with split-K: one query of 9/3, 8/4 (3 and 2 rows per KV head: codes read into
   // registers) and 8/1 (8 rows: fp32 tiles), and a 64-query chunk (tiles). 2e-5 as above.
   for (int bits : {2, 4}) {

@@ -69,7 +69,7 @@ TEST_CASE("check: within tolerance passes, past it fails, per metric", "[unit]")
   CHECK(render_regressions({}, 3).find("no regressions in 3 baseline rows") != std::string::npos);
 }
 
-TEST_CASE("check: one flipped answer in a 10-turn cell is not a regression; a collapse is",
+TEST_CASE("check: one flipped answer in a 10-turn cell is not a regression, a collapse is",
           "[unit]") {
   const std::vector<Aggregate> base = {row("snapkv", 0.9, 0.9, 1000, 50, 200, 10)};
   const Tolerances tol;
@@ -94,7 +94,7 @@ TEST_CASE("check: tolerances parse, bad ones are named", "[unit]") {
   CHECK_THROWS_WITH(parse_tolerances("speed"), Catch::Contains("has no value"));
 }
 
-TEST_CASE("check: the baseline file round-trips; a bad one is named", "[unit]") {
+TEST_CASE("check: the baseline file round-trips, a bad one is named", "[unit]") {
   std::vector<Aggregate> rows = {row("full", 0.8, 1.0, 5000, 40, 150), row("snapkv", 0.6, 0.9, 1000, 50, 120)};
   rows[1].accuracy.reset();  // an unscored task
   const auto back = parse_baseline(baseline_json(rows), "b.json");

@@ -42,7 +42,7 @@ std::string row(const std::string& id, const std::string& turns) {
 
 }  // namespace
 
-TEST_CASE("jsonl: string, number and list answers; numeric and string ids", "[unit]") {
+TEST_CASE("jsonl: string, number and list answers, numeric and string ids", "[unit]") {
   const std::string text =
       R"({"id": 7, "context": "The list.", "multi_turns": [{"input": "first?", "answer": "one"}, {"input": "second?", "answer": 42}, {"input": "third?", "answer": ["x", "y"], "extra": true}], "length": 12})"
       "\n\n   \n"

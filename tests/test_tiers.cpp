@@ -125,7 +125,7 @@ TEST_CASE("FIFO evicts the oldest write, whatever was read") {
   CHECK(index.victim() == "b");
 }
 
-TEST_CASE("TTL evicts expired entries first, else the soonest to expire; expired is a miss") {
+TEST_CASE("TTL evicts expired entries first, else the soonest to expire: expired is a miss") {
   double now = 0;
   ReplacementIndex index(Replacement::Ttl, 10, [&] { return now; });
   index.insert("a", 1);  // expires at 10
