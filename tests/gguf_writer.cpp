@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <stdexcept>
@@ -406,7 +407,11 @@ std::vector<std::string> tiny_llama_tokens() {
 }
 
 void write_tiny_llama_gguf(const std::string& path, const TinyLlamaSpec& spec) {
-  const std::vector<std::string> tokens = tiny_llama_tokens();
+  std::vector<std::string> tokens = tiny_llama_tokens();
+  const size_t tiny_vocab = tokens.size();
+  while (static_cast<int64_t>(tokens.size()) < spec.vocab_size) {
+    tokens.push_back("<|unused_" + std::to_string(tokens.size() - tiny_vocab) + "|>");
+  }
   const auto n_vocab = static_cast<int64_t>(tokens.size());
   const int head_dim = spec.n_embd / spec.n_head;
   const int64_t n_embd = spec.n_embd;
@@ -506,7 +511,10 @@ void write_tiny_llama_gguf(const std::string& path, const TinyLlamaSpec& spec) {
                  factors);
   }
   norm_or_bias("output_norm.weight", n_embd, 1.0f, 0.05f);
-  if (!spec.tied_embeddings) matrix("output.weight", n_embd, n_vocab);
+  if (!spec.tied_embeddings) {
+    w.add_tensor("output.weight", {n_embd, n_vocab}, wt,
+                 rng.fill(n_embd * n_vocab, 0.0f, spec.output_std));
+  }
   for (int l = 0; l < spec.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     norm_or_bias(p + "attn_norm.weight", n_embd, 1.0f, 0.05f);
@@ -525,6 +533,36 @@ void write_tiny_llama_gguf(const std::string& path, const TinyLlamaSpec& spec) {
     matrix(p + "ffn_down.weight", n_ff, n_embd);
   }
   w.write(path);
+}
+
+TinyLlamaSpec smollm2_135m_shape(int context_length) {
+  TinyLlamaSpec spec;
+  spec.n_layer = 30;
+  spec.n_embd = 576;
+  spec.n_head = 9;
+  spec.n_head_kv = 3;
+  spec.n_ff = 1536;
+  spec.context_length = context_length;
+  spec.rope_theta = 100000.0f;
+  spec.vocab_size = 49152;
+  spec.seed = 135;
+  // Untied, with a wide head: SmolLM2 ties its embeddings, but random tied weights give
+  // logits so flat that a CPU and a GPU, summing in other orders, may pick other tokens.
+  spec.tied_embeddings = false;
+  spec.output_std = 1.0f;
+  return spec;
+}
+
+std::string random_smollm2_gguf(int context_length) {
+  const char* base = std::getenv("TMPDIR");
+  const std::string dir = base != nullptr && *base != '\0' ? base : "/tmp";
+  const std::string path =
+      dir + "/kvbench_random_smollm2_135m_ctx" + std::to_string(context_length) + ".gguf";
+  if (std::filesystem::exists(path)) return path;
+  const std::string side = path + "." + std::to_string(getpid()) + ".part";
+  write_tiny_llama_gguf(side, smollm2_135m_shape(context_length));
+  std::filesystem::rename(side, path);  // atomic: a reader never sees half a file
+  return path;
 }
 
 }  // namespace kvbench::testing

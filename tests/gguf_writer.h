@@ -87,7 +87,13 @@ struct TinyLlamaSpec {
   uint32_t seed = 1;
   GgmlType weight_type = GgmlType::Q8_0;  // the 2-D matrices; norms and biases are F32
   bool tied_embeddings = true;            // no output.weight when tied
-  bool qkv_bias = false;                  // blk.N.attn_{q,k,v}.bias
+  // An untied output.weight's standard deviation: larger values give peaked logits, so that
+  // greedy tokens do not hinge on rounding (the CPU-vs-GPU tests of a random model).
+  float output_std = 0.05f;
+  // Tokens past the tiny vocabulary, "<|unused_N|>" (never produced by the tokenizer), up to
+  // this many in all: a real model's embedding and LM-head sizes. 0: the tiny vocabulary.
+  int vocab_size = 0;
+  bool qkv_bias = false;  // blk.N.attn_{q,k,v}.bias
   // Llama 3 rope scaling as llama.cpp converts it: a rope_freqs.weight tensor of
   // per-dimension frequency divisors, computed from these parameters.
   bool llama3_rope_scaling = false;
@@ -104,5 +110,14 @@ std::vector<std::string> tiny_llama_merges();
 constexpr int kTinyLlamaByteTokenBase = 3;
 
 void write_tiny_llama_gguf(const std::string& path, const TinyLlamaSpec& spec = TinyLlamaSpec());
+
+// SmolLM2-135M's shape (30 layers, 576 wide, 9 query and 3 KV heads of 64, FFN 1536, vocab
+// 49152, theta 1e5) with random Q8_0 weights and `context_length` positions: a real-size model
+// for the GPU tests and benchmarks, written by kvbench itself, so they need no download.
+TinyLlamaSpec smollm2_135m_shape(int context_length = 8192);
+
+// A random SmolLM2-shaped GGUF for this spec's seed, written once into the temporary
+// directory and shared by later processes (written to a side file, then renamed).
+std::string random_smollm2_gguf(int context_length = 8192);
 
 }  // namespace kvbench::testing

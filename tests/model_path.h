@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <string>
 
+#include "gguf_writer.h"
+
 namespace kvbench::testing {
 
 // Exits 77 (skipped) unless `path` exists.
@@ -21,6 +23,13 @@ inline std::string existing_model_or_skip(const std::string& path) {
 inline std::string model_path_or_skip() {
   const char* env = std::getenv("KVBENCH_MODEL");
   return existing_model_or_skip(env && *env ? env : KVBENCH_DEFAULT_MODEL);
+}
+
+// The model of the `gpu` tests: $KVBENCH_MODEL, else a random-weight GGUF of SmolLM2-135M's
+// shape that the tests write themselves, so a GPU machine needs no model download.
+inline std::string gpu_model_path() {
+  const char* env = std::getenv("KVBENCH_MODEL");
+  return env && *env ? existing_model_or_skip(env) : random_smollm2_gguf();
 }
 
 // The second model setup fetches (qwen2 architecture: q/k/v biases, NeoX RoPE, untied head),

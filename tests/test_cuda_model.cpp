@@ -1,7 +1,8 @@
-// The real model's forward pass on a GPU against the same model on the CPU: logits of a
+// A real-size model's forward pass on a GPU against the same model on the CPU: logits of a
 // prompt longer than one prefill chunk, greedy decoding, and the cache's bytes (the same
-// stores' growth, in the "device" tier). Without a CUDA device every case prints "no CUDA
-// device: skipped" and exits 77 (ctest SKIP); without the model file, 77 as well.
+// stores' growth, in the "device" tier). The model is $KVBENCH_MODEL, else a random-weight
+// GGUF of SmolLM2-135M's shape written by the test (testing::gpu_model_path). Without a CUDA
+// device every case prints "no CUDA device: skipped" and exits 77 (ctest SKIP).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -23,11 +24,13 @@ namespace {
 
 std::vector<int32_t> long_prompt(const LlamaModel& model) {
   std::string text;
-  for (int i = 0; i < 60; ++i) {
+  std::vector<int32_t> tokens;
+  for (int i = 0; tokens.size() < 1000; ++i) {  // two prefill chunks, whatever the vocabulary
     text += "Note " + std::to_string(i) + ": the access code of room " + std::to_string(100 + i) +
             " is " + std::to_string(7919 * (i + 3) % 10000) + ". ";
+    tokens = model.tokenizer().encode(text);
   }
-  return model.tokenizer().encode(text);  // about 1000 tokens: two prefill chunks
+  return tokens;
 }
 
 float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
@@ -40,7 +43,7 @@ float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 
 TEST_CASE("the model on a GPU gives the CPU's logits and greedy tokens", "[gpu]") {
   testing::require_device();
-  const std::string path = testing::model_path_or_skip();
+  const std::string path = testing::gpu_model_path();
   const auto cpu = LlamaModel::load(path);
   const auto gpu = LlamaModel::load(path, ModelDevice::Cuda);
   REQUIRE(gpu->device() == ModelDevice::Cuda);
@@ -74,7 +77,7 @@ TEST_CASE("the model on a GPU gives the CPU's logits and greedy tokens", "[gpu]"
 
 TEST_CASE("eviction methods, Quest and KIVI on a GPU decide as on the CPU", "[gpu]") {
   testing::require_device();
-  const std::string path = testing::model_path_or_skip();
+  const std::string path = testing::gpu_model_path();
   const auto cpu = LlamaModel::load(path);
   const auto gpu = LlamaModel::load(path, ModelDevice::Cuda);
   const std::vector<int32_t> prompt = long_prompt(*cpu);
@@ -98,7 +101,7 @@ TEST_CASE("eviction methods, Quest and KIVI on a GPU decide as on the CPU", "[gp
 
 TEST_CASE("a model on a GPU refuses what it cannot run", "[gpu]") {
   testing::require_device();
-  const auto gpu = LlamaModel::load(testing::model_path_or_skip(), ModelDevice::Cuda);
+  const auto gpu = LlamaModel::load(testing::gpu_model_path(), ModelDevice::Cuda);
   CHECK_THROWS_WITH(new_cache(*gpu, resolve_method_spec("snapkv:budget=64+prefix")),
                     Catch::Contains("does not run on --device cuda"));
   KvCache cache = new_cache(*gpu, resolve_method_spec("full"));
