@@ -120,6 +120,20 @@ TEST_CASE("cli: --device cuda is refused for methods it cannot run and without a
   if (run.exit_code == 2) require_clear_error(run, "--device cuda");
 }
 
+TEST_CASE("cli: --dtype bf16 is refused without --device cuda, even where no model loads",
+          "[unit]") {
+  require_clear_error(run_kvbench("--dtype bf16 generate --prompt hi"),
+                      "--dtype bf16: runs only with --device cuda");
+  require_clear_error(run_kvbench("--dtype bf16 list models"), "--dtype bf16");
+  require_clear_error(run_kvbench("--device cuda --dtype fp16 generate --prompt hi"), "--dtype");
+  // fp32 is the default, and valid on the CPU when given.
+  const std::string path = testing::temp_path("tiny_cli_dtype.gguf");
+  testing::write_tiny_llama_gguf(path);
+  const Run run = run_kvbench("--model " + path + " --dtype fp32 generate --prompt hi --max-new 2");
+  INFO(run.output);
+  CHECK(run.exit_code == 0);
+}
+
 TEST_CASE("cli: bad options exit 2 with one line", "[unit]") {
   require_clear_error(run_kvbench("generate --prompt hi --max-new -3"), "max-new");
   require_clear_error(run_kvbench("frobnicate"), "frobnicate");

@@ -1,5 +1,6 @@
 // The CUDA twins of the block's per-token operations (kernels/cuda/layer_ops.h) against the
-// CPU versions, and the cuBLAS linear layer against a double-precision product, on the same
+// CPU versions, bf16 conversion bit for bit against its CPU reference, and the cuBLAS linear
+// layers (fp32, and bf16 with fp32 sums) against a double-precision product, on the same
 // seeded inputs over odd sizes (rows 1, 3, 17; dims 63 and 576; head_dim 64 and 128;
 // positions up to 8000). Without a CUDA device every case prints "no CUDA device: skipped"
 // and exits 77 (ctest SKIP).
@@ -7,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 #include <utility>
@@ -20,6 +22,7 @@
 
 namespace {
 
+using kvbench::bf16_bits_to_float;
 using kvbench::testing::Device;
 using kvbench::testing::random_floats;
 using kvbench::testing::require_device;
@@ -52,7 +55,77 @@ class Stream {
   cudaStream_t stream_ = nullptr;
 };
 
+// Every case bf16 rounding has: random values over 2^-140..2^120 of both signs, exact
+// bf16 values, ties either way, carries into the exponent, overflow to infinity, subnormals,
+// infinities and NaNs (payloads in the low half too), and zeros.
+std::vector<float> bf16_rounding_cases(int64_t n_random) {
+  std::vector<float> x = random_floats(n_random, 11);
+  for (int64_t i = 0; i < n_random; ++i) x[i] = std::ldexp(x[i], static_cast<int>(i % 261) - 140);
+  for (const uint32_t bits :
+       {0x3F800000u, 0x3F807FFFu, 0x3F808000u, 0x3F808001u, 0x3F818000u, 0xBF818000u,
+        0x3FFFFFFFu, 0x7F7FFFFFu, 0x7F7F7FFFu, 0x7F7F8000u, 0x00018000u, 0x00008000u,
+        0x0000C000u, 0x80000001u, 0x7F800000u, 0xFF800000u, 0x7F800001u, 0xFF80FFFFu,
+        0x7FC00000u, 0x00000000u, 0x80000000u}) {
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    x.push_back(f);
+  }
+  return x;
+}
+
+// a and b equal as bf16 results: the same bits, or both NaN (which NaN is not specified).
+void check_same_bf16(const std::vector<uint16_t>& got, const std::vector<uint16_t>& want) {
+  REQUIRE(got.size() == want.size());
+  int64_t mismatches = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const bool both_nan =
+        std::isnan(bf16_bits_to_float(got[i])) && std::isnan(bf16_bits_to_float(want[i]));
+    if (got[i] != want[i] && !both_nan) {
+      if (mismatches++ < 5) {
+        UNSCOPED_INFO("at " << i << ": " << std::hex << got[i] << " want " << want[i]);
+      }
+    }
+  }
+  CHECK(mismatches == 0);
+}
+
 }  // namespace
+
+TEST_CASE("fp32_to_bf16_cuda and round_to_bf16_cuda equal the CPU reference bit for bit",
+          "[gpu]") {
+  require_device();
+  Stream stream;
+  for (const int64_t n_random : {0, 1, 17, 4097, 100003}) {
+    INFO("random values " << n_random);
+    const std::vector<float> x = bf16_rounding_cases(n_random);
+    const int64_t n = static_cast<int64_t>(x.size());
+    std::vector<uint16_t> want(x.size());
+    kvbench::fp32_to_bf16_cpu(x.data(), want.data(), n);
+
+    Device<float> dx(x);
+    Device<uint16_t> dy(std::vector<uint16_t>(x.size(), 0xABCD));
+    kvbench::fp32_to_bf16_cuda(dx.get(), dy.get(), n, stream.get());
+    stream.sync();
+    check_same_bf16(dy.host(), want);
+    const std::vector<float> after = dx.host();  // the input is untouched (bytes: NaN != NaN)
+    CHECK(std::memcmp(after.data(), x.data(), x.size() * sizeof(float)) == 0);
+
+    // In place, held in fp32: the bf16 value in the upper half, zeros below.
+    kvbench::round_to_bf16_cuda(dx.get(), n, stream.get());
+    stream.sync();
+    std::vector<uint16_t> upper, lower;
+    for (const float f : dx.host()) {
+      uint32_t u;
+      std::memcpy(&u, &f, sizeof u);
+      upper.push_back(static_cast<uint16_t>(u >> 16));
+      lower.push_back(static_cast<uint16_t>(u & 0xFFFF));
+    }
+    check_same_bf16(upper, want);
+    int64_t nonzero_low = 0;
+    for (size_t i = 0; i < lower.size(); ++i) nonzero_low += lower[i] != 0 && !std::isnan(x[i]);
+    CHECK(nonzero_low == 0);
+  }
+}
 
 TEST_CASE("rms_norm_cuda equals the CPU, out of place and in place", "[gpu]") {
   require_device();
@@ -183,6 +256,8 @@ TEST_CASE("the layer ops accept empty sizes without touching memory", "[gpu]") {
   CHECK_NOTHROW(kvbench::silu_mul_cuda(nullptr, nullptr, nullptr, 0, nullptr));
   CHECK_NOTHROW(kvbench::add_in_place_cuda(nullptr, nullptr, 0, nullptr));
   CHECK_NOTHROW(kvbench::add_bias_rows_cuda(nullptr, nullptr, 0, 576, nullptr));
+  CHECK_NOTHROW(kvbench::fp32_to_bf16_cuda(nullptr, nullptr, 0, nullptr));
+  CHECK_NOTHROW(kvbench::round_to_bf16_cuda(nullptr, 0, nullptr));
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
 }
 
@@ -219,6 +294,64 @@ TEST_CASE("linear_cuda equals a double-precision product", "[gpu]") {
       CHECK(max_rel_diff(dy.host(), want) < 1e-4);
     }
   }
+}
+
+TEST_CASE("linear_bf16_cuda sums bf16 products in fp32, as a double product of the bf16 values",
+          "[gpu]") {
+  require_device();
+  Stream stream;
+  kvbench::CublasHandle cublas;
+  cublas.set_stream(stream.get());
+  struct Shape {
+    int64_t rows, cols;
+  };
+  for (const Shape s : {Shape{576, 1536}, Shape{1536, 576}, Shape{33, 70}}) {
+    for (const int64_t n : {1, 5, 37}) {
+      INFO("w [" << s.rows << ", " << s.cols << "], n " << n);
+      const std::vector<float> w = random_floats(s.rows * s.cols, 9);
+      const std::vector<float> x = random_floats(n * s.cols, static_cast<uint32_t>(n));
+      std::vector<uint16_t> w_bits(w.size()), x_bits(x.size());
+      kvbench::fp32_to_bf16_cpu(w.data(), w_bits.data(), static_cast<int64_t>(w.size()));
+      kvbench::fp32_to_bf16_cpu(x.data(), x_bits.data(), static_cast<int64_t>(x.size()));
+      // The bf16 values multiplied exactly (8-bit mantissas: exact in double and in fp32),
+      // and the same product of the unrounded fp32 values, which the GEMM must not give.
+      std::vector<float> want(n * s.rows), unrounded(n * s.rows);
+      for (int64_t r = 0; r < n; ++r) {
+        for (int64_t o = 0; o < s.rows; ++o) {
+          double sum = 0, sum_fp32 = 0;
+          for (int64_t c = 0; c < s.cols; ++c) {
+            sum += double{bf16_bits_to_float(x_bits[r * s.cols + c])} *
+                   bf16_bits_to_float(w_bits[o * s.cols + c]);
+            sum_fp32 += double{x[r * s.cols + c]} * w[o * s.cols + c];
+          }
+          want[r * s.rows + o] = static_cast<float>(sum);
+          unrounded[r * s.rows + o] = static_cast<float>(sum_fp32);
+        }
+      }
+      REQUIRE(max_rel_diff(unrounded, want) > 1e-3);  // the tolerance below tells them apart
+
+      Device<uint16_t> dw(w_bits), dx(x_bits);
+      Device<float> dy(std::vector<float>(want.size(), std::numeric_limits<float>::quiet_NaN()));
+      kvbench::linear_bf16_cuda(cublas.get(), dw.get(), s.rows, s.cols, dx.get(), n, dy.get());
+      stream.sync();
+      // fp32 sums in cuBLAS's order: as linear_cuda's bound. A bf16 output would be ~2e-3 off.
+      CHECK(max_rel_diff(dy.host(), want) < 1e-4);
+    }
+  }
+}
+
+TEST_CASE("linear_bf16_cuda: no inputs, and sizes past int", "[gpu]") {
+  require_device();
+  kvbench::CublasHandle cublas;
+  const int64_t rows = 7, n = 3;
+  Device<float> dy(std::vector<float>(rows * n, 5.f));
+  Device<uint16_t> dummy(std::vector<uint16_t>(1, 0x3F80));
+  kvbench::linear_bf16_cuda(cublas.get(), dummy.get(), rows, 0, dummy.get(), n, dy.get());
+  CHECK(dy.host() == std::vector<float>(rows * n, 0.f));
+  const int64_t too_big = int64_t{1} << 31;
+  CHECK_THROWS_AS(
+      kvbench::linear_bf16_cuda(cublas.get(), dummy.get(), 1, too_big, dummy.get(), 1, dy.get()),
+      std::invalid_argument);
 }
 
 TEST_CASE("linear_cuda: a moved handle, no inputs, and sizes past int", "[gpu]") {

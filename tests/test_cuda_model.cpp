@@ -1,7 +1,8 @@
 // A real-size model's forward pass on a GPU against the same model on the CPU: logits of a
 // prompt longer than one prefill chunk, greedy decoding, and the cache's bytes (the same
-// stores' growth, in the "device" tier). The model is $KVBENCH_MODEL, else a random-weight
-// GGUF of SmolLM2-135M's shape written by the test (testing::gpu_model_path). Without a CUDA
+// stores' growth, in the "device" tier); and the bf16 model against the fp32 one on the GPU.
+// The model is $KVBENCH_MODEL, else a random-weight GGUF of SmolLM2-135M's shape written by
+// the test (testing::gpu_model_path). Without a CUDA
 // device every case prints "no CUDA device: skipped" and exits 77 (ctest SKIP).
 #include <catch2/catch.hpp>
 
@@ -37,6 +38,32 @@ float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   float worst = 0;
   for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
   return worst;
+}
+
+// How one row of logits compares with the reference row.
+struct RowAgreement {
+  bool same_top1 = false;
+  double reference_margin = 0;  // reference's logit at its top-1 minus at the other's top-1
+  double kl = 0;                // KL(softmax(reference) || softmax(other)), nats
+};
+
+RowAgreement compare_row(const float* reference, const float* other, int64_t vocab) {
+  const int64_t top_ref = std::max_element(reference, reference + vocab) - reference;
+  const int64_t top_other = std::max_element(other, other + vocab) - other;
+  auto log_sum_exp = [vocab](const float* z, double max) {
+    double sum = 0;
+    for (int64_t i = 0; i < vocab; ++i) sum += std::exp(z[i] - max);
+    return max + std::log(sum);
+  };
+  const double lse_ref = log_sum_exp(reference, reference[top_ref]);
+  const double lse_other = log_sum_exp(other, other[top_other]);
+  double kl = 0;
+  for (int64_t i = 0; i < vocab; ++i) {
+    const double log_p = reference[i] - lse_ref, log_q = other[i] - lse_other;
+    kl += std::exp(log_p) * (log_p - log_q);
+  }
+  return RowAgreement{top_ref == top_other, double{reference[top_ref]} - reference[top_other],
+                      kl};
 }
 
 }  // namespace
@@ -108,4 +135,76 @@ TEST_CASE("a model on a GPU refuses what it cannot run", "[gpu]") {
   const std::vector<float> k(10 * 576);
   CHECK_THROWS_WITH(gpu->forward_blend({1, 2, 3}, k.data(), k.data(), 0.15, 1, cache),
                     Catch::Contains("CPU only"));
+}
+
+// bf16 weights and activations with fp32 sums (harness/model/cuda_forward.h) against the
+// fp32 model, both on the GPU. The bounds are bf16's, relative to the logits' scale (their
+// RMS: ~24 on the random model's wide head, ~3 on SmolLM2): its 8-bit significand puts
+// ~0.2% on every stored activation, which over 30 layers moves logits by a few percent of
+// their scale, and flips the top token only where fp32 itself nearly ties. A wrong bf16 path
+// (fp32 bytes read as bf16, an operand not converted, a buffer the wrong size) gives noise:
+// top-1 near 0%, KL of nats. One that is not bf16 at all gives fp32's logits exactly (the
+// same kernels), and fails the first check.
+TEST_CASE("the bf16 model on a GPU stays within bf16's error of the fp32 model", "[gpu]") {
+  testing::require_device();
+  const std::string path = testing::gpu_model_path();
+  const auto fp32 = LlamaModel::load(path, ModelDevice::Cuda);
+  const auto bf16 = LlamaModel::load(path, ModelDevice::Cuda, ModelDtype::Bf16);
+  REQUIRE(fp32->dtype() == ModelDtype::Fp32);
+  REQUIRE(bf16->dtype() == ModelDtype::Bf16);
+  // Matrices at half the bytes; norm weights and biases (under 1% of them) stay fp32.
+  INFO("weight bytes fp32 " << fp32->device_weight_bytes() << ", bf16 "
+                            << bf16->device_weight_bytes());
+  CHECK(bf16->device_weight_bytes() * 2 > fp32->device_weight_bytes());
+  CHECK(bf16->device_weight_bytes() < 0.51 * fp32->device_weight_bytes());
+
+  const ResolvedSpec full = resolve_method_spec("full");
+  const std::vector<int32_t> prompt = long_prompt(*fp32);
+  const int64_t vocab = fp32->config().vocab_size;
+  KvCache fp32_cache = new_cache(*fp32, full), bf16_cache = new_cache(*bf16, full);
+  const std::vector<float> want = fp32->forward(prompt, fp32_cache, true);
+  const std::vector<float> got = bf16->forward(prompt, bf16_cache, true);
+  REQUIRE(got.size() == want.size());
+  double sum_sq = 0;
+  for (const float z : want) sum_sq += double{z} * z;
+  const double scale = std::sqrt(sum_sq / static_cast<double>(want.size()));
+  REQUIRE(scale > 0);
+
+  // Every position of the ~1000-token prompt (two prefill chunks).
+  const double worst = max_abs_diff(got, want);
+  int64_t same_top1 = 0;
+  double kl_sum = 0;
+  const int64_t rows = static_cast<int64_t>(prompt.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    const RowAgreement a = compare_row(&want[r * vocab], &got[r * vocab], vocab);
+    same_top1 += a.same_top1;
+    kl_sum += a.kl;
+  }
+  const double top1 = static_cast<double>(same_top1) / rows, mean_kl = kl_sum / rows;
+  INFO("prompt: logit scale " << scale << ", max |dlogit| " << worst << ", top-1 agreement "
+                              << top1 << ", mean KL " << mean_kl);
+  CHECK(worst > 1e-4 * scale);  // bf16 did run
+  CHECK(worst < 0.1 * scale);
+  CHECK(top1 >= 0.9);
+  CHECK(mean_kl < 0.05);
+
+  // Decoding from each model's own cache, teacher-forced on fp32's greedy tokens: bf16 picks
+  // the same token, or one that fp32 rates within 5% of the scale of its choice (a near tie).
+  std::vector<float> want_step(want.end() - vocab, want.end());
+  std::vector<float> got_step(got.end() - vocab, got.end());
+  int64_t steps = 0, step_agree = 0;
+  for (int step = 0; step < 24; ++step) {
+    const RowAgreement a = compare_row(want_step.data(), got_step.data(), vocab);
+    INFO("decode step " << step << ": fp32's margin over bf16's pick " << a.reference_margin
+                        << ", KL " << a.kl);
+    CHECK((a.same_top1 || a.reference_margin < 0.05 * scale));
+    CHECK(a.kl < 0.1);
+    ++steps;
+    step_agree += a.same_top1;
+    const auto next = static_cast<int32_t>(
+        std::max_element(want_step.begin(), want_step.end()) - want_step.begin());
+    want_step = fp32->decode(next, fp32_cache);
+    got_step = bf16->decode(next, bf16_cache);
+  }
+  CHECK(step_agree >= steps * 9 / 10);
 }

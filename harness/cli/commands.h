@@ -18,10 +18,15 @@ struct ModelOptions {
   std::string model_path;  // --model; empty: $KVBENCH_MODEL, else the bundled default
   int threads = 0;         // --threads; 0: OpenMP's default
   std::string device = "cpu";  // --device: cpu or cuda
+  std::string dtype = "fp32";  // --dtype: fp32, or bf16 with --device cuda
 };
 
 // --device as the model's device.
 ModelDevice model_device(const ModelOptions& options);
+// --dtype as the model's dtype.
+ModelDtype model_dtype(const ModelOptions& options);
+// Throws InputError naming --dtype when it asks for bf16 without --device cuda.
+void check_dtype_option(const ModelOptions& options);
 
 // Sets the compute thread count from --threads (before any kernel runs).
 void apply_thread_option(const ModelOptions& options);

@@ -54,6 +54,17 @@ ModelDevice model_device(const ModelOptions& options) {
   return options.device == "cuda" ? ModelDevice::Cuda : ModelDevice::Cpu;
 }
 
+ModelDtype model_dtype(const ModelOptions& options) {
+  return options.dtype == "bf16" ? ModelDtype::Bf16 : ModelDtype::Fp32;
+}
+
+void check_dtype_option(const ModelOptions& options) {
+  if (model_dtype(options) != ModelDtype::Fp32 && model_device(options) != ModelDevice::Cuda) {
+    throw InputError("--dtype " + options.dtype + ": runs only with --device cuda (the CPU "
+                     "forward is fp32)");
+  }
+}
+
 void apply_thread_option(const ModelOptions& options) {
   if (options.threads > 0) omp_set_num_threads(options.threads);
 }
@@ -80,6 +91,12 @@ int main(int argc, char** argv) {
                  "Where the model runs and its KV cache lives: cpu, or cuda in a CUDA build "
                  "(full, the eviction methods, quest and kivi so far)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--dtype", model.dtype,
+                 "Weights and activations on --device cuda: fp32 (the default, the fidelity "
+                 "reference) or bf16 (fp32 accumulation; docs/gpu.md says what is rounded)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  // Before any command runs: a bad combination is refused even by commands without a model.
+  app.parse_complete_callback([&model] { kvbench::check_dtype_option(model); });
   kvbench::add_calibrate_command(app, model);
   kvbench::add_generate_command(app, model);
   kvbench::add_list_command(app, model);

@@ -122,7 +122,8 @@ void run_run_command(const ModelOptions& model_options, const RunArgs& args,
                      " is generated (see kvbench list tasks)");
   }
 
-  auto model = LlamaModel::load(resolve_model_path(model_options), model_device(model_options));
+  auto model = LlamaModel::load(resolve_model_path(model_options), model_device(model_options),
+                                model_dtype(model_options));
   const int64_t window = model->config().context_length;
   GeneratorOptions defaults;
   for (const std::string& task : generated) {

@@ -56,7 +56,8 @@ void run_session_command(const ModelOptions& model_options, const SessionArgs& a
     }
     samples = {*it};
   }
-  auto model = LlamaModel::load(resolve_model_path(model_options), model_device(model_options));
+  auto model = LlamaModel::load(resolve_model_path(model_options), model_device(model_options),
+                                model_dtype(model_options));
   EvaluationOptions evaluation;
   evaluation.session = options;
   evaluation.fidelity = !args.no_fidelity;

@@ -88,7 +88,7 @@ void run_sweep_jobs(const ModelOptions& model, const std::string& config, const 
   for (int i = 0; i < jobs; ++i) {
     const std::string shard = std::to_string(i) + "/" + std::to_string(jobs);
     std::vector<std::string> args = {"kvbench", "--threads", std::to_string(threads),
-                                     "--device", model.device};
+                                     "--device", model.device, "--dtype", model.dtype};
     if (!model.model_path.empty()) args.insert(args.end(), {"--model", model.model_path});
     args.insert(args.end(), {"sweep", config, "--db", db, "--shard", shard});
     std::fflush(stdout);
@@ -148,7 +148,8 @@ void run_sweep_into(const ModelOptions& model_options, SweepConfig config, const
     }
     std::fflush(stdout);
   }
-  auto model = LlamaModel::load(model_path, model_device(options));
+  auto model = LlamaModel::load(model_path, model_device(options),
+                                model_dtype(options));
   run.kvbench_version = KVBENCH_VERSION;
   run.git_sha = trimmed_output("git -C '" KVBENCH_SOURCE_DIR
                                "' describe --always --dirty --abbrev=12 2>/dev/null");

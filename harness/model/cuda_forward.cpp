@@ -12,20 +12,50 @@ namespace kvbench {
 namespace {
 
 struct DeviceLinear {
-  DeviceBuffer<float> w;     // [rows, cols]
-  DeviceBuffer<float> bias;  // [rows], or empty
+  DeviceBuffer<float> w;          // [rows, cols] in fp32, or empty
+  DeviceBuffer<uint16_t> w_bf16;  // [rows, cols] bf16 bits in bf16, or empty
+  DeviceBuffer<float> bias;       // [rows], or empty
   int64_t rows = 0;
   int64_t cols = 0;
 };
 
-DeviceLinear upload(const HostLinear& l) {
-  DeviceLinear d;
-  d.w = DeviceBuffer<float>(l.w, l.rows * l.cols);
-  if (l.bias) d.bias = DeviceBuffer<float>(l.bias, l.rows);
-  d.rows = l.rows;
-  d.cols = l.cols;
-  return d;
-}
+// Weights as the dtype holds them. bf16 goes through `staging` (fp32, at least the largest
+// matrix, reused: every copy and conversion is on the default stream, so in order).
+class WeightUploader {
+ public:
+  WeightUploader(ModelDtype dtype, int64_t largest) : dtype_(dtype) {
+    if (dtype_ == ModelDtype::Bf16) staging_ = DeviceBuffer<float>(largest);
+  }
+
+  // A norm weight or bias: fp32, with bf16's values in bf16.
+  DeviceBuffer<float> vector(const float* host, int64_t n) const {
+    DeviceBuffer<float> d(host, n);
+    if (dtype_ == ModelDtype::Bf16) round_to_bf16_cuda(d.data(), n, nullptr);
+    return d;
+  }
+
+  DeviceLinear linear(const HostLinear& l) const {
+    DeviceLinear d;
+    const int64_t n = l.rows * l.cols;
+    if (dtype_ == ModelDtype::Bf16) {
+      staging_.upload(l.w, n);
+      d.w_bf16 = DeviceBuffer<uint16_t>(n);
+      fp32_to_bf16_cuda(staging_.data(), d.w_bf16.data(), n, nullptr);
+    } else {
+      d.w = DeviceBuffer<float>(l.w, n);
+    }
+    if (l.bias) d.bias = vector(l.bias, l.rows);
+    d.rows = l.rows;
+    d.cols = l.cols;
+    return d;
+  }
+
+ private:
+  ModelDtype dtype_;
+  mutable DeviceBuffer<float> staging_;
+};
+
+int64_t bytes_of(const DeviceLinear& l) { return l.w.bytes() + l.w_bf16.bytes() + l.bias.bytes(); }
 
 struct DeviceLayer {
   DeviceBuffer<float> attn_norm, ffn_norm;
@@ -41,6 +71,7 @@ bool cuda_device_present() {
 
 struct CudaForward::Impl {
   ModelConfig config;
+  ModelDtype dtype = ModelDtype::Fp32;
   CublasHandle cublas;
   std::vector<DeviceLayer> layers;
   DeviceBuffer<float> output_norm;
@@ -52,13 +83,40 @@ struct CudaForward::Impl {
   struct Scratch {
     int64_t rows = 0;
     DeviceBuffer<float> x, h, q, k, v, attn, gate, up, logits;
+    DeviceBuffer<uint16_t> gemm_in;  // bf16: the operand of the next GEMMs
     DeviceBuffer<int32_t> positions;
   };
   mutable Scratch s;
 
-  void linear(const DeviceLinear& l, const float* x, int64_t n, float* y) const {
-    linear_cuda(cublas.get(), l.w.data(), l.rows, l.cols, x, n, y);
+  bool bf16() const { return dtype == ModelDtype::Bf16; }
+
+  // An activation stored as an engine stores it: rounded to bf16 in bf16, as is in fp32.
+  void store_rounded(float* x, int64_t count) const {
+    if (bf16()) round_to_bf16_cuda(x, count, nullptr);
+  }
+
+  // The input rows of the GEMMs that follow, as their dtype's operand: in bf16 rounded into
+  // s.gemm_in once, for every GEMM that reads them (q, k and v; gate and up).
+  struct GemmInput {
+    const float* fp32 = nullptr;
+    const uint16_t* bf16 = nullptr;
+  };
+  GemmInput gemm_input(const float* x, int64_t count) const {
+    if (!bf16()) return {x, nullptr};
+    fp32_to_bf16_cuda(x, s.gemm_in.data(), count, nullptr);
+    return {nullptr, s.gemm_in.data()};
+  }
+
+  // y = x . w^T + bias, then stored as an activation (rounded in bf16) unless it is logits.
+  void linear(const DeviceLinear& l, GemmInput x, int64_t n, float* y,
+              bool is_logits = false) const {
+    if (bf16()) {
+      linear_bf16_cuda(cublas.get(), l.w_bf16.data(), l.rows, l.cols, x.bf16, n, y);
+    } else {
+      linear_cuda(cublas.get(), l.w.data(), l.rows, l.cols, x.fp32, n, y);
+    }
     if (l.bias.size() > 0) add_bias_rows_cuda(y, l.bias.data(), n, l.rows, nullptr);
+    if (!is_logits) store_rounded(y, n * l.rows);
   }
 
   void reserve_rows(int64_t n, bool all_logits) const {
@@ -75,6 +133,11 @@ struct CudaForward::Impl {
       s.gate = DeviceBuffer<float>(n * c.n_ff);
       s.up = DeviceBuffer<float>(n * c.n_ff);
       s.positions = DeviceBuffer<int32_t>(n);
+      if (bf16()) {
+        const int64_t widest =
+            std::max<int64_t>({c.n_embd, int64_t{c.n_heads} * c.head_dim, c.n_ff});
+        s.gemm_in = DeviceBuffer<uint16_t>(n * widest);
+      }
     }
     if (s.logits.size() < logit_rows * c.vocab_size) {
       s.logits = DeviceBuffer<float>(logit_rows * c.vocab_size);
@@ -82,53 +145,72 @@ struct CudaForward::Impl {
   }
 
   // As LlamaModel's CPU block: attention inputs, the cache, then the MLP, all on the device.
+  // In bf16, rounded where cuda_forward.h's rule says.
   void layer(int32_t l, int64_t n, KvCache& cache) const {
     const ModelConfig& c = config;
     const DeviceLayer& w = layers[l];
+    const int64_t q_count = n * c.n_heads * c.head_dim, kv_count = n * c.n_kv_heads * c.head_dim;
     rms_norm_cuda(s.x.data(), w.attn_norm.data(), s.h.data(), n, c.n_embd, c.rms_eps, nullptr);
-    linear(w.q, s.h.data(), n, s.q.data());
-    linear(w.k, s.h.data(), n, s.k.data());
-    linear(w.v, s.h.data(), n, s.v.data());
+    GemmInput in = gemm_input(s.h.data(), n * c.n_embd);
+    linear(w.q, in, n, s.q.data());
+    linear(w.k, in, n, s.k.data());
+    linear(w.v, in, n, s.v.data());
     rope_interleaved_cuda(s.q.data(), s.positions.data(), n, c.n_heads, c.head_dim,
                           inv_freq.data(), nullptr);
     rope_interleaved_cuda(s.k.data(), s.positions.data(), n, c.n_kv_heads, c.head_dim,
                           inv_freq.data(), nullptr);
+    store_rounded(s.q.data(), q_count);
+    store_rounded(s.k.data(), kv_count);
     cache.append(l, s.k.data(), s.v.data(), s.positions.data(), n);
     cache.attend(l, AttentionQuery{s.q.data(), s.positions.data(), s.attn.data(),
                                    static_cast<int32_t>(n), c.n_heads,
                                    1.f / std::sqrt(static_cast<float>(c.head_dim))});
-    linear(w.o, s.attn.data(), n, s.h.data());
+    linear(w.o, gemm_input(s.attn.data(), q_count), n, s.h.data());
     add_in_place_cuda(s.x.data(), s.h.data(), n * c.n_embd, nullptr);
+    store_rounded(s.x.data(), n * c.n_embd);
     rms_norm_cuda(s.x.data(), w.ffn_norm.data(), s.h.data(), n, c.n_embd, c.rms_eps, nullptr);
-    linear(w.gate, s.h.data(), n, s.gate.data());
-    linear(w.up, s.h.data(), n, s.up.data());
+    in = gemm_input(s.h.data(), n * c.n_embd);
+    linear(w.gate, in, n, s.gate.data());
+    linear(w.up, in, n, s.up.data());
     silu_mul_cuda(s.gate.data(), s.up.data(), s.gate.data(), n * c.n_ff, nullptr);
-    linear(w.down, s.gate.data(), n, s.h.data());
+    linear(w.down, gemm_input(s.gate.data(), n * c.n_ff), n, s.h.data());
     add_in_place_cuda(s.x.data(), s.h.data(), n * c.n_embd, nullptr);
+    store_rounded(s.x.data(), n * c.n_embd);
   }
 };
 
-CudaForward::CudaForward(const ModelConfig& config, const HostWeights& weights)
+CudaForward::CudaForward(const ModelConfig& config, const HostWeights& weights,
+                         ModelDtype dtype)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.config = config;
+  m.dtype = dtype;
+  int64_t largest = weights.lm_head.rows * weights.lm_head.cols;
+  for (const HostLayer& h : weights.layers) {
+    for (const HostLinear* l : {&h.q, &h.k, &h.v, &h.o, &h.gate, &h.up, &h.down}) {
+      largest = std::max(largest, l->rows * l->cols);
+    }
+  }
+  const WeightUploader upload(dtype, largest);
   for (const HostLayer& h : weights.layers) {
     DeviceLayer d;
-    d.attn_norm = DeviceBuffer<float>(h.attn_norm, config.n_embd);
-    d.ffn_norm = DeviceBuffer<float>(h.ffn_norm, config.n_embd);
-    d.q = upload(h.q);
-    d.k = upload(h.k);
-    d.v = upload(h.v);
-    d.o = upload(h.o);
-    d.gate = upload(h.gate);
-    d.up = upload(h.up);
-    d.down = upload(h.down);
+    d.attn_norm = upload.vector(h.attn_norm, config.n_embd);
+    d.ffn_norm = upload.vector(h.ffn_norm, config.n_embd);
+    d.q = upload.linear(h.q);
+    d.k = upload.linear(h.k);
+    d.v = upload.linear(h.v);
+    d.o = upload.linear(h.o);
+    d.gate = upload.linear(h.gate);
+    d.up = upload.linear(h.up);
+    d.down = upload.linear(h.down);
     m.layers.push_back(std::move(d));
   }
-  m.output_norm = DeviceBuffer<float>(weights.output_norm, config.n_embd);
-  m.lm_head = upload(weights.lm_head);
+  m.output_norm = upload.vector(weights.output_norm, config.n_embd);
+  m.lm_head = upload.linear(weights.lm_head);
   m.inv_freq = DeviceBuffer<float>(config.rope_inv_freq.data(),
                                    static_cast<int64_t>(config.rope_inv_freq.size()));
+  // The staging buffer is freed on return: wait until the conversions have read it.
+  cuda_check(cudaDeviceSynchronize(), "CudaForward", "weight upload");
 }
 
 CudaForward::~CudaForward() = default;
@@ -142,14 +224,30 @@ void CudaForward::forward_chunk(const float* x, int64_t n, KvCache& cache, bool 
   for (int64_t i = 0; i < n; ++i) positions[i] = cache.next_position() + static_cast<int32_t>(i);
   m.s.positions.upload(positions.data(), n);
   m.s.x.upload(x, n * c.n_embd);
+  m.store_rounded(m.s.x.data(), n * c.n_embd);  // a bf16 embedding table's rows
   for (int32_t l = 0; l < c.n_layers; ++l) m.layer(l, n, cache);
   cache.advance(static_cast<int32_t>(n));
 
   const int64_t first = all_logits ? 0 : n - 1;
   rms_norm_cuda(m.s.x.data() + first * c.n_embd, m.output_norm.data(), m.s.h.data(), n - first,
                 c.n_embd, c.rms_eps, nullptr);
-  m.linear(m.lm_head, m.s.h.data(), n - first, m.s.logits.data());
+  m.linear(m.lm_head, m.gemm_input(m.s.h.data(), (n - first) * c.n_embd), n - first,
+           m.s.logits.data(), /*is_logits=*/true);
   m.s.logits.download(logits, (n - first) * c.vocab_size);  // waits for the chunk
+}
+
+ModelDtype CudaForward::dtype() const { return impl_->dtype; }
+
+int64_t CudaForward::weight_bytes() const {
+  const Impl& m = *impl_;
+  int64_t bytes = m.output_norm.bytes() + bytes_of(m.lm_head);
+  for (const DeviceLayer& l : m.layers) {
+    bytes += l.attn_norm.bytes() + l.ffn_norm.bytes();
+    for (const DeviceLinear* d : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) {
+      bytes += bytes_of(*d);
+    }
+  }
+  return bytes;
 }
 
 }  // namespace kvbench

@@ -205,6 +205,7 @@ std::vector<int64_t> most_deviating_rows(const float* fresh_k, const float* cach
 struct LlamaModel::Impl {
   std::unique_ptr<GgufFile> file;
   ModelDevice device = ModelDevice::Cpu;
+  ModelDtype dtype = ModelDtype::Fp32;
 #ifdef KVBENCH_WITH_CUDA
   std::unique_ptr<CudaForward> cuda;  // the forward pass on a GPU (ModelDevice::Cuda)
 #endif
@@ -411,8 +412,13 @@ HostWeights host_weights(const std::vector<Layer>& layers, const std::vector<flo
 
 }  // namespace
 
-std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, ModelDevice device) {
+std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, ModelDevice device,
+                                             ModelDtype dtype) {
   use_openmp_threads_only();
+  if (dtype != ModelDtype::Fp32 && device != ModelDevice::Cuda) {
+    throw InputError(std::string("--dtype ") + dtype_name(dtype) +
+                     ": runs only with --device cuda (the CPU forward is fp32)");
+  }
 #ifdef KVBENCH_WITH_CUDA
   if (device == ModelDevice::Cuda && !cuda_device_present()) {
     throw InputError("--device cuda: no CUDA device is present on this machine");
@@ -424,6 +430,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, ModelDevic
 #endif
   auto impl = std::make_unique<Impl>();
   impl->device = device;
+  impl->dtype = dtype;
   impl->file = std::make_unique<GgufFile>(path);
   const GgufFile& f = *impl->file;
   impl->config = ModelConfig::from_gguf(f);
@@ -471,7 +478,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, ModelDevic
                        "; the CUDA attention kernels take 64 or 128");
     }
     impl->cuda = std::make_unique<CudaForward>(
-        c, host_weights(impl->layers, impl->output_norm, impl->lm_head));
+        c, host_weights(impl->layers, impl->output_norm, impl->lm_head), dtype);
   }
 #endif
   return std::unique_ptr<LlamaModel>(new LlamaModel(std::move(impl)));
@@ -486,6 +493,14 @@ KvShape LlamaModel::kv_shape() const {
 }
 
 ModelDevice LlamaModel::device() const { return impl_->device; }
+ModelDtype LlamaModel::dtype() const { return impl_->dtype; }
+
+int64_t LlamaModel::device_weight_bytes() const {
+#ifdef KVBENCH_WITH_CUDA
+  if (impl_->cuda) return impl_->cuda->weight_bytes();
+#endif
+  return 0;
+}
 
 std::vector<float> LlamaModel::decode(int32_t token, KvCache& cache) const {
   cache.mark_decode_step();

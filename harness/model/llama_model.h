@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "harness/model/model_config.h"
+#include "harness/model/model_dtype.h"
 #include "methods/kv_cache.h"
 
 namespace kvbench {
@@ -24,11 +25,12 @@ enum class ModelDevice { Cpu, Cuda };
 class LlamaModel {
  public:
   // Maps the GGUF file and prepares the weights (on `device`: Cuda copies them to the GPU
-  // as fp32). Throws InputError naming the file when it is missing, corrupt, of an
-  // unsupported architecture, or lacks a tensor, and for Cuda in a build without CUDA or on
-  // a machine without a CUDA device.
+  // in `dtype`, fp32 or bf16; the CPU runs fp32 only). Throws InputError naming the file
+  // when it is missing, corrupt, of an unsupported architecture, or lacks a tensor, for Cuda
+  // in a build without CUDA or on a machine without a CUDA device, and for bf16 on the CPU.
   static std::unique_ptr<LlamaModel> load(const std::string& path,
-                                          ModelDevice device = ModelDevice::Cpu);
+                                          ModelDevice device = ModelDevice::Cpu,
+                                          ModelDtype dtype = ModelDtype::Fp32);
   ~LlamaModel();
 
   const ModelConfig& config() const;
@@ -36,6 +38,9 @@ class LlamaModel {
   const GgufFile& file() const;
   KvShape kv_shape() const;
   ModelDevice device() const;
+  ModelDtype dtype() const;
+  // Bytes the weights take in device memory (about half in bf16); 0 on the CPU.
+  int64_t device_weight_bytes() const;
 
   // Feeds `tokens` at positions cache.next_position() onwards, in chunks of at most
   // prefill_chunk tokens, storing their keys and values in `cache`. Returns the logits of

@@ -1,6 +1,7 @@
 #include "kernels/cpu/layer_ops.h"
 
 #include <cmath>
+#include <cstring>
 
 namespace kvbench {
 
@@ -42,6 +43,31 @@ void rope_interleaved_cpu(float* x, const int32_t* positions, int64_t n_tokens, 
 
 void silu_mul_cpu(const float* gate, const float* up, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.f + std::exp(-gate[i])) * up[i];
+}
+
+uint16_t float_to_bf16_bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  // A NaN's payload may sit in the low bits only: rounding would carry it into infinity.
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  // Ties to even: add just under half an ulp of bf16, plus one when the kept lsb is odd.
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+float bf16_bits_to_float(uint16_t bits) {
+  const uint32_t u = static_cast<uint32_t>(bits) << 16;
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+void fp32_to_bf16_cpu(const float* x, uint16_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = float_to_bf16_bits(x[i]);
+}
+
+void round_to_bf16_cpu(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = bf16_bits_to_float(float_to_bf16_bits(x[i]));
 }
 
 }  // namespace kvbench

@@ -19,4 +19,16 @@ void rope_interleaved_cpu(float* x, const int32_t* positions, int64_t n_tokens, 
 // out = silu(gate) * up, elementwise over n floats (SwiGLU).
 void silu_mul_cpu(const float* gate, const float* up, float* out, int64_t n);
 
+// bf16 as the model's bf16 mode holds weights and activations (harness/model/cuda_forward.h):
+// the upper 16 bits of an fp32, here as uint16_t bits so that host code needs no CUDA type.
+// fp32 -> bf16 rounds to nearest, ties to even (as __float2bfloat16_rn and checkpoint
+// converters do): finite values past bf16's largest round to infinity, subnormals are kept.
+// A NaN stays a NaN (quiet, its sign kept) instead of rounding into infinity; which NaN is
+// not part of the contract (the GPU's cvt gives its canonical one).
+uint16_t float_to_bf16_bits(float x);
+float bf16_bits_to_float(uint16_t bits);  // exact
+void fp32_to_bf16_cpu(const float* x, uint16_t* y, int64_t n);
+// x[i] = bf16(x[i]) in place, held in fp32: the value a bf16 store of x[i] would read back.
+void round_to_bf16_cpu(float* x, int64_t n);
+
 }  // namespace kvbench

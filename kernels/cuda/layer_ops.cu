@@ -1,3 +1,5 @@
+#include <cuda_bf16.h>
+
 #include <algorithm>
 #include <climits>
 #include <stdexcept>
@@ -87,6 +89,19 @@ __global__ void add_bias_kernel(float* y, const float* bias, int64_t n, int64_t 
   for (int64_t i = first_item(); i < n; i += item_stride()) y[i] += bias[i % dim];
 }
 
+// __float2bfloat16_rn: round to nearest even (cvt.rn.bf16.f32 on sm_80+), NaN kept as NaN.
+__global__ void to_bf16_kernel(const float* x, uint16_t* y, int64_t n) {
+  for (int64_t i = first_item(); i < n; i += item_stride()) {
+    y[i] = __bfloat16_as_ushort(__float2bfloat16_rn(x[i]));
+  }
+}
+
+__global__ void round_bf16_kernel(float* x, int64_t n) {
+  for (int64_t i = first_item(); i < n; i += item_stride()) {
+    x[i] = __bfloat162float(__float2bfloat16_rn(x[i]));
+  }
+}
+
 }  // namespace
 
 void rms_norm_cuda(const float* x, const float* weight, float* y, int64_t n_rows, int64_t dim,
@@ -126,6 +141,18 @@ void add_bias_rows_cuda(float* y, const float* bias, int64_t n_rows, int64_t dim
   if (n_rows <= 0 || dim <= 0) return;
   add_bias_kernel<<<blocks_for(n_rows * dim), kThreads, 0, stream>>>(y, bias, n_rows * dim, dim);
   check_launch("add_bias_rows_cuda");
+}
+
+void fp32_to_bf16_cuda(const float* x, uint16_t* y, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  to_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, y, n);
+  check_launch("fp32_to_bf16_cuda");
+}
+
+void round_to_bf16_cuda(float* x, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  round_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n);
+  check_launch("round_to_bf16_cuda");
 }
 
 }  // namespace kvbench

@@ -37,4 +37,13 @@ void add_in_place_cuda(float* x, const float* y, int64_t n, cudaStream_t stream)
 void add_bias_rows_cuda(float* y, const float* bias, int64_t n_rows, int64_t dim,
                         cudaStream_t stream);
 
+// y[i] = bf16 bits of x[i] over n values (the bf16 operand of a GEMM), rounded as
+// float_to_bf16_bits in kernels/cpu/layer_ops.h: bit-identical to it, except that a NaN
+// becomes the GPU's canonical NaN. y must not overlap x.
+void fp32_to_bf16_cuda(const float* x, uint16_t* y, int64_t n, cudaStream_t stream);
+
+// x[i] = bf16(x[i]) in place over n floats, held in fp32 (round_to_bf16_cpu's twin): an
+// activation rounded where an engine would store it as bf16.
+void round_to_bf16_cuda(float* x, int64_t n, cudaStream_t stream);
+
 }  // namespace kvbench

@@ -1,4 +1,5 @@
-// The model's linear layers on a GPU: fp32 GEMMs through cuBLAS. Host code (compiled by the
+// The model's linear layers on a GPU: fp32 GEMMs, and bf16 GEMMs accumulating in fp32,
+// through cuBLAS. Host code (compiled by the
 // C++ compiler, not nvcc); pulls in <cublas_v2.h> and <cuda_runtime.h>.
 #pragma once
 
@@ -37,5 +38,14 @@ class CublasHandle {
 // call and the sizes on a cuBLAS or CUDA error.
 void linear_cuda(cublasHandle_t handle, const float* w, int64_t rows, int64_t cols, const float* x,
                  int64_t n, float* y);
+
+// linear_cuda with bf16 operands, as engines run a bf16 model: w [rows, cols] and
+// x [n, cols] hold bf16 bits (kernels/cpu/layer_ops.h's float_to_bf16_bits), multiplied
+// through cublasGemmEx with CUBLAS_COMPUTE_32F: each product is exact in fp32 and the sum
+// accumulates in fp32. y [n, rows] stays fp32, unrounded: the caller adds a bias and rounds
+// it to bf16 once (as a GEMM epilogue would), or keeps fp32 (the logits). Same sizes,
+// errors and asynchrony as linear_cuda.
+void linear_bf16_cuda(cublasHandle_t handle, const uint16_t* w, int64_t rows, int64_t cols,
+                      const uint16_t* x, int64_t n, float* y);
 
 }  // namespace kvbench
