@@ -185,8 +185,10 @@ TEST_CASE("the bf16 model on a GPU stays within bf16's error of the fp32 model",
                               << top1 << ", mean KL " << mean_kl);
   CHECK(worst > 1e-4 * scale);  // bf16 did run
   CHECK(worst < 0.1 * scale);
-  CHECK(top1 >= 0.9);
-  CHECK(mean_kl < 0.05);
+  // Measured under the host emulation (CPU references, fp32 sums): max |dlogit| 1.0, top-1
+  // 99.2%, mean KL 6e-5; the bounds leave room for a GPU's other summation orders.
+  CHECK(top1 >= 0.95);
+  CHECK(mean_kl < 5e-3);
 
   // Decoding from each model's own cache, teacher-forced on fp32's greedy tokens: bf16 picks
   // the same token, or one that fp32 rates within 5% of the scale of its choice (a near tie).
@@ -198,7 +200,7 @@ TEST_CASE("the bf16 model on a GPU stays within bf16's error of the fp32 model",
     INFO("decode step " << step << ": fp32's margin over bf16's pick " << a.reference_margin
                         << ", KL " << a.kl);
     CHECK((a.same_top1 || a.reference_margin < 0.05 * scale));
-    CHECK(a.kl < 0.1);
+    CHECK(a.kl < 2e-2);  // emulated: at most 2.5e-4
     ++steps;
     step_agree += a.same_top1;
     const auto next = static_cast<int32_t>(
