@@ -182,7 +182,10 @@ TailRounding kivi_tail_rounding(const KiviConfig& config, int64_t n_tokens, int6
                                 int64_t keys_rounded, int64_t values_rounded) {
   const int64_t g = config.group, tail = n_tokens - packed;
   TailRounding r;
-  r.keys_to = std::clamp<int64_t>(kivi_keys_quantized(config.residual, n_tokens) - packed, 0, tail);
+  // Keys round a channel over `group` rows, so only whole groups: with residual 0 every key
+  // counts as quantized, and a last partial group would round rows past the tail's tokens.
+  r.keys_to =
+      std::clamp<int64_t>(kivi_keys_quantized(config.residual, n_tokens) - packed, 0, tail) / g * g;
   r.keys_from = std::min(keys_rounded / g * g, r.keys_to);
   r.values_to = std::clamp<int64_t>(n_tokens - config.residual - packed, 0, tail);
   r.values_from = std::min(values_rounded, r.values_to);

@@ -330,3 +330,18 @@ TEST_CASE("plain kivi attends over its context in fp32, as KIVI's prefill", "[un
   CHECK(dynamic_cast<const KiviLayerKv&>(kivi.layer(0)).n_blocks() == (1024 - 128) / 32);
   check_newest_in_tail(kivi, 128);
 }
+
+// Found by the CUDA emulation (a tail row past the tokens read as its poison): with residual 0
+// every key counts as quantized, but keys round a channel over a whole group of rows.
+TEST_CASE("kivi with residual 0 rounds only whole groups of tail keys", "[unit]") {
+  KiviConfig config;
+  config.residual = 0;
+  config.group = 32;
+  // 65 tokens, 64 packed: the one tail key waits for its group; its value rounds alone.
+  const TailRounding r = kivi_tail_rounding(config, 65, 64, 0, 0);
+  CHECK(r.keys_to == 0);
+  CHECK(r.values_to == 1);
+  CHECK(kivi_tail_rounding(config, 96, 64, 0, 0).keys_to == 32);
+  config.residual = 128;  // whole groups already: unchanged
+  CHECK(kivi_tail_rounding(config, 300, 128, 0, 0).keys_to == 256 - 128);
+}
