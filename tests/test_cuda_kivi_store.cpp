@@ -87,17 +87,34 @@ HostView host_view(const DenseKv& kv, bool on_device) {
 void require_same_views(const HostView& a, const HostView& b) {
   REQUIRE(b.n_tokens == a.n_tokens);
   REQUIRE(b.capacity == a.capacity);
-  float worst = 0.0f;
+  // Keys and values apart, each with where it is worst: a failure says what differs.
+  float worst_key = 0.0f, worst_value = 0.0f;
+  std::string key_at, value_at;
+  const auto where = [](int32_t h, int64_t t, int32_t c, float x, float y) {
+    return "head " + std::to_string(h) + ", slot " + std::to_string(t) + ", channel " +
+           std::to_string(c) + ": " + std::to_string(x) + " vs " + std::to_string(y);
+  };
   for (int32_t h = 0; h < kKvHeads; ++h) {
     for (int64_t t = 0; t < a.n_tokens; ++t) {
       REQUIRE(b.position(h, t) == a.position(h, t));
       for (int32_t c = 0; c < a.head_dim; ++c) {
-        worst = std::max(worst, std::abs(b.key(h, t, c) - a.key(h, t, c)));
-        worst = std::max(worst, std::abs(b.value(h, t, c) - a.value(h, t, c)));
+        const float dk = std::abs(b.key(h, t, c) - a.key(h, t, c));
+        const float dv = std::abs(b.value(h, t, c) - a.value(h, t, c));
+        if (dk > worst_key) {
+          worst_key = dk;
+          key_at = where(h, t, c, a.key(h, t, c), b.key(h, t, c));
+        }
+        if (dv > worst_value) {
+          worst_value = dv;
+          value_at = where(h, t, c, a.value(h, t, c), b.value(h, t, c));
+        }
       }
     }
   }
-  CHECK(worst <= 1e-5f);
+  INFO("tokens " << a.n_tokens << ", capacities " << a.capacity << " (cpu) and " << b.capacity
+                 << " (device); worst key at " << key_at << "; worst value at " << value_at);
+  CHECK(worst_key <= 1e-5f);
+  CHECK(worst_value <= 1e-5f);
 }
 
 // Same tokens, blocks and bytes, before and while the views are held.
@@ -277,9 +294,15 @@ TEST_CASE("cuda kivi store: appends, packing, views and attention equal the CPU 
           // A forward: store the chunk, attend over it (nothing packed yet), then settle.
           const std::vector<int32_t> chunk = twin.append(n_new);
           require_same_attention(twin, chunk, seed++);
-          twin.require_same();
+          {
+            INFO("before settle");
+            twin.require_same();
+          }
           twin.settle();
-          twin.require_same();
+          {
+            INFO("after settle");
+            twin.require_same();
+          }
           require_same_decode(twin, seed);
           seed += 2;
         }

@@ -16,7 +16,9 @@ using cuda::warp_sum;
 
 constexpr int kWarps = 4;           // warps per block, each walking its own keys
 constexpr int kMaxGroup = 8;        // query heads of one KV group handled by one block
-constexpr int kMinSplitKeys = 256;  // split-K never makes a split shorter than this
+constexpr int kMinSplitKeys = 64;  // split-K never makes a split shorter than this
+constexpr int kMaxSplits = 256;    // nor more splits than this (the merge walks them in turn)
+constexpr int kBlocksPerSm = 8;    // split until about this many blocks per SM (latency hiding)
 constexpr float kLog2e = 1.4426950408889634f;
 
 // The stored slots a block walks, as indices j in [0, count): every slot in order (dense) ...
@@ -80,30 +82,50 @@ __global__ void __launch_bounds__(kWarps * 32)
   const float* k_head = kv.k + static_cast<int64_t>(kvh) * kv.capacity * D;
   const float* v_head = kv.v + static_cast<int64_t>(kvh) * kv.capacity * D;
   const int32_t* pos_head = kv.positions + static_cast<int64_t>(kvh) * kv.capacity;
-  for (int64_t j = t0 + warp; j < t1; j += kWarps) {
+  // Software-pipelined: the next key's position, K and V rows are loaded before this key's
+  // math, so each warp has two keys' loads in flight instead of one (decode is bound by
+  // load latency, not bandwidth, at these few blocks). A slot past the pages (-1) loads
+  // nothing; visibility is decided when the key is used.
+  float kr[E], vr[E], kn[E], vn[E];
+  int32_t pos = INT32_MAX, pos_next = INT32_MAX;
+  auto fetch = [&](int64_t j, float* k, float* v, int32_t& p) {
+    p = INT32_MAX;  // invisible unless loaded
+    if (j >= t1) return;
     const int64_t t = slots.slot(kvh, j);
-    if (t < 0 || pos_head[t] > qpos) continue;  // uniform across the warp
-    float kr[E], vr[E];
+    if (t < 0) return;
+    p = pos_head[t];
 #pragma unroll
     for (int e = 0; e < E; ++e) {
-      kr[e] = k_head[t * D + e * 32 + lane];
-      vr[e] = v_head[t * D + e * 32 + lane];
+      k[e] = k_head[t * D + e * 32 + lane];
+      v[e] = v_head[t * D + e * 32 + lane];
     }
+  };
+  fetch(t0 + warp, kr, vr, pos);
+  for (int64_t j = t0 + warp; j < t1; j += kWarps) {
+    fetch(j + kWarps, kn, vn, pos_next);
+    if (pos <= qpos) {  // uniform across the warp
 #pragma unroll
-    for (int g = 0; g < kMaxGroup; ++g) {
-      if (g < ng) {
-        float s = 0.0f;
+      for (int g = 0; g < kMaxGroup; ++g) {
+        if (g < ng) {
+          float s = 0.0f;
 #pragma unroll
-        for (int e = 0; e < E; ++e) s = fmaf(q[g][e], kr[e], s);
-        s = warp_sum(s);
-        const float m_new = fmaxf(m[g], s);
-        const float alpha = exp2f(m[g] - m_new);  // 0 while m was -inf
-        const float p = exp2f(s - m_new);
-        l[g] = l[g] * alpha + p;
+          for (int e = 0; e < E; ++e) s = fmaf(q[g][e], kr[e], s);
+          s = warp_sum(s);
+          const float m_new = fmaxf(m[g], s);
+          const float alpha = exp2f(m[g] - m_new);  // 0 while m was -inf
+          const float p = exp2f(s - m_new);
+          l[g] = l[g] * alpha + p;
 #pragma unroll
-        for (int e = 0; e < E; ++e) acc[g][e] = fmaf(acc[g][e], alpha, p * vr[e]);
-        m[g] = m_new;
+          for (int e = 0; e < E; ++e) acc[g][e] = fmaf(acc[g][e], alpha, p * vr[e]);
+          m[g] = m_new;
+        }
       }
+    }
+    pos = pos_next;
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      kr[e] = kn[e];
+      vr[e] = vn[e];
     }
   }
 
@@ -159,13 +181,16 @@ void launch(const AttentionQuery& query, const DenseKv& kv, Slots slots, int64_t
   int device = 0, sms = 1;
   check(cudaGetDevice(&device), who, "cudaGetDevice");
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), who, "SM count");
-  // Split-K only when (query, head chunk) blocks alone would leave SMs idle.
+  // Split-K only when (query, head chunk) blocks alone would leave SMs short of warps: a
+  // decode step has n_kv_heads blocks, and one warp walks its keys one load at a time, so
+  // measured on an H200 (132 SMs) 2 blocks per SM and 256-key splits left decode attention
+  // at 6% of the memory bandwidth, bound by load latency.
   const int64_t base = static_cast<int64_t>(query.n_queries) * kv.n_kv_heads * head_chunks;
-  const int64_t want = 2LL * sms;
+  const int64_t want = static_cast<int64_t>(kBlocksPerSm) * sms;
   int64_t splits = 1;
   if (base < want) {
     const int64_t most = std::max<int64_t>(1, n_slots / kMinSplitKeys);
-    splits = std::min<int64_t>({(want + base - 1) / base, most, 65535});
+    splits = std::min<int64_t>({(want + base - 1) / base, most, int64_t{kMaxSplits}});
   }
   const int64_t split_len = std::max<int64_t>(1, (n_slots + splits - 1) / splits);
   splits = std::max<int64_t>(1, (n_slots + split_len - 1) / split_len);

@@ -38,10 +38,13 @@ __global__ void merge_splits_kernel(AttentionQuery query, int n_splits, const fl
   const int64_t row = blockIdx.x;  // query * n_heads + head
   const int d = threadIdx.x;
   const float* p = partial + row * n_splits * (D + 2);
+  // Unrolled so that several splits' loads are in flight at once (up to 256 splits).
   float mx = -INFINITY;
+#pragma unroll 8
   for (int s = 0; s < n_splits; ++s) mx = fmaxf(mx, p[s * (D + 2) + D]);
   float o = 0.0f, sum = 0.0f;
   if (mx != -INFINITY) {
+#pragma unroll 8
     for (int s = 0; s < n_splits; ++s) {
       const float c = exp2f(p[s * (D + 2) + D] - mx);
       o += c * p[s * (D + 2) + d];
