@@ -38,8 +38,8 @@ KvCache full_cache_for(const LlamaModel& model) {
   return new_cache(model, resolve_method_spec("full"));
 }
 
-void prefill(benchmark::State& state, ModelDevice device) {
-  const LlamaModel* model = model_or_skip(state, device);
+void prefill(benchmark::State& state, ModelDevice device, ModelDtype dtype = ModelDtype::Fp32) {
+  const LlamaModel* model = model_or_skip(state, device, dtype);
   if (!model) return;
   const auto tokens = some_tokens(state.range(0), 1);
   for (auto _ : state) {
@@ -53,8 +53,9 @@ void prefill(benchmark::State& state, ModelDevice device) {
 
 // One-token decode after `context` tokens fed to a cache of `spec` (compressed at the end of
 // the context, as a session does).
-void decode(benchmark::State& state, ModelDevice device, const char* spec = "full") {
-  const LlamaModel* model = model_or_skip(state, device);
+void decode(benchmark::State& state, ModelDevice device, const char* spec = "full",
+            ModelDtype dtype = ModelDtype::Fp32) {
+  const LlamaModel* model = model_or_skip(state, device, dtype);
   if (!model) return;
   const int64_t context = state.range(0);
   constexpr int kSteps = 16;
@@ -85,6 +86,13 @@ void BM_Decode(benchmark::State& state) { decode(state, ModelDevice::Cpu); }
 // The same on a GPU (--device cuda: the full cache; skipped without a device).
 void BM_PrefillCuda(benchmark::State& state) { prefill(state, ModelDevice::Cuda); }
 void BM_DecodeCuda(benchmark::State& state) { decode(state, ModelDevice::Cuda); }
+// And with bf16 weights and activations (--dtype bf16): half the weight bytes per step.
+void BM_PrefillCudaBf16(benchmark::State& state) {
+  prefill(state, ModelDevice::Cuda, ModelDtype::Bf16);
+}
+void BM_DecodeCudaBf16(benchmark::State& state) {
+  decode(state, ModelDevice::Cuda, "full", ModelDtype::Bf16);
+}
 
 // A docs_kv context of about `tokens` tokens: its documents (each with its trailing blank
 // line) tokenized apart and prefilled alone, as a document cache would hold them.
@@ -185,6 +193,9 @@ BENCHMARK(BM_PrefillCuda)->Arg(64)->Arg(512)->Arg(2048)->Arg(8000)->Unit(benchma
     ->UseRealTime();
 BENCHMARK(BM_DecodeCuda)->Arg(0)->Arg(2048)->Arg(4096)->Arg(8000)->Iterations(8)
     ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_PrefillCudaBf16)->Arg(512)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_DecodeCudaBf16)->Arg(0)->Arg(4096)->Iterations(8)->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 #endif
 // Full prefill first: BM_DocsBlend reports its time as a fraction of it (x_full).
 BENCHMARK(BM_DocsFullPrefill)->Arg(4096)->Unit(benchmark::kMillisecond)->UseRealTime();

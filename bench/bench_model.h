@@ -14,21 +14,25 @@
 
 namespace kvbench::bench {
 
-// $KVBENCH_MODEL, else the bundled SmolLM2-135M-Instruct Q4_1, loaded once per device; null
-// (and the benchmark marked skipped with the load error, e.g. no CUDA device) when it cannot
-// be loaded.
+// $KVBENCH_MODEL, else the bundled SmolLM2-135M-Instruct Q4_1, loaded once per device and
+// dtype; null (and the benchmark marked skipped with the load error, e.g. no CUDA device)
+// when it cannot be loaded.
 inline const LlamaModel* model_or_skip(benchmark::State& state,
-                                       ModelDevice device = ModelDevice::Cpu) {
+                                       ModelDevice device = ModelDevice::Cpu,
+                                       ModelDtype dtype = ModelDtype::Fp32) {
   struct Loaded {
     std::unique_ptr<LlamaModel> model;
     std::string error;
   };
-  static Loaded on_cpu, on_cuda;
-  Loaded& loaded = device == ModelDevice::Cpu ? on_cpu : on_cuda;
+  static Loaded on_cpu, on_cuda, on_cuda_bf16;
+  Loaded& loaded = device == ModelDevice::Cpu    ? on_cpu
+                   : dtype == ModelDtype::Fp32 ? on_cuda
+                                               : on_cuda_bf16;
   if (!loaded.model && loaded.error.empty()) {
     const char* env = std::getenv("KVBENCH_MODEL");
     try {
-      loaded.model = LlamaModel::load(env && *env ? env : KVBENCH_DEFAULT_MODEL, device);
+      loaded.model =
+          LlamaModel::load(env && *env ? env : KVBENCH_DEFAULT_MODEL, device, dtype);
     } catch (const std::exception& e) {
       loaded.error = e.what();
     }
