@@ -62,4 +62,5 @@ build="${KVBENCH_BUILD_DIR:-build}"
 if [ ! -f "$build/CMakeCache.txt" ]; then
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release ${KVBENCH_CMAKE_ARGS:-} >/dev/null
 fi
-cmake --build "$build" -j "$(nproc)"
+# KVBENCH_BUILD_TARGETS: only these targets (the emulated-GPU build needs only its tests).
+cmake --build "$build" -j "$(nproc)" ${KVBENCH_BUILD_TARGETS:+--target $KVBENCH_BUILD_TARGETS}
