@@ -205,6 +205,7 @@ void launch(const AttentionQuery& query, const DenseKv& kv, Slots slots, int64_t
   float* partial = nullptr;
   const size_t bytes =
       static_cast<size_t>(query.n_queries) * query.n_heads * splits * (D + 2) * sizeof(float);
+  cuda::keep_pool_memory(who);
   check(cudaMallocAsync(reinterpret_cast<void**>(&partial), bytes, stream), who, "cudaMallocAsync");
   attention_split_kernel<D><<<grid, kWarps * 32, 0, stream>>>(
       query, kv, slots, n_slots, group, head_chunks, split_len, static_cast<int>(splits), partial);

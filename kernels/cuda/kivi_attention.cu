@@ -299,6 +299,7 @@ void launch(const AttentionQuery& query, const KiviKv& kv, const PageSelection* 
   float* partial = nullptr;
   const size_t bytes =
       static_cast<size_t>(query.n_queries) * query.n_heads * splits * (D + 2) * sizeof(float);
+  cuda::keep_pool_memory("attention_kivi_cuda");
   check(cudaMallocAsync(reinterpret_cast<void**>(&partial), bytes, stream), "cudaMallocAsync");
   kivi_split_kernel<D, BITS><<<grid, kWarps * 32, 0, stream>>>(
       query, kv, units, n_units, group, head_chunks, split_len, static_cast<int>(splits), partial);

@@ -221,6 +221,7 @@ void scores_launch(const AttentionQuery& query, const DenseKv& kv, float* scores
   float2* stats = nullptr;
   const size_t bytes =
       static_cast<size_t>(query.n_queries) * query.n_heads * splits * sizeof(float2);
+  cuda::keep_pool_memory(who);
   check(cudaMallocAsync(reinterpret_cast<void**>(&stats), bytes, stream), who, "cudaMallocAsync");
   const dim3 grid1(static_cast<unsigned>(query.n_queries),
                    static_cast<unsigned>(kv.n_kv_heads * head_chunks),
@@ -521,6 +522,7 @@ void key_anchor_cosine_cuda(const DenseKv& kv, float* cosine, cudaStream_t strea
   const size_t partial_bytes = static_cast<size_t>(heads * n_chunks * dim) * sizeof(double);
   const size_t bytes = partial_bytes + static_cast<size_t>(heads * dim + heads) * sizeof(float);
   void* scratch = nullptr;
+  cuda::keep_pool_memory(who);
   check(cudaMallocAsync(&scratch, bytes, stream), who, "cudaMallocAsync");
   double* partial = static_cast<double*>(scratch);
   float* anchors = reinterpret_cast<float*>(static_cast<char*>(scratch) + partial_bytes);
