@@ -21,6 +21,12 @@ inline uint32_t code_of(float x, float min, float inv_scale, uint32_t levels) {
   return static_cast<uint32_t>(std::clamp(c, 0.0f, static_cast<float>(levels)));
 }
 
+// min + code * scale as one fused multiply-add, as the CUDA kernel computes it: bit for bit
+// the same values on both, whatever the compiler contracts. (Rounded twice, a value could
+// differ by an ulp, and a group quantized again from such values, as KIVI's tail rounding
+// does, could then flip a code: a whole step.)
+inline float dequantized(float code, float scale, float min) { return std::fma(code, scale, min); }
+
 }  // namespace
 
 void quantize_groups_cpu(const float* x, int64_t group_stride, int64_t element_stride,
@@ -69,7 +75,7 @@ void dequantize_groups_cpu(const QuantGroups& q, float* x, int64_t group_stride,
       const uint32_t byte = in[b];
       for (int32_t k = 0; k < per_byte; ++k) {
         dst[(b * per_byte + k) * element_stride] =
-            lo + static_cast<float>((byte >> (k * q.bits)) & mask) * scale;
+            dequantized(static_cast<float>((byte >> (k * q.bits)) & mask), scale, lo);
       }
     }
   }
@@ -108,7 +114,8 @@ void dequantize_groups_reference(const QuantGroups& q, float* x, int64_t group_s
     for (int32_t i = 0; i < q.group_size; ++i) {
       const int64_t bit = static_cast<int64_t>(i) * q.bits;
       const int code = (q.packed[g * q.group_bytes() + bit / 8] >> (bit % 8)) & ((1 << q.bits) - 1);
-      x[g * group_stride + i * element_stride] = q.min[g] + static_cast<float>(code) * q.scale[g];
+      x[g * group_stride + i * element_stride] =
+          dequantized(static_cast<float>(code), q.scale[g], q.min[g]);
     }
   }
 }

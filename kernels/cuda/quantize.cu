@@ -71,7 +71,7 @@ __global__ void dequantize_kernel(QuantGroups q, int64_t bytes, float* x, int64_
   float* dst = x + g * group_stride;
   for (int32_t k = 0; k < per_byte; ++k) {
     const float code = static_cast<float>((byte >> (k * q.bits)) & mask);
-    dst[(b * per_byte + k) * element_stride] = __fadd_rn(lo, __fmul_rn(code, scale));
+    dst[(b * per_byte + k) * element_stride] = __fmaf_rn(code, scale, lo);  // as the CPU: one fma
   }
 }
 
