@@ -90,6 +90,7 @@ struct TinyLlamaSpec {
   // An untied output.weight's standard deviation: larger values give peaked logits, so that
   // greedy tokens do not hinge on rounding (the CPU-vs-GPU tests of a random model).
   float output_std = 0.05f;
+  float weight_std = 0.05f;  // every other weight matrix's standard deviation
   // Tokens past the tiny vocabulary, "<|unused_N|>" (never produced by the tokenizer), up to
   // this many in all: a real model's embedding and LM-head sizes. 0: the tiny vocabulary.
   int vocab_size = 0;
@@ -116,8 +117,9 @@ void write_tiny_llama_gguf(const std::string& path, const TinyLlamaSpec& spec = 
 // for the GPU tests and benchmarks, written by kvbench itself, so they need no download.
 TinyLlamaSpec smollm2_135m_shape(int context_length = 8192);
 
-// A random SmolLM2-shaped GGUF for this spec's seed, written once into the temporary
-// directory and shared by later processes (written to a side file, then renamed).
+// A random SmolLM2-shaped GGUF, written once into the temporary directory and shared by
+// later processes (written to a side file, then renamed; the name's version changes with
+// smollm2_135m_shape's weights).
 std::string random_smollm2_gguf(int context_length = 8192);
 
 }  // namespace kvbench::testing

@@ -139,7 +139,7 @@ TEST_CASE("a model on a GPU refuses what it cannot run", "[gpu]") {
 
 // bf16 weights and activations with fp32 sums (harness/model/cuda_forward.h) against the
 // fp32 model, both on the GPU. The bounds are bf16's, relative to the logits' scale (their
-// RMS: ~24 on the random model's wide head, ~3 on SmolLM2): its 8-bit significand puts
+// RMS, ~24 on the random model's wide head): its 8-bit significand puts
 // ~0.2% on every stored activation, which over 30 layers moves logits by a few percent of
 // their scale, and flips the top token only where fp32 itself nearly ties. A wrong bf16 path
 // (fp32 bytes read as bf16, an operand not converted, a buffer the wrong size) gives noise:
@@ -184,11 +184,15 @@ TEST_CASE("the bf16 model on a GPU stays within bf16's error of the fp32 model",
   INFO("prompt: logit scale " << scale << ", max |dlogit| " << worst << ", top-1 agreement "
                               << top1 << ", mean KL " << mean_kl);
   CHECK(worst > 1e-4 * scale);  // bf16 did run
-  CHECK(worst < 0.1 * scale);
-  // Measured under the host emulation (CPU references, fp32 sums): max |dlogit| 1.0, top-1
-  // 99.2%, mean KL 6e-5; the bounds leave room for a GPU's other summation orders.
-  CHECK(top1 >= 0.95);
-  CHECK(mean_kl < 5e-3);
+  // Measured under the host emulation (CPU references, fp32 sums) on the random model, whose
+  // wide head makes its logits more sensitive than SmolLM2's: max |dlogit| 0.09 of the scale,
+  // top-1 93.5%, mean KL 0.012; on the real SmolLM2 ($KVBENCH_MODEL) max 1.0 (under 0.1 of its
+  // scale), 99.2%, 6e-5. With the random model's weights at 0.05 instead of 0.02 (a network that
+  // amplifies perturbations) an H200 and the emulation agreed: 0.34 of the scale, 88-90%,
+  // 0.11-0.12. The bounds hold both models, with room for a GPU's summation orders.
+  CHECK(worst < 0.15 * scale);
+  CHECK(top1 >= 0.90);
+  CHECK(mean_kl < 3e-2);
 
   // Decoding from each model's own cache, teacher-forced on fp32's greedy tokens: bf16 picks
   // the same token, or one that fp32 rates within 5% of the scale of its choice (a near tie).
