@@ -3,6 +3,7 @@
 #include <string>
 
 #include "common/input_error.h"
+#include "kernels/cuda/scores.h"
 #include "methods/cuda_dense_store.h"
 #include "methods/cuda_kivi_store.h"
 #include "methods/kivi.h"
@@ -73,13 +74,40 @@ std::unique_ptr<TokenPolicy> HostPolicyOnDevice::clone() const {
 }
 
 void HostPolicyOnDevice::observe(int32_t layer, const AttentionQuery& query, const DenseKv& kv) {
-  const HostQuery host_query(query, kv.head_dim);
-  const HostKv host_kv(kv);
-  inner_->observe(layer, host_query.query, host_kv.kv);
+  const TokenPolicy::ScoredRows rows = inner_->scored_rows();
+  if (rows == TokenPolicy::ScoredRows::None) {
+    const HostQuery host_query(query, kv.head_dim);
+    const HostKv host_kv(kv);
+    inner_->observe(layer, host_query.query, host_kv.kv);
+    return;
+  }
+  // The attention the slots receive, summed on the device over the rows the policy reads:
+  // [n_heads, n_tokens] floats come down instead of the layer's keys and values.
+  AttentionQuery scored = query;
+  if (rows == TokenPolicy::ScoredRows::Last && query.n_queries > 1) {
+    scored.q += static_cast<int64_t>(query.n_queries - 1) * query.n_heads * kv.head_dim;
+    scored.q_positions += query.n_queries - 1;
+    scored.n_queries = 1;
+  }
+  const int64_t n = static_cast<int64_t>(query.n_heads) * kv.n_tokens;
+  const DeviceBuffer<float> scores(n);
+  if (n > 0) {
+    cuda_check(cudaMemsetAsync(scores.data(), 0, n * sizeof(float), nullptr), kWho,
+               "clear the scores");
+    attention_scores_cuda(scored, kv, scores.data(), nullptr);
+  }
+  const std::vector<float> host = download(scores.data(), n);  // waits for the kernel
+  inner_->observe_scores(layer, host.data(), query.n_heads, kv.n_tokens);
 }
 
 bool HostPolicyOnDevice::plan(int32_t layer, const DenseKv& kv, CachePhase phase,
                               RetainPlan& plan) {
+  if (inner_->scored_rows() != TokenPolicy::ScoredRows::None) {  // positions are enough
+    const std::vector<int32_t> positions = HostKv::rows(kv.positions, kv, 1);
+    const DenseKv host{nullptr,     nullptr,     positions.data(), kv.n_kv_heads,
+                       kv.head_dim, kv.n_tokens, kv.n_tokens};
+    return inner_->plan(layer, host, phase, plan);
+  }
   const HostKv host_kv(kv);
   return inner_->plan(layer, host_kv.kv, phase, plan);
 }

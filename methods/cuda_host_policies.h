@@ -5,10 +5,12 @@
 // Each call copies down only what the wrapped method reads at that moment: the query rows
 // of the forward (a few KiB) and, for a policy, the layer's stored tokens (an eviction
 // method holds about its budget, so this stays small after the first compression; a
-// once-only method such as SnapKV stops being called once it has compressed). Quest's page
-// metadata stays on the host and its chosen pages go up to the device. The copies are
-// transient: they are freed before the call returns and are not counted as resident.
-// The score kernels of kernels/cuda are the next step for the hot policies (H2O, TOVA).
+// once-only method such as SnapKV stops being called once it has compressed). The policies
+// that score every forward by the attention each slot receives (H2O, TOVA:
+// TokenPolicy::scored_rows) get it from attention_scores_cuda instead, [n_heads, n_tokens]
+// floats, and the slots' positions to plan: no keys or values come down. Quest's page
+// metadata stays on the host and its chosen pages go up to the device. The copies (and the
+// device scores) are transient: freed before the call returns, not counted as resident.
 // Host code; pulls in <cuda_runtime.h>.
 #pragma once
 

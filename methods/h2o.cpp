@@ -44,6 +44,17 @@ class H2oPolicy : public TokenPolicy {
     attention_scores_cpu(query, kv, s.values.data());
   }
 
+  // On a GPU: every query row's attention, summed there (attention_scores_cuda).
+  ScoredRows scored_rows() const override { return ScoredRows::All; }
+  void observe_scores(int32_t layer, const float* scores, int32_t n_heads,
+                      int64_t n_tokens) override {
+    LayerScores& s = layers_[layer];
+    if (s.n_heads == 0) s.n_heads = n_heads;
+    grow(s, n_tokens);
+    const int64_t n = static_cast<int64_t>(n_heads) * n_tokens;
+    for (int64_t i = 0; i < n; ++i) s.values[i] += scores[i];
+  }
+
   bool plan(int32_t layer, const DenseKv& kv, CachePhase phase, RetainPlan& plan) override {
     if (phase == CachePhase::ContextChunk) return false;
     const int64_t n = kv.n_tokens;

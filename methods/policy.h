@@ -45,6 +45,17 @@ class TokenPolicy {
   virtual void observe(int32_t /*layer*/, const AttentionQuery& /*query*/,
                        const DenseKv& /*kv*/) {}
 
+  // Where the stored tokens are not in host memory (a model on a GPU:
+  // methods/cuda_host_policies.h), a policy whose observe needs only the softmax attention
+  // the slots receive says from which query rows here; the device computes it and calls
+  // observe_scores instead of observe, and plan then sees the slots' positions only (k and v
+  // null). observe and observe_scores must agree: observe_scores gets what
+  // attention_scores_cpu adds up over those rows, [n_heads, n_tokens].
+  enum class ScoredRows { None, All, Last };
+  virtual ScoredRows scored_rows() const { return ScoredRows::None; }
+  virtual void observe_scores(int32_t /*layer*/, const float* /*scores*/, int32_t /*n_heads*/,
+                              int64_t /*n_tokens*/) {}
+
   // Plans `layer` at `phase`: fills `plan` and returns true to drop slots, or returns
   // false to keep everything.
   virtual bool plan(int32_t layer, const DenseKv& kv, CachePhase phase, RetainPlan& plan) = 0;

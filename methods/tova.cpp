@@ -26,10 +26,8 @@ class TovaPolicy : public TokenPolicy {
   // Scores every stored slot by what the chunk's last query gives it, averaged over the
   // query heads; kept until plan.
   void observe(int32_t layer, const AttentionQuery& query, const DenseKv& kv) override {
-    std::vector<float>& scores = scores_[layer];
-    const Budget& budget = limits_.budget();
-    if (!budget.is_ratio() && kv.n_tokens <= budget.tokens) {
-      scores.clear();  // under a token budget plan evicts nothing: skip the work
+    if (under_budget(kv.n_tokens)) {
+      scores_[layer].clear();  // under a token budget plan evicts nothing: skip the work
       return;
     }
     AttentionQuery last = query;
@@ -38,12 +36,24 @@ class TovaPolicy : public TokenPolicy {
     last.n_queries = 1;
     std::vector<float> per_head(static_cast<size_t>(query.n_heads) * kv.n_tokens, 0.f);
     attention_scores_cpu(last, kv, per_head.data());
-    scores.assign(static_cast<size_t>(kv.n_tokens), 0.f);
-    for (int32_t h = 0; h < query.n_heads; ++h) {
-      const float* row = per_head.data() + static_cast<int64_t>(h) * kv.n_tokens;
-      for (int64_t t = 0; t < kv.n_tokens; ++t) scores[t] += row[t];
+    observe_scores(layer, per_head.data(), query.n_heads, kv.n_tokens);
+  }
+
+  // On a GPU: the last query row's attention per head, computed there.
+  ScoredRows scored_rows() const override { return ScoredRows::Last; }
+  void observe_scores(int32_t layer, const float* per_head, int32_t n_heads,
+                      int64_t n_tokens) override {
+    std::vector<float>& scores = scores_[layer];
+    if (under_budget(n_tokens)) {
+      scores.clear();
+      return;
     }
-    for (float& s : scores) s /= static_cast<float>(query.n_heads);
+    scores.assign(static_cast<size_t>(n_tokens), 0.f);
+    for (int32_t h = 0; h < n_heads; ++h) {
+      const float* row = per_head + static_cast<int64_t>(h) * n_tokens;
+      for (int64_t t = 0; t < n_tokens; ++t) scores[t] += row[t];
+    }
+    for (float& s : scores) s /= static_cast<float>(n_heads);
   }
 
   // At ContextEnd (the last prompt token's query) and after every later forward: one
@@ -71,6 +81,11 @@ class TovaPolicy : public TokenPolicy {
   int64_t bytes_resident(int32_t layer) const override { return vector_bytes(scores_[layer]); }
 
  private:
+  bool under_budget(int64_t n_tokens) const {
+    const Budget& budget = limits_.budget();
+    return !budget.is_ratio() && n_tokens <= budget.tokens;
+  }
+
   LayerLimits limits_;
   std::vector<std::vector<float>> scores_;  // per layer: [n_tokens] head-mean attention
   int32_t n_kv_heads_;

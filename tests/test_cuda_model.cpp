@@ -2,11 +2,10 @@
 // prompt longer than one prefill chunk, greedy decoding, and the cache's bytes (the same
 // stores' growth, in the "device" tier); and the bf16 model against the fp32 one on the GPU.
 // The model is $KVBENCH_MODEL, else a random-weight GGUF of SmolLM2-135M's shape written by
-// the test (testing::gpu_model_path). Without a CUDA
-// device every case prints "no CUDA device: skipped" and exits 77 (ctest SKIP).
-#include <catch2/catch.hpp>
-
+// the test (testing::gpu_model_path). Without a CUDA device every case prints "no CUDA
+// device: skipped" and exits 77 (ctest SKIP).
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -62,8 +61,7 @@ RowAgreement compare_row(const float* reference, const float* other, int64_t voc
     const double log_p = reference[i] - lse_ref, log_q = other[i] - lse_other;
     kl += std::exp(log_p) * (log_p - log_q);
   }
-  return RowAgreement{top_ref == top_other, double{reference[top_ref]} - reference[top_other],
-                      kl};
+  return RowAgreement{top_ref == top_other, double{reference[top_ref]} - reference[top_other], kl};
 }
 
 }  // namespace
@@ -108,11 +106,11 @@ TEST_CASE("eviction methods, Quest and KIVI on a GPU decide as on the CPU", "[gp
   const auto cpu = LlamaModel::load(path);
   const auto gpu = LlamaModel::load(path, ModelDevice::Cuda);
   const std::vector<int32_t> prompt = long_prompt(*cpu);
-  // Once-only (snapkv), every step (h2o, streamingllm), decode-time retrieval (quest), packed
-  // storage (kivi) and eviction before packing.
-  for (const char* method : {"snapkv:budget=256", "h2o:budget=256", "streamingllm:budget=128",
-                             "quest:page=16,budget=128", "kivi:bits=4",
-                             "snapkv:budget=256+kivi:bits=2"}) {
+  // Once-only (snapkv), every step (h2o and tova, scored on the device; streamingllm),
+  // decode-time retrieval (quest), packed storage (kivi) and eviction before packing.
+  for (const char* method :
+       {"snapkv:budget=256", "h2o:budget=256", "tova:budget=256", "streamingllm:budget=128",
+        "quest:page=16,budget=128", "kivi:bits=4", "snapkv:budget=256+kivi:bits=2"}) {
     INFO(method);
     const ResolvedSpec spec = resolve_method_spec(method);
     KvCache a = new_cache(*cpu, spec), b = new_cache(*gpu, spec);
@@ -181,8 +179,8 @@ TEST_CASE("the bf16 model on a GPU stays within bf16's error of the fp32 model",
     kl_sum += a.kl;
   }
   const double top1 = static_cast<double>(same_top1) / rows, mean_kl = kl_sum / rows;
-  INFO("prompt: logit scale " << scale << ", max |dlogit| " << worst << ", top-1 agreement "
-                              << top1 << ", mean KL " << mean_kl);
+  INFO("prompt: logit scale " << scale << ", max |dlogit| " << worst << ", top-1 agreement " << top1
+                              << ", mean KL " << mean_kl);
   CHECK(worst > 1e-4 * scale);  // bf16 did run
   // Measured under the host emulation (CPU references, fp32 sums) on the random model, whose
   // wide head makes its logits more sensitive than SmolLM2's: max |dlogit| 0.09 of the scale,
@@ -207,8 +205,8 @@ TEST_CASE("the bf16 model on a GPU stays within bf16's error of the fp32 model",
     CHECK(a.kl < 2e-2);  // emulated: at most 2.5e-4
     ++steps;
     step_agree += a.same_top1;
-    const auto next = static_cast<int32_t>(
-        std::max_element(want_step.begin(), want_step.end()) - want_step.begin());
+    const auto next = static_cast<int32_t>(std::max_element(want_step.begin(), want_step.end()) -
+                                           want_step.begin());
     want_step = fp32->decode(next, fp32_cache);
     got_step = bf16->decode(next, bf16_cache);
   }

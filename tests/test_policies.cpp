@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/input_error.h"
+#include "kernels/cpu/scores.h"
 #include "methods/full_cache.h"
 #include "methods/plan_helpers.h"
 #include "methods/registry.h"
@@ -253,7 +254,8 @@ TEST_CASE("keydiff keeps the keys that stand out from the mean direction, per he
   CHECK(cache.layer(0).n_tokens() == 8);
 }
 
-TEST_CASE("keydiff prefill=stream evicts chunk by chunk, holding at most budget + chunk", "[unit]") {
+TEST_CASE("keydiff prefill=stream evicts chunk by chunk, holding at most budget + chunk",
+          "[unit]") {
   const KvShape shape{2, 2, 8};
   const int32_t n_heads = 2, n_context = 200, budget = 8;
   std::mt19937 rng(6);
@@ -511,4 +513,80 @@ TEST_CASE("streamingllm's dense prefill keeps the whole context until it ends", 
   CHECK(cache.stats().bytes_peak >= cache.stats().bytes_resident);
   cache.end_context();
   CHECK(kept(cache, 0, 0) == concat(range(0, 2), range(24, 32)));
+}
+
+namespace {
+
+// What HostPolicyOnDevice does for a policy that scores by received attention, on the host:
+// observe sums attention_scores_cpu over the rows the policy names and hands it to
+// observe_scores; plan shows the slots' positions only (null keys and values).
+class ScoresOnly : public TokenPolicy {
+ public:
+  explicit ScoresOnly(std::unique_ptr<TokenPolicy> inner) : inner_(std::move(inner)) {}
+  std::unique_ptr<TokenPolicy> clone() const override {
+    return std::make_unique<ScoresOnly>(inner_->clone());
+  }
+  void observe(int32_t layer, const AttentionQuery& query, const DenseKv& kv) override {
+    REQUIRE(inner_->scored_rows() != ScoredRows::None);
+    AttentionQuery rows = query;
+    if (inner_->scored_rows() == ScoredRows::Last) {
+      rows.q += static_cast<int64_t>(query.n_queries - 1) * query.n_heads * kv.head_dim;
+      rows.q_positions += query.n_queries - 1;
+      rows.n_queries = 1;
+    }
+    std::vector<float> scores(static_cast<size_t>(query.n_heads) * kv.n_tokens, 0.f);
+    attention_scores_cpu(rows, kv, scores.data());
+    inner_->observe_scores(layer, scores.data(), query.n_heads, kv.n_tokens);
+  }
+  bool plan(int32_t layer, const DenseKv& kv, CachePhase phase, RetainPlan& plan) override {
+    DenseKv positions_only = kv;
+    positions_only.k = nullptr;
+    positions_only.v = nullptr;
+    return inner_->plan(layer, positions_only, phase, plan);
+  }
+  void retained(int32_t layer, const RetainPlan& plan) override { inner_->retained(layer, plan); }
+  int64_t bytes_resident(int32_t layer) const override { return inner_->bytes_resident(layer); }
+
+ private:
+  std::unique_ptr<TokenPolicy> inner_;
+};
+
+}  // namespace
+
+TEST_CASE("h2o and tova decide the same from observe_scores as from observe (the GPU path)",
+          "[unit]") {
+  const KvShape shape{2, 2, 16};
+  const int32_t n_heads = 4;
+  for (const char* spec : {"h2o:budget=24", "h2o:ratio=0.5", "tova:budget=24", "tova:ratio=0.5"}) {
+    INFO(spec);
+    KvCache direct = policy_cache(spec, shape);
+    const ResolvedSpec resolved = resolve_method_spec(spec);
+    const auto& [info, params] = resolved.components[0];
+    std::vector<std::unique_ptr<LayerKv>> layers;
+    for (int32_t l = 0; l < shape.n_layers; ++l) {
+      layers.push_back(std::make_unique<DenseLayerKv>(shape.n_kv_heads, shape.head_dim));
+    }
+    KvCache via_scores(shape, std::move(layers),
+                       std::make_unique<ScoresOnly>(info->make_policy(params, shape)));
+    std::mt19937 rng(31);
+    // A context in two chunks, then decode steps that evict one token each.
+    for (const int64_t n : {40, 20}) {
+      const Chunk c = random_chunk(n, shape, n_heads, rng);
+      feed(direct, n_heads, c);
+      feed(via_scores, n_heads, c);
+    }
+    direct.end_context();
+    via_scores.end_context();
+    for (int step = 0; step < 8; ++step) {
+      const Chunk token = random_chunk(1, shape, n_heads, rng);
+      feed(direct, n_heads, token);
+      feed(via_scores, n_heads, token);
+      for (int32_t l = 0; l < shape.n_layers; ++l) {
+        for (int32_t h = 0; h < shape.n_kv_heads; ++h) {
+          REQUIRE(kept(via_scores, l, h) == kept(direct, l, h));
+        }
+      }
+    }
+    CHECK(kept(direct, 0, 0).size() <= 30);  // it did evict (60 + 8 tokens fed)
+  }
 }
