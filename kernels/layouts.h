@@ -20,6 +20,31 @@ struct DenseKv {
   int64_t n_tokens;          // stored tokens, all valid
 };
 
+// How a narrow store holds each key and value element (kernels/cpu/narrow.h converts):
+// IEEE fp16 or bf16, as engines hold their caches, or fp8 e4m3 (OCP "e4m3fn": no
+// infinities, largest 448) times a scale per row (one token of one KV head).
+enum class KvElement : int32_t { F16, BF16, F8E4M3 };
+
+constexpr int32_t kv_element_bytes(KvElement element) {
+  return element == KvElement::F8E4M3 ? 1 : 2;
+}
+
+// DenseKv's layout with narrow elements: token t of head h holds
+// k[(h * capacity + t) * head_dim] .. + head_dim elements of `element`; for fp8 its row
+// scale is k_scale[h * capacity + t] (value = e4m3 code's value * scale), nullptr otherwise.
+struct NarrowKv {
+  const void* k;             // [n_kv_heads, capacity, head_dim] elements
+  const void* v;             // [n_kv_heads, capacity, head_dim] elements
+  const float* k_scale;      // [n_kv_heads, capacity] fp8 only
+  const float* v_scale;      // [n_kv_heads, capacity] fp8 only
+  const int32_t* positions;  // [n_kv_heads, capacity]
+  KvElement element;
+  int32_t n_kv_heads;
+  int32_t head_dim;
+  int64_t capacity;          // row stride between heads, in tokens
+  int64_t n_tokens;          // stored tokens, all valid
+};
+
 // Queries of one layer for a chunk of new tokens, and where the result goes.
 // Causal by position: query i sees slot t of KV head h iff
 // positions[h * capacity + t] <= q_positions[i].

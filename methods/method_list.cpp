@@ -13,6 +13,9 @@ MethodInfo tova_method();
 MethodInfo knorm_method();
 MethodInfo keydiff_method();
 MethodInfo kvmerger_method();
+MethodInfo fp16_method();
+MethodInfo bf16_method();
+MethodInfo fp8_method();
 MethodInfo kivi_method();
 MethodInfo quest_method();
 MethodInfo prefix_method();
@@ -30,6 +33,9 @@ const std::vector<MethodInfo>& method_registry() {
       knorm_method(),
       keydiff_method(),
       kvmerger_method(),
+      fp16_method(),
+      bf16_method(),
+      fp8_method(),
       kivi_method(),
       quest_method(),
       prefix_method(),

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/cpu/avx2.h"
+#include "kernels/cpu/narrow.h"
 #include "kernels/cpu/tile_gemm.h"
 
 namespace kvbench {
@@ -148,11 +149,34 @@ void attend_runs(const DenseKv& kv, int kvh, int rows, QueryRange queries, const
   attend_keys(dim, rows, queries, w.kg.data(), w.vg.data(), w.pos.data(), nk, w);
 }
 
+// Folds a key tile made of n_seg runs of narrow KV head kvh, converted to fp32 into the
+// gather buffers as they are read.
+void attend_narrow_runs(const NarrowKv& kv, int kvh, int rows, QueryRange queries,
+                        const Segment* seg, int n_seg, int nk, Scratch& w) {
+  const int dim = kv.head_dim;
+  const int64_t head = static_cast<int64_t>(kvh) * kv.capacity;
+  const int64_t element_bytes = kv_element_bytes(kv.element);
+  for (int s = 0, j = 0; s < n_seg; j += seg[s].len, ++s) {
+    const int64_t t = head + seg[s].start;
+    std::copy_n(kv.positions + t, seg[s].len, w.pos.data() + j);
+    const int64_t offset = t * dim * element_bytes;
+    decode_kv_rows(kv.element, static_cast<const uint8_t*>(kv.k) + offset,
+                   kv.k_scale ? kv.k_scale + t : nullptr, seg[s].len, dim,
+                   w.kg.data() + static_cast<int64_t>(j) * dim);
+    decode_kv_rows(kv.element, static_cast<const uint8_t*>(kv.v) + offset,
+                   kv.v_scale ? kv.v_scale + t : nullptr, seg[s].len, dim,
+                   w.vg.data() + static_cast<int64_t>(j) * dim);
+  }
+  attend_keys(dim, rows, queries, w.kg.data(), w.vg.data(), w.pos.data(), nk, w);
+}
+
 // One paged work item: query tile [q0, q1) of KV head kvh over its selected pages i0..i1-1
 // (indices into its row of pages.pages), in key tiles of up to kKeyTile slots; consecutive
-// pages make one run.
+// pages make one run, and fold(seg, n_seg, nk, rows, queries) attends each tile of runs.
+template <class Fold>
 void attend_pages(const AttentionQuery& query, const DenseKv& kv, const PageSelection& pages,
-                  const Plan& plan, int kvh, int q0, int q1, int i0, int i1, Scratch& w) {
+                  const Plan& plan, int kvh, int q0, int q1, int i0, int i1, Scratch& w,
+                  const Fold& fold) {
   const int rows = (q1 - q0) * plan.group;
   const QueryRange queries = begin_rows(query, kv, plan, kvh, q0, q1, w);
   const int32_t* selected = pages.pages + static_cast<int64_t>(kvh) * pages.n_selected;
@@ -173,12 +197,12 @@ void attend_pages(const AttentionQuery& query, const DenseKv& kv, const PageSele
       nk += take;
       a += take;
       if (nk == kKeyTile) {
-        attend_runs(kv, kvh, rows, queries, seg, n_seg, nk, w);
+        fold(seg, n_seg, nk, rows, queries);
         n_seg = nk = 0;
       }
     }
   }
-  if (nk > 0) attend_runs(kv, kvh, rows, queries, seg, n_seg, nk, w);
+  if (nk > 0) fold(seg, n_seg, nk, rows, queries);
 }
 
 Plan make_plan(const AttentionQuery& query, const DenseKv& kv, int threads) {
@@ -341,7 +365,46 @@ void attention_pages_cpu(const AttentionQuery& query, const DenseKv& kv,
   run_items(query, kv, plan, threads, [&](int kvh, int q0, int q1, int split, Scratch& w) {
     const int i0 = static_cast<int>(split * plan.split_len);
     const int i1 = static_cast<int>(std::min<int64_t>(pages.n_selected, i0 + plan.split_len));
-    attend_pages(query, kv, pages, plan, kvh, q0, q1, i0, i1, w);
+    attend_pages(query, kv, pages, plan, kvh, q0, q1, i0, i1, w,
+                 [&](const Segment* seg, int n_seg, int nk, int rows, QueryRange queries) {
+                   attend_runs(kv, kvh, rows, queries, seg, n_seg, nk, w);
+                 });
+  });
+}
+
+void attention_narrow_cpu(const AttentionQuery& query, const NarrowKv& kv,
+                          const PageSelection* pages) {
+  assert(query.n_heads % kv.n_kv_heads == 0);
+  if (query.n_queries <= 0) return;
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  // The plans need only the shape; every tile reads its rows through attend_narrow_runs.
+  const DenseKv shape{nullptr, nullptr, nullptr, kv.n_kv_heads, kv.head_dim, kv.capacity,
+                      kv.n_tokens};
+  const auto fold = [&](int kvh, Scratch& w) {
+    return [&, kvh](const Segment* seg, int n_seg, int nk, int rows, QueryRange queries) {
+      attend_narrow_runs(kv, kvh, rows, queries, seg, n_seg, nk, w);
+    };
+  };
+  if (pages) {
+    assert(pages->page_tokens > 0 && pages->n_selected >= 0);
+    const Plan plan = make_page_plan(query, shape, *pages, threads);
+    run_items(query, shape, plan, threads, [&](int kvh, int q0, int q1, int split, Scratch& w) {
+      const int i0 = static_cast<int>(split * plan.split_len);
+      const int i1 = static_cast<int>(std::min<int64_t>(pages->n_selected, i0 + plan.split_len));
+      attend_pages(query, shape, *pages, plan, kvh, q0, q1, i0, i1, w, fold(kvh, w));
+    });
+    return;
+  }
+  const Plan plan = make_plan(query, shape, threads);
+  run_items(query, shape, plan, threads, [&](int kvh, int q0, int q1, int split, Scratch& w) {
+    const int64_t t0 = split * plan.split_len;
+    const int64_t t1 = std::min(kv.n_tokens, t0 + plan.split_len);
+    const QueryRange queries = begin_rows(query, shape, plan, kvh, q0, q1, w);
+    const int rows = (q1 - q0) * plan.group;
+    for (int64_t k0 = t0; k0 < t1; k0 += kKeyTile) {
+      const Segment seg{k0, static_cast<int>(std::min<int64_t>(kKeyTile, t1 - k0))};
+      attend_narrow_runs(kv, kvh, rows, queries, &seg, 1, seg.len, w);
+    }
   });
 }
 

@@ -19,4 +19,10 @@ void attention_pages_cpu(const AttentionQuery& query, const DenseKv& kv,
 void attention_pages_reference(const AttentionQuery& query, const DenseKv& kv,
                                const PageSelection& pages);
 
+// attention_dense_cpu (pages nullptr) or attention_pages_cpu over a narrow store: each key
+// tile is converted to fp32 as it is read, so the store is never widened whole. Equals
+// those kernels over the store's decoded values (decode_kv_rows), bit for bit.
+void attention_narrow_cpu(const AttentionQuery& query, const NarrowKv& kv,
+                          const PageSelection* pages);
+
 }  // namespace kvbench
