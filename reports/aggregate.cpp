@@ -6,6 +6,8 @@
 #include <map>
 #include <tuple>
 
+#include "common/input_error.h"
+
 namespace kvbench {
 
 namespace {
@@ -54,7 +56,14 @@ std::string combine_prefill(const std::string& a, const std::string& b) {
   return a == b ? a : "mixed";
 }
 
-std::vector<Aggregate> aggregate_units(const std::vector<UnitRecord>& units) {
+KvReference parse_kv_reference(const std::string& text) {
+  if (text == "bf16") return KvReference::Bf16;
+  if (text == "fp32") return KvReference::Fp32;
+  throw InputError("--reference " + text + ": expected bf16 or fp32");
+}
+
+std::vector<Aggregate> aggregate_units(const std::vector<UnitRecord>& units,
+                                       KvReference reference) {
   // Keyed in the output order: task, mode, method, budget.
   using Key = std::tuple<std::string, std::string, std::string, std::string>;
   std::map<Key, Sums> groups;
@@ -141,22 +150,28 @@ std::vector<Aggregate> aggregate_units(const std::vector<UnitRecord>& units) {
     out.push_back(std::move(a));
   }
 
-  // kv_vs_full: against the full cache's row on the same task and mode (the one without a
-  // budget when there are several).
-  std::map<std::pair<std::string, std::string>, const Aggregate*> full;
+  // kv_vs_reference: against the reference's row on the same task and mode (the one
+  // without a budget when there are several).
+  std::string ref = reference == KvReference::Bf16 ? "bf16" : "full";
+  const auto is_ref = [&](const Aggregate& a) { return method_family(a.method) == ref; };
+  if (std::none_of(out.begin(), out.end(), is_ref)) ref = "full";
+  std::map<std::pair<std::string, std::string>, const Aggregate*> refs;
   for (const Aggregate& a : out) {
-    if (method_family(a.method) != "full") continue;
-    auto& slot = full[{a.task, a.mode}];
+    if (!is_ref(a)) continue;
+    auto& slot = refs[{a.task, a.mode}];
     if (slot == nullptr || (!slot->budget.empty() && a.budget.empty())) slot = &a;
   }
   std::vector<std::optional<double>> ratios(out.size());
   for (size_t i = 0; i < out.size(); ++i) {
-    auto it = full.find({out[i].task, out[i].mode});
-    if (it != full.end() && it->second->kv_bytes > 0) {
+    auto it = refs.find({out[i].task, out[i].mode});
+    if (it != refs.end() && it->second->kv_bytes > 0) {
       ratios[i] = out[i].kv_bytes / it->second->kv_bytes;
     }
   }
-  for (size_t i = 0; i < out.size(); ++i) out[i].kv_vs_full = ratios[i];
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i].kv_vs_reference = ratios[i];
+    out[i].reference = ref;
+  }
   return out;
 }
 

@@ -31,7 +31,10 @@ struct Aggregate {
   int64_t kv_bytes_peak = 0;          // largest
   double kv_read_per_step = 0;        // mean over turns that decoded: bytes read per step
   std::optional<double> reused;       // reuse: prompt tokens loaded over prompt tokens (when any)
-  std::optional<double> kv_vs_full;   // kv_bytes / the full cache's on the same task and mode
+  // kv_bytes / the reference row's on the same task and mode; `reference` names that
+  // method ("bf16" or "full"), the same for every row of one aggregation.
+  std::optional<double> kv_vs_reference;
+  std::string reference;
   // How the units' contexts went in: "dense", "stream:N", "mixed" when units differ, ""
   // when unknown (units written before schema v4); "+shared" when every unit started
   // from its sample's one prefill for all methods.
@@ -45,7 +48,17 @@ std::string combine_prefill(const std::string& a, const std::string& b);
 // "snapkv:budget=256+kivi:bits=2" -> "snapkv+kivi"); what the report groups and colours by.
 std::string method_family(const std::string& spec);
 
-// Sorted by task, mode, method, budget.
-std::vector<Aggregate> aggregate_units(const std::vector<UnitRecord>& units);
+// What a row's KV bytes are measured against: the bf16 cache, the 16-bit cache the engines
+// users run hold (the default), or the fp32 full cache (`--reference fp32`). The fidelity
+// reference (KL, top-1) is the fp32 full cache either way.
+enum class KvReference { Bf16, Fp32 };
+
+// Parses "bf16" or "fp32"; throws InputError naming the option otherwise.
+KvReference parse_kv_reference(const std::string& text);
+
+// Sorted by task, mode, method, budget. KvReference::Bf16 falls back to the full cache
+// when the units hold no `bf16` run at all (a db written before the bf16 store existed).
+std::vector<Aggregate> aggregate_units(const std::vector<UnitRecord>& units,
+                                       KvReference reference = KvReference::Bf16);
 
 }  // namespace kvbench

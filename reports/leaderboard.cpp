@@ -230,7 +230,7 @@ struct Row {
   std::map<std::string, Interval> accuracy_ci;            // by task, where scored
   std::optional<double> average;  // mean of the task accuracies present
   std::optional<Interval> average_ci;
-  std::optional<double> kv_vs_full, kl, top1, decode;
+  std::optional<double> kv_vs_ref, kl, top1, decode;  // kv_vs_ref: Aggregate::kv_vs_reference
   double kv_mib = 0, peak_mib = 0, ttft_ms = 0;
   std::optional<double> read_kib;  // KV KiB read per decode step
   std::optional<double> reused;    // prompt tokens loaded by reuse, fraction
@@ -242,11 +242,35 @@ struct Row {
 };
 
 struct Board {
+  std::string reference = "full";      // what KV bytes are measured against (Aggregate)
+  std::optional<double> reference_kl;  // the bf16 cache's own KL from fp32: the noise floor
   std::vector<std::string> tasks;
   std::vector<Row> rows;  // full first, then by average (best first)
   std::set<std::string> modes;
   int64_t units = 0, turns = 0;
 };
+
+// The Cost table's memory column and what it says.
+std::string ref_column(const Board& b) { return "KV vs " + b.reference; }
+
+std::string ref_sentence(const Board& b) {
+  std::string s =
+      b.reference == "bf16"
+          ? "KV vs bf16: resident KV bytes after a turn over the bf16 cache's on the same task "
+            "and mode (the 16-bit cache engines hold; `kvbench report --reference fp32` divides "
+            "by the fp32 full cache's instead)."
+          : "KV vs full: resident KV bytes after a turn over the fp32 full cache's on the same "
+            "task and mode.";
+  if (b.reference_kl) {
+    s += " The bf16 cache's own KL from the fp32 full cache, " + fmt(*b.reference_kl, 4) +
+         " nats, is the noise floor: a method's KL below it tells nothing.";
+  }
+  return s;
+}
+
+std::string ref_cache(const Board& b) {
+  return b.reference == "bf16" ? "the bf16 cache" : "the full cache";
+}
 
 std::string task_accuracy_cell(const Row& r, const std::string& task) {
   auto it = r.accuracy.find(task);
@@ -259,7 +283,10 @@ Board build_board(const std::vector<Aggregate>& aggs) {
   Board b;
   std::set<std::string> tasks;
   std::map<std::tuple<std::string, std::string, std::string>, std::vector<const Aggregate*>> g;
+  std::vector<double> floor_kls;
   for (const Aggregate& a : aggs) {
+    b.reference = a.reference;
+    if (method_family(a.method) == "bf16" && a.first_token_kl) floor_kls.push_back(*a.first_token_kl);
     tasks.insert(a.task);
     b.modes.insert(a.mode);
     g[{a.method, a.budget, a.mode}].push_back(&a);
@@ -267,6 +294,7 @@ Board build_board(const std::vector<Aggregate>& aggs) {
     b.turns += a.turns;
   }
   b.tasks.assign(tasks.begin(), tasks.end());
+  b.reference_kl = mean_of(floor_kls);
   for (const auto& [key, list] : g) {
     Row r;
     std::tie(r.method, r.budget, r.mode) = key;
@@ -281,7 +309,7 @@ Board build_board(const std::vector<Aggregate>& aggs) {
       if (a->accuracy_ci) r.accuracy_ci[a->task] = *a->accuracy_ci;
       if (a->accuracy) task_scores.push_back(a->unit_scores);
       if (a->accuracy) accs.push_back(*a->accuracy);
-      if (a->kv_vs_full) ratios.push_back(*a->kv_vs_full);
+      if (a->kv_vs_reference) ratios.push_back(*a->kv_vs_reference);
       if (a->first_token_kl) kls.push_back(*a->first_token_kl);
       if (a->top1_agreement) top1s.push_back(*a->top1_agreement);
       if (a->decode_tokens_per_s > 0) decodes.push_back(a->decode_tokens_per_s);
@@ -300,7 +328,7 @@ Board build_board(const std::vector<Aggregate>& aggs) {
     }
     r.average = mean_of(accs);
     if (r.average) r.average_ci = average_interval(task_scores);
-    r.kv_vs_full = mean_of(ratios);
+    r.kv_vs_ref = mean_of(ratios);
     r.kl = mean_of(kls);
     r.top1 = mean_of(top1s);
     r.decode = mean_of(decodes);
@@ -470,8 +498,7 @@ std::string render_leaderboard_markdown(const std::vector<RunRecord>& runs,
   }
 
   o << "\n## Cost and fidelity\n\n";
-  o << "Means over the tasks of each row. KV vs full: resident KV bytes after a turn over the "
-       "full cache's on the same task and mode. Peak: the largest over all turns. Decode "
+  o << "Means over the tasks of each row. " << ref_sentence(b) << " Peak: the largest over all turns. Decode "
        "tok/s: turns that decoded more than one token. Prefill: dense (compressed once the "
        "context is in) or stream:N (evicting every N tokens), shared when the units started "
        "from their sample's one prefill for all methods. Read/step: KV bytes attention read "
@@ -479,13 +506,13 @@ std::string render_leaderboard_markdown(const std::vector<RunRecord>& runs,
        "tokens loaded from the reuse tiers instead of prefilled (prefix). KL: first-token "
        "KL divergence from the full cache (nats); top-1: agreement of the greedy tokens with "
        "the full cache.\n\n";
-  o << md_row({"method", "budget", "mode", "prefill", "KV vs full", "KV MiB", "peak MiB",
+  o << md_row({"method", "budget", "mode", "prefill", ref_column(b), "KV MiB", "peak MiB",
                "read/step KiB", "TTFT ms", "reused %", "decode tok/s", "KL", "top-1 %"})
     << md_rule(4, 9);
   for (const Row& r : b.rows) {
     o << md_row({md_escape(r.method), md_escape(budget_cell(r.budget)), md_escape(r.mode),
                  md_escape(prefill_cell(r.prefill)),
-                 r.kv_vs_full ? fmt(*r.kv_vs_full, 2) + "x" : std::string(kMissing),
+                 r.kv_vs_ref ? fmt(*r.kv_vs_ref, 2) + "x" : std::string(kMissing),
                  fmt(r.kv_mib, 2), fmt(r.peak_mib, 2), fmt(r.read_kib, 0), fmt(r.ttft_ms, 1),
                  fmt(r.reused, 1, 100), fmt(r.decode, 1), fmt(r.kl, 4), fmt(r.top1, 1, 100)});
   }
@@ -868,14 +895,14 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
                         *r.average});
         continue;
       }
-      if (!r.kv_vs_full || *r.kv_vs_full <= 0) {
+      if (!r.kv_vs_ref || *r.kv_vs_ref <= 0) {
         ++no_ratio;
         continue;
       }
       auto key = std::make_pair(r.series, r.mode);
       if (!rows_of.count(key)) order.push_back(key);
       rows_of[key].push_back(&r);
-      xs.insert(*r.kv_vs_full);
+      xs.insert(*r.kv_vs_ref);
     }
     // Series order: by family, then spec, then mode (stable across dbs).
     std::sort(order.begin(), order.end(), [](const auto& a, const auto& b2) {
@@ -897,9 +924,9 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
       se.tooltip = k.first + " (" + k.second + ")";
       std::vector<const Row*> rows = rows_of[k];
       std::sort(rows.begin(), rows.end(),
-                [](const Row* x, const Row* y) { return *x->kv_vs_full < *y->kv_vs_full; });
+                [](const Row* x, const Row* y) { return *x->kv_vs_ref < *y->kv_vs_ref; });
       for (const Row* r : rows) {
-        se.points.push_back({*r->kv_vs_full, *r->average});
+        se.points.push_back({*r->kv_vs_ref, *r->average});
         const Interval ci = r->average_ci.value_or(Interval{*r->average, *r->average, *r->average, 0});
         se.bounds.push_back({ci.low, ci.high});
       }
@@ -907,11 +934,11 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
     }
     if (series.empty() && refs.empty()) {
       o << "<p class=\"note\">No scored rows"
-        << (no_ratio ? " with a full-cache reference on the same task and mode" : "")
+        << (no_ratio ? " with " + ref_cache(b) + " on the same task and mode" : std::string())
         << ".</p>\n";
     } else {
       XAxis x;
-      x.title = "KV bytes relative to the full cache";
+      x.title = "KV bytes relative to " + ref_cache(b);
       x.jitter = std::min(2.0, 20.0 / static_cast<double>(std::max<size_t>(series.size(), 1)));
       if (!xs.empty()) {
         x.lo = *xs.begin();
@@ -924,36 +951,36 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
         for (double t : x.ticks) x.tick_labels.push_back(ratio_label(t));
       }
       o << "<p class=\"note\">y: average accuracy over the tasks, with its 95% interval as a bar; "
-           "x: the row's resident KV bytes over the full cache's (KV vs full); one line per method "
+           "x: the row's resident KV bytes over "
+        << ref_cache(b) << "'s (" << ref_column(b) << "); one line per method "
            "(the spec without its budget), its points set a pixel or two apart so that equal values "
            "show; dashed: the full cache."
         << (x.log ? " x axis logarithmic." : "")
-        << (no_ratio ? " Rows without a full-cache reference on the same task and mode are not "
-                       "drawn (no KV vs full); see the tables."
-                     : "")
+        << (no_ratio ? " Rows without " + ref_cache(b) + " on the same task and mode are not "
+                       "drawn (no " + ref_column(b) + "); see the tables."
+                     : std::string())
         << "</p>\n";
-      o << line_chart("accuracy against KV memory relative to the full cache per method", x,
+      o << line_chart("accuracy against KV memory relative to " + ref_cache(b) + " per method", x,
                       series, refs);
     }
   }
 
   // Cost and fidelity.
-  o << "<h2>Cost and fidelity</h2>\n<p class=\"note\">Means over the tasks of each row. KV vs "
-       "full: resident KV bytes after a turn over the full cache's on the same task and mode. "
-       "Peak: the largest over all turns. Decode tok/s: turns that decoded more than one "
+  o << "<h2>Cost and fidelity</h2>\n<p class=\"note\">Means over the tasks of each row. "
+    << h(ref_sentence(b)) << " Peak: the largest over all turns. Decode tok/s: turns that decoded more than one "
        "token. Read/step: KV bytes attention read per decode step, all layers (Quest reads "
        "pages, KIVI packed blocks). Reused: prompt tokens loaded from the reuse tiers instead "
        "of prefilled (prefix). KL: first-token KL divergence from the full cache (nats); "
        "top-1: agreement of the greedy tokens with the full cache.</p>\n";
   o << "<table>\n<tr>" << th("method") << th("budget") << th("mode") << th("prefill")
-    << th("KV vs full", true)
+    << th(ref_column(b), true)
     << th("KV MiB", true) << th("peak MiB", true) << th("read/step KiB", true)
     << th("TTFT ms", true) << th("reused %", true)
     << th("decode tok/s", true) << th("KL", true) << th("top-1 %", true) << "</tr>\n";
   for (const Row& r : b.rows) {
     o << tr_open(r) << td(h_spec(r.method), "spec") << td(h(budget_cell(r.budget)), "num")
       << td(h(r.mode), "nw") << td(h(prefill_cell(r.prefill)), "nw")
-      << td(r.kv_vs_full ? fmt(*r.kv_vs_full, 2) + "x" : std::string(kMissing), "num")
+      << td(r.kv_vs_ref ? fmt(*r.kv_vs_ref, 2) + "x" : std::string(kMissing), "num")
       << td(fmt(r.kv_mib, 2), "num") << td(fmt(r.peak_mib, 2), "num")
       << td(fmt(r.read_kib, 0), "num") << td(fmt(r.ttft_ms, 1), "num") << td(fmt(r.reused, 1, 100), "num") << td(fmt(r.decode, 1), "num") << td(fmt(r.kl, 4), "num")
       << td(fmt(r.top1, 1, 100), "num") << "</tr>\n";
@@ -978,13 +1005,14 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
     ttft.push_back({r.label, r.method + " " + r.mode, c, r.ttft_ms, fmt(r.ttft_ms, 1) + " ms"});
     mem.push_back({r.label, r.method + " " + r.mode, c, r.kv_mib,
                    fmt(r.kv_mib, 2) + " MiB" +
-                       (r.kv_vs_full ? " (" + fmt(*r.kv_vs_full, 2) + "x)" : std::string())});
+                       (r.kv_vs_ref ? " (" + fmt(*r.kv_vs_ref, 2) + "x)" : std::string())});
   }
   o << "<h2>Time to first token</h2>\n<p class=\"note\">Mean TTFT per row, milliseconds "
        "(hover a bar for the full spec).</p>\n"
     << bar_chart("mean time to first token per method", ttft);
   o << "<h2>KV memory</h2>\n<p class=\"note\">Mean resident KV cache after a turn, MiB; in "
-       "parentheses the ratio to the full cache.</p>\n"
+       "parentheses the ratio to "
+    << ref_cache(b) << "'s.</p>\n"
     << bar_chart("mean KV memory per method", mem);
 
   // Accuracy by turn.
@@ -1073,7 +1101,8 @@ void write_atomically(const std::filesystem::path& path, const std::string& text
 
 }  // namespace
 
-void write_reports(const std::string& db_path, const std::string& out_dir) {
+void write_reports(const std::string& db_path, const std::string& out_dir,
+                   KvReference reference) {
   std::vector<RunRecord> runs;
   std::vector<UnitRecord> units;
   {
@@ -1082,7 +1111,7 @@ void write_reports(const std::string& db_path, const std::string& out_dir) {
     units = db->units();
   }
   if (units.empty()) throw InputError("DB: no results to report (" + db_path + ")");
-  const std::vector<Aggregate> rows = aggregate_units(units);
+  const std::vector<Aggregate> rows = aggregate_units(units, reference);
   const std::string md = render_leaderboard_markdown(runs, rows);
   const std::string html = render_leaderboard_html(runs, rows);
 

@@ -25,8 +25,10 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
                                     const std::vector<Aggregate>& rows);
 
 // `kvbench report DB -o DIR`: reads the db (read-only), writes DIR/leaderboard.md and
-// DIR/leaderboard.html (creating DIR), each atomically (temp file + rename). Throws
-// InputError naming the db or the directory.
-void write_reports(const std::string& db_path, const std::string& out_dir);
+// DIR/leaderboard.html (creating DIR), each atomically (temp file + rename), KV bytes
+// measured against `reference` (reports/aggregate.h). Throws InputError naming the db or
+// the directory.
+void write_reports(const std::string& db_path, const std::string& out_dir,
+                   KvReference reference = KvReference::Bf16);
 
 }  // namespace kvbench

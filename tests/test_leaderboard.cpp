@@ -159,7 +159,7 @@ void write_fixed_units(const std::string& path, const RunRecord& run) {
 
 }  // namespace
 
-TEST_CASE("aggregate_units: exact means, by-turn, kv_vs_full, nullopt and order", "[reports]") {
+TEST_CASE("aggregate_units: exact means, by-turn, kv_vs_reference, nullopt and order", "[reports]") {
   const int64_t mib = 1024 * 1024;
   std::vector<UnitRecord> units = {
       unit("b_task", "snapkv:budget=64", "budget=64", "multi-turn",
@@ -204,22 +204,61 @@ TEST_CASE("aggregate_units: exact means, by-turn, kv_vs_full, nullopt and order"
   CHECK(s.kv_bytes == Approx(2.8 * mib));          // (2+2+2+4+4)/5 MiB
   CHECK(s.kv_bytes_peak == 5 * mib);
   CHECK(s.kv_read_per_step == Approx(1.4 * mib));  // half of each turn's KV
-  REQUIRE(s.kv_vs_full);
-  CHECK(*s.kv_vs_full == Approx(2.8 / 12.0));
+  // No bf16 run in these units: measured against the full cache.
+  CHECK(s.reference == "full");
+  REQUIRE(s.kv_vs_reference);
+  CHECK(*s.kv_vs_reference == Approx(2.8 / 12.0));
 
-  CHECK(*rows[2].kv_vs_full == Approx(1.0));
-  CHECK(*rows[1].kv_vs_full == Approx(1.0));  // its own mode's full
-  CHECK(*rows[3].kv_vs_full == Approx(1.0 / 12.0));
+  CHECK(*rows[2].kv_vs_reference == Approx(1.0));
+  CHECK(*rows[1].kv_vs_reference == Approx(1.0));  // its own mode's full
+  CHECK(*rows[3].kv_vs_reference == Approx(1.0 / 12.0));
 
   const Aggregate& h = rows[0];  // no score, no fidelity, no full on its task
   CHECK_FALSE(h.accuracy);
   CHECK(h.accuracy_by_turn.empty());
   CHECK_FALSE(h.first_token_kl);
   CHECK_FALSE(h.top1_agreement);
-  CHECK_FALSE(h.kv_vs_full);
+  CHECK_FALSE(h.kv_vs_reference);
   CHECK(h.decode_tokens_per_s == 0);
 
   CHECK(aggregate_units({}).empty());
+}
+
+TEST_CASE("aggregate_units: KV bytes against the bf16 cache by default, fp32 on request",
+          "[reports]") {
+  const int64_t mib = 1024 * 1024;
+  const std::vector<UnitRecord> units = {
+      unit("t", "full", "", "multi-turn", {turn(1, 1.0, 10, 10, 12 * mib, 12 * mib)}),
+      unit("t", "bf16", "", "multi-turn", {turn(1, 1.0, 10, 10, 6 * mib, 6 * mib, 0.001, 1.0)}),
+      unit("t", "kivi:bits=2", "", "multi-turn", {turn(1, 1.0, 10, 10, 3 * mib, 3 * mib)}),
+      unit("u", "kivi:bits=2", "", "multi-turn", {turn(1, 1.0, 10, 10, 3 * mib, 3 * mib)}),
+  };
+  const auto by_method = [](const std::vector<Aggregate>& rows, const std::string& task,
+                            const std::string& method) {
+    for (const Aggregate& a : rows) {
+      if (a.task == task && a.method == method) return a;
+    }
+    FAIL("no row " << method << " on " << task);
+    return Aggregate{};
+  };
+  const std::vector<Aggregate> bf16 = aggregate_units(units);
+  CHECK(by_method(bf16, "t", "kivi:bits=2").reference == "bf16");
+  CHECK(*by_method(bf16, "t", "kivi:bits=2").kv_vs_reference == Approx(0.5));
+  CHECK(*by_method(bf16, "t", "full").kv_vs_reference == Approx(2.0));
+  CHECK(*by_method(bf16, "t", "bf16").kv_vs_reference == Approx(1.0));
+  CHECK_FALSE(by_method(bf16, "u", "kivi:bits=2").kv_vs_reference);  // no bf16 run on u
+
+  const std::vector<Aggregate> fp32 = aggregate_units(units, KvReference::Fp32);
+  CHECK(by_method(fp32, "t", "kivi:bits=2").reference == "full");
+  CHECK(*by_method(fp32, "t", "kivi:bits=2").kv_vs_reference == Approx(0.25));
+
+  // The report names its reference and gives the bf16 cache's KL as the noise floor.
+  const std::string md = render_leaderboard_markdown({}, bf16);
+  CHECK(md.find("KV vs bf16") != std::string::npos);
+  CHECK(md.find("0.0010 nats, is the noise floor") != std::string::npos);
+  CHECK(render_leaderboard_markdown({}, fp32).find("KV vs full") != std::string::npos);
+
+  CHECK_THROWS_WITH(parse_kv_reference("fp16"), Catch::Contains("--reference fp16"));
 }
 
 TEST_CASE("aggregate_units: a turn index without scores below scored ones is NaN", "[reports]") {

@@ -54,8 +54,12 @@ void run_sweep_into(const ModelOptions& model, SweepConfig config, const Shard& 
                     const std::string& db_path,
                     const std::function<void(const UnitResult&)>& on_unit = nullptr);
 
-// Writes leaderboard.md and leaderboard.html for the db into out_dir and prints their paths.
-void write_reports_for(const std::string& db_path, const std::string& out_dir);
+// Writes leaderboard.md and leaderboard.html for the db into out_dir and prints their paths;
+// reference: "bf16" or "fp32" (reports/aggregate.h, KvReference).
+void write_reports_for(const std::string& db_path, const std::string& out_dir,
+                       const std::string& reference = "bf16");
+// The `--reference bf16|fp32` option of the commands that write reports.
+void add_reference_option(CLI::App* cmd, std::string& reference);
 
 void add_calibrate_command(CLI::App& app, ModelOptions& model);
 void add_generate_command(CLI::App& app, ModelOptions& model);

@@ -42,8 +42,17 @@ void write_text_atomically(const std::string& path, const std::string& text) {
 
 }  // namespace
 
-void write_reports_for(const std::string& db_path, const std::string& out_dir) {
-  write_reports(db_path, out_dir);
+void add_reference_option(CLI::App* cmd, std::string& reference) {
+  cmd->add_option("--reference", reference,
+                  "What the report's KV bytes are measured against: bf16 (default; the 16-bit "
+                  "cache engines hold, from the db's bf16 rows) or fp32 (the full cache). KL "
+                  "and top-1 are against the fp32 full cache either way")
+      ->check(CLI::IsMember({"bf16", "fp32"}));
+}
+
+void write_reports_for(const std::string& db_path, const std::string& out_dir,
+                       const std::string& reference) {
+  write_reports(db_path, out_dir, parse_kv_reference(reference));
   const std::filesystem::path dir(out_dir);
   std::printf("report: %s and %s\n", (dir / "leaderboard.md").string().c_str(),
               (dir / "leaderboard.html").string().c_str());
@@ -52,13 +61,14 @@ void write_reports_for(const std::string& db_path, const std::string& out_dir) {
 
 void add_report_command(CLI::App& app) {
   struct ReportArgs {
-    std::string db, out = "reports";
+    std::string db, out = "reports", reference = "bf16";
   };
   auto args = std::make_shared<ReportArgs>();
   CLI::App* cmd = app.add_subcommand("report", "Write the leaderboard (Markdown and HTML) of a results db");
   cmd->add_option("db", args->db, "Results db")->required();
   cmd->add_option("-o,--output", args->out, "Directory for leaderboard.md and leaderboard.html");
-  cmd->callback([args] { write_reports_for(args->db, args->out); });
+  add_reference_option(cmd, args->reference);
+  cmd->callback([args] { write_reports_for(args->db, args->out, args->reference); });
 
   struct CheckArgs {
     std::string db, baseline, write_baseline, tolerance;
