@@ -136,7 +136,7 @@ DenseKv NarrowLayerKv::view() const {
     view_k_.resize(n_kv_heads_ * n * head_dim_);
     view_v_.resize(view_k_.size());
     view_positions_.resize(n_kv_heads_ * n);
-    for (int32_t h = 0; h < n_kv_heads_; ++h) {
+    for (int32_t h = 0; h < n_kv_heads_ && n > 0; ++h) {  // no &x[i] into empty vectors
       const int64_t row = h * capacity_;
       decode_kv_rows(element_, &k_[row * row_bytes_], scaled ? &k_scale_[row] : nullptr, n,
                      head_dim_, &view_k_[h * n * head_dim_]);
