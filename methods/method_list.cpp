@@ -17,6 +17,7 @@ MethodInfo fp16_method();
 MethodInfo bf16_method();
 MethodInfo fp8_method();
 MethodInfo kivi_method();
+MethodInfo pca_kv_method();
 MethodInfo quest_method();
 MethodInfo prefix_method();
 MethodInfo tiers_method();
@@ -37,6 +38,7 @@ const std::vector<MethodInfo>& method_registry() {
       bf16_method(),
       fp8_method(),
       kivi_method(),
+      pca_kv_method(),
       quest_method(),
       prefix_method(),
       tiers_method(),
