@@ -745,6 +745,36 @@ BENCHMARK_CAPTURE(BM_CudaGatherRows, llama8b, kLlama8B)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
+// A decode-step eviction applied in place (the device dense store's retain while its capacity
+// stays): per KV head one row, the newest of range(0), moved into slot 0's hole. Bound by the
+// launch, not by bytes; the store gathered all n - 1 kept rows into fresh buffers before.
+void BM_CudaMoveRows(benchmark::State& state, Shape shape) {
+  const int64_t n_tokens = state.range(0), heads = shape.kv_heads;
+  const int64_t row_bytes = 2LL * shape.head_dim * 4 + 4;
+  const int64_t bytes = 2 * heads * row_bytes + 2 * heads * 8;  // rows read and written, list
+  DeviceKv kv(shape, n_tokens, 1, 18);
+  std::vector<int64_t> moves;  // from, then to
+  for (int64_t h = 0; h < heads; ++h) moves.push_back(h * n_tokens + n_tokens - 1);
+  for (int64_t h = 0; h < heads; ++h) moves.push_back(h * n_tokens);
+  const DeviceBuffer<int64_t> list(moves.data(), static_cast<int64_t>(moves.size()));
+  const kvbench::GatherTarget rows{kv.k.data(), kv.v.data(), kv.positions.data(), n_tokens};
+  const double seconds = time_launches(state, 1, [&](int64_t) {
+    kvbench::move_rows_cuda(rows, shape.kv_heads, shape.head_dim, list.data(), list.data() + heads,
+                            heads, nullptr);
+  });
+  report(state, seconds, static_cast<double>(bytes));
+}
+BENCHMARK_CAPTURE(BM_CudaMoveRows, smollm2_135m, kSmolLM2)
+    ->ArgName("tokens")
+    ->Arg(kLongContext)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_CudaMoveRows, llama8b, kLlama8B)
+    ->ArgName("tokens")
+    ->Arg(kLongContext)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
 // KVMerger's cosine of adjacent keys over range(0) slots per KV head, in slot order: GB/s of
 // the keys read once (the second read of each is a cache hit), the order read and the
 // similarities written.

@@ -19,18 +19,6 @@ void check(cudaError_t err, const char* what) { cuda_check(err, kWho, what); }
 // Buffers are only dropped after this, so no queued copy or kernel still reads them.
 void wait_default_stream() { check(cudaStreamSynchronize(nullptr), "synchronize"); }
 
-// True when every head keeps exactly its first n_keep slots: nothing has to move.
-bool keeps_prefix(const RetainPlan& plan, int32_t n_kv_heads) {
-  for (int32_t h = 0; h < n_kv_heads; ++h) {
-    // Ascending and distinct, so the prefix is kept iff the last kept slot is n_keep - 1.
-    if (plan.n_keep > 0 &&
-        plan.slots[(static_cast<int64_t>(h) + 1) * plan.n_keep - 1] != plan.n_keep - 1) {
-      return false;
-    }
-  }
-  return true;
-}
-
 }  // namespace
 
 CudaDenseLayerKv::CudaDenseLayerKv(int32_t n_kv_heads, int32_t head_dim)
@@ -109,35 +97,77 @@ int64_t CudaDenseLayerKv::attend(const AttentionQuery& query, const PageSelectio
 void CudaDenseLayerKv::retain(RetainPlan& plan) {
   check_retain_plan(plan, n_kv_heads_, head_dim_, n_tokens_, kWho);
   const int64_t n_keep = plan.n_keep;
-  // DenseLayerKv's sizing: a compression gives its memory back, a decode-step eviction keeps
-  // the capacity (here the buffers are fresh either way: the gather cannot work in place).
+  // DenseLayerKv's placement (every hole filled from the tail) and its sizing: a compression
+  // gives its memory back, a decode-step eviction keeps the capacity.
+  const std::vector<int32_t> order = kept_slot_order(plan, n_kv_heads_, n_keep);
+  const std::vector<int32_t> planned = plan.slots;
+  std::vector<int64_t> from, to;  // the rows that move, numbered across heads
+  for (int64_t i = 0; i < static_cast<int64_t>(order.size()); ++i) {
+    const int64_t h = i / n_keep, j = i % n_keep;
+    plan.slots[i] = planned[h * n_keep + order[i]];
+    if (plan.slots[i] != j) {
+      from.push_back(h * capacity_ + plan.slots[i]);
+      to.push_back(h * capacity_ + j);
+    }
+  }
   const int64_t idle = capacity_ - n_keep;
-  const int64_t new_capacity = idle > 2 * kEvictionSlack || idle > n_keep ? n_keep : capacity_;
-  if (keeps_prefix(plan, n_kv_heads_)) {
+  const bool shrink = idle > 2 * kEvictionSlack || idle > n_keep;
+  if (!shrink) {
+    // In place whenever the capacity stays. Then at most idle <= 2 * kEvictionSlack slots were
+    // dropped per head, so at most that many rows move (a decode-step eviction: one), never
+    // more than a gather would copy (n_keep), and nothing is allocated. The moves are
+    // disjoint: a hole j lies below n_keep and the row that fills it at or past it.
+    move_in_place(from, to);
     n_tokens_ = n_keep;
-    if (new_capacity != capacity_) reallocate(new_capacity);
-  } else {
+  } else if (from.empty()) {  // each head keeps its first slots
+    n_tokens_ = n_keep;
+    reallocate(n_keep);
+  } else {  // a compression: the kept rows gathered, in place order, into buffers of n_keep
     const DeviceBuffer<int32_t> slots(plan.slots.data(), static_cast<int64_t>(plan.slots.size()));
-    Rows kept = allocate(new_capacity);
-    gather_rows_cuda(
-        view(), slots.data(), n_keep,
-        GatherTarget{kept.k.data(), kept.v.data(), kept.positions.data(), new_capacity}, nullptr);
+    Rows kept = allocate(n_keep);
+    gather_rows_cuda(view(), slots.data(), n_keep,
+                     GatherTarget{kept.k.data(), kept.v.data(), kept.positions.data(), n_keep},
+                     nullptr);
     wait_default_stream();
     rows_ = std::move(kept);
-    capacity_ = new_capacity;
+    capacity_ = n_keep;
     n_tokens_ = n_keep;
   }
-  // Kept slot j now sits at row j, in plan order: merged rows go in as one strided copy.
+  // Kept slot j now sits at row j: merged rows, placed as their slots, go in as one strided
+  // copy (after the moves, in stream order).
   if (!plan.k.empty() && n_keep > 0) {
-    const size_t row_bytes = static_cast<size_t>(head_dim_) * sizeof(float);
-    check(cudaMemcpy2D(rows_.k.data(), capacity_ * row_bytes, plan.k.data(), n_keep * row_bytes,
+    const int64_t d = head_dim_;
+    std::vector<float> merged_k(plan.k.size()), merged_v(plan.v.size());
+    for (int64_t i = 0; i < static_cast<int64_t>(order.size()); ++i) {
+      const int64_t from_row = i / n_keep * n_keep + order[i];
+      std::copy_n(plan.k.begin() + from_row * d, d, merged_k.begin() + i * d);
+      std::copy_n(plan.v.begin() + from_row * d, d, merged_v.begin() + i * d);
+    }
+    const size_t row_bytes = static_cast<size_t>(d) * sizeof(float);
+    check(cudaMemcpy2D(rows_.k.data(), capacity_ * row_bytes, merged_k.data(), n_keep * row_bytes,
                        n_keep * row_bytes, n_kv_heads_, cudaMemcpyHostToDevice),
           "upload merged keys");
-    check(cudaMemcpy2D(rows_.v.data(), capacity_ * row_bytes, plan.v.data(), n_keep * row_bytes,
+    check(cudaMemcpy2D(rows_.v.data(), capacity_ * row_bytes, merged_v.data(), n_keep * row_bytes,
                        n_keep * row_bytes, n_kv_heads_, cudaMemcpyHostToDevice),
           "upload merged values");
   }
   evicted_ = true;
+}
+
+void CudaDenseLayerKv::move_in_place(const std::vector<int64_t>& from,
+                                     const std::vector<int64_t>& to) {
+  const int64_t n_moves = static_cast<int64_t>(from.size());
+  if (n_moves == 0) return;
+  if (moves_.size() < 2 * n_moves) {
+    wait_default_stream();  // a queued move may still read the old list
+    moves_ = DeviceBuffer<int64_t>(2 * n_moves);
+  }
+  // A synchronous upload from pageable memory waits for the work queued before it, so the
+  // previous retain's moves have read the list by the time it is overwritten.
+  moves_.upload(from.data(), n_moves);
+  moves_.upload(to.data(), n_moves, n_moves);
+  move_rows_cuda(GatherTarget{rows_.k.data(), rows_.v.data(), rows_.positions.data(), capacity_},
+                 n_kv_heads_, head_dim_, moves_.data(), moves_.data() + n_moves, n_moves, nullptr);
 }
 
 DenseKv CudaDenseLayerKv::view() const {

@@ -27,10 +27,12 @@ class CudaDenseLayerKv : public LayerKv {
   // (a small synchronous copy) to count the slots read, so the bytes returned are exactly
   // DenseLayerKv's. The attention itself is left running on the default stream.
   int64_t attend(const AttentionQuery& query, const PageSelection* pages) const override;
-  // plan is on the host, as for every store. The kept rows are gathered, compacted in order,
-  // into fresh buffers, so new slot j of head h holds old slot plan.slots[h * n_keep + j]:
-  // plan.slots is left as it came (ascending, hence >= j), which is LayerKv::retain's
-  // contract. Merged contents (plan.k, plan.v) are supported. Synchronous.
+  // plan is on the host, as for every store. The kept slots are placed as DenseLayerKv places
+  // them (place_kept_slots: each hole filled from the tail), and plan.slots says so on return,
+  // so both stores hold the same rows in the same slots. While the capacity stays (a
+  // decode-step eviction) only the rows that move are copied, in place, and left running on
+  // the default stream; a compression gathers the kept rows into fresh buffers of exactly
+  // n_keep rows (synchronous). Merged contents (plan.k, plan.v) are supported.
   void retain(RetainPlan& plan) override;
   // DEVICE pointers: a policy or read policy that reads the view on the host cannot run on
   // this store (KvCache with this store takes no policy, reader or tap that reads on the host).
@@ -57,6 +59,9 @@ class CudaDenseLayerKv : public LayerKv {
                  int64_t n_rows) const;
   // Moves the rows in use into buffers of exactly new_capacity (>= n_tokens) rows per head.
   void reallocate(int64_t new_capacity);
+  // Row to[i] gets row from[i] (rows numbered across heads; none both read and written), in
+  // the buffers held; enqueued.
+  void move_in_place(const std::vector<int64_t>& from, const std::vector<int64_t>& to);
 
   int32_t n_kv_heads_;
   int32_t head_dim_;
@@ -64,6 +69,9 @@ class CudaDenseLayerKv : public LayerKv {
   int64_t n_tokens_ = 0;
   bool evicted_ = false;  // a plan has dropped slots: growth is by kEvictionSlack
   Rows rows_;
+  // The last in-place retain's row list (from, then to), kept so a decode-step eviction
+  // allocates nothing; a few rows (see retain), not counted in bytes_resident.
+  DeviceBuffer<int64_t> moves_;
 };
 
 // Appends n_new tokens given in the projection layout (DEVICE k, v [n_new, n_kv_heads,

@@ -10,7 +10,7 @@
 #include "kernels/cuda/kivi_attention.h"
 #include "kernels/cuda/quantize.h"
 #include "methods/cuda_dense_store.h"  // append_projection_rows
-#include "methods/full_cache.h"  // selected_slots, place_kept_slots
+#include "methods/full_cache.h"        // selected_slots, kept_slot_order
 #include "methods/plan_helpers.h"
 
 namespace kvbench {
@@ -26,36 +26,20 @@ void wait_default_stream() { check(cudaStreamSynchronize(nullptr), "synchronize"
 // KiviLayerKv's growth: blocks past what is needed (an eighth, at least one).
 int64_t block_slack(int64_t n_blocks) { return std::max<int64_t>(1, n_blocks / 8); }
 
-// The placement KiviLayerKv::retain gives a plan (place_kept_slots, the packed blocks that
-// remain settled): for new slot j of head h, returns the index in the head's plan row of
-// the slot placed there. The same placement means the same blocks change, so the same
-// blocks are packed again.
-std::vector<int32_t> kivi_placement_order(const RetainPlan& plan, int32_t n_kv_heads,
-                                          int64_t settled) {
-  const int64_t n_keep = plan.n_keep;
-  std::vector<int32_t> order(plan.slots.size());
-  for (int32_t h = 0; h < n_kv_heads; ++h) {
-    const int32_t* keep = plan.slots.data() + h * n_keep;
-    std::vector<int32_t> placed(keep, keep + n_keep);
-    place_kept_slots(placed.data(), n_keep, settled);
-    for (int64_t j = 0; j < n_keep; ++j) {
-      const int32_t* at = std::lower_bound(keep, keep + n_keep, placed[j]);
-      order[h * n_keep + j] = static_cast<int32_t>(at - keep);
-    }
-  }
-  return order;
-}
-
 // Each group replaced with its quantized values rounded back to fp32 (KiviLayerKv's
-// round_groups); synchronous, as the scratch codes are freed on return.
-void round_groups_cuda(float* x, int64_t group_stride, int64_t element_stride,
-                       int64_t n_groups, int32_t group, int32_t bits) {
-  DeviceBuffer<uint8_t> codes(n_groups * group * bits / 8);
-  DeviceBuffer<float> scale(n_groups), min(n_groups);
-  const QuantGroups q{codes.data(), scale.data(), min.data(), n_groups, group, bits};
+// round_groups); enqueued. The codes and parameters go to `scratch`, grown when too small.
+void round_groups_cuda(float* x, int64_t group_stride, int64_t element_stride, int64_t n_groups,
+                       int32_t group, int32_t bits, RoundingScratch& scratch) {
+  if (scratch.scale.size() < n_groups) {
+    wait_default_stream();  // a queued rounding may still use the old scratch
+    scratch.codes = DeviceBuffer<uint8_t>(n_groups * group * bits / 8);
+    scratch.scale = DeviceBuffer<float>(n_groups);
+    scratch.min = DeviceBuffer<float>(n_groups);
+  }
+  const QuantGroups q{
+      scratch.codes.data(), scratch.scale.data(), scratch.min.data(), n_groups, group, bits};
   quantize_groups_cuda(x, group_stride, element_stride, q, nullptr);
   dequantize_groups_cuda(q, x, group_stride, element_stride, nullptr);
-  wait_default_stream();
 }
 
 // Copies slots [h * n_keep + j] of `from` (device rows) to rows [0, n_keep) of each head of
@@ -310,12 +294,13 @@ void CudaKiviLayerKv::round_quantized_rows() {
     const TailRounding r = kivi_tail_rounding(config_, n_tokens(), n_blocks_ * config_.group,
                                               keys_rounded_[h], values_rounded_[h]);
     for (int64_t a = r.keys_from; a < r.keys_to; a += config_.group) {  // per channel
-      round_groups_cuda(tail_.k.data() + (head + a) * d, 1, d, d, config_.group, config_.bits);
+      round_groups_cuda(tail_.k.data() + (head + a) * d, 1, d, d, config_.group, config_.bits,
+                        rounding_);
     }
     if (r.values_from < r.values_to) {  // per token, in groups of `group` channels
       round_groups_cuda(tail_.v.data() + (head + r.values_from) * d, config_.group, 1,
                         (r.values_to - r.values_from) * d / config_.group, config_.group,
-                        config_.bits);
+                        config_.bits, rounding_);
     }
     keys_rounded_[h] = std::max(keys_rounded_[h], r.keys_to);
     values_rounded_[h] = std::max(values_rounded_[h], r.values_to);
@@ -453,7 +438,9 @@ void CudaKiviLayerKv::retain(RetainPlan& plan) {
   const int64_t g = config_.group, d = head_dim_, n_keep = plan.n_keep;
   const bool merged = !plan.k.empty();
   const int64_t n_blocks = std::min(n_blocks_, n_keep / g);
-  const std::vector<int32_t> order = kivi_placement_order(plan, n_kv_heads_, n_blocks * g);
+  // KiviLayerKv's placement (the packed blocks that remain settled): the same blocks change,
+  // so the same blocks are packed again.
+  const std::vector<int32_t> order = kept_slot_order(plan, n_kv_heads_, n_blocks * g);
   const std::vector<int32_t> planned = plan.slots;
   bool moves = false;
   for (int64_t i = 0; i < static_cast<int64_t>(order.size()); ++i) {
@@ -506,10 +493,6 @@ void CudaKiviLayerKv::retain(RetainPlan& plan) {
     return;
   }
 
-  Rows kept = allocate_rows(n_keep);
-  gather_kept(view(), plan.slots, n_keep,
-              GatherTarget{kept.k.data(), kept.v.data(), kept.positions.data(), n_keep});
-  upload_merged(kept, n_keep);
   // The blocks to pack again, in runs of consecutive units (block-major: all heads of a
   // block are one run when they all changed).
   std::vector<UnitRun> runs;
@@ -529,14 +512,35 @@ void CudaKiviLayerKv::retain(RetainPlan& plan) {
       for (int64_t t = 0; t < g; ++t) rows.push_back(static_cast<int32_t>(h * n_keep + b * g + t));
     }
   }
-  pack_units(kept.k.data(), kept.v.data(), kept.positions.data(), n_kv_heads_ * n_keep, runs,
-             rows);
-  resize_blocks(n_blocks);
-  const int64_t tail = n_keep - n_blocks * g;
+  const int64_t packed = n_blocks * g, tail = n_keep - packed;
   const int64_t capacity = std::max(tail, std::min(config_.residual, n_keep) + g);  // as KiviLayerKv
   Rows new_tail = allocate_rows(capacity);
-  copy_rows(kept, n_keep, n_blocks * g, new_tail, capacity, tail);
-  wait_default_stream();
+  if (runs.empty() && n_blocks == n_blocks_) {
+    // Every block stays as packed (an eviction within the tail: a decode step's): the kept
+    // tail rows come from the tail itself, nothing is unpacked. Not in place: the tail's rows
+    // keep position order (settled blocks only), so a shift's source rows are other moves'
+    // destinations; the tail is small (about residual + group rows).
+    std::vector<int32_t> tail_slots(static_cast<size_t>(n_kv_heads_ * tail));
+    for (int32_t h = 0; h < n_kv_heads_; ++h) {
+      for (int64_t j = 0; j < tail; ++j) {
+        tail_slots[h * tail + j] =
+            plan.slots[h * n_keep + packed + j] - static_cast<int32_t>(packed);
+      }
+    }
+    gather_kept(
+        layout().tail, tail_slots, tail,
+        GatherTarget{new_tail.k.data(), new_tail.v.data(), new_tail.positions.data(), capacity});
+  } else {
+    Rows kept = allocate_rows(n_keep);
+    gather_kept(view(), plan.slots, n_keep,
+                GatherTarget{kept.k.data(), kept.v.data(), kept.positions.data(), n_keep});
+    upload_merged(kept, n_keep);
+    pack_units(kept.k.data(), kept.v.data(), kept.positions.data(), n_kv_heads_ * n_keep, runs,
+               rows);
+    copy_rows(kept, n_keep, packed, new_tail, capacity, tail);
+    wait_default_stream();
+  }
+  resize_blocks(n_blocks);
   tail_ = std::move(new_tail);
   tail_capacity_ = capacity;
   tail_tokens_ = tail;

@@ -23,6 +23,12 @@
 
 namespace kvbench {
 
+// Where CudaKiviLayerKv rounds groups of its tail: quantize_groups_cuda's codes and parameters.
+struct RoundingScratch {
+  DeviceBuffer<uint8_t> codes;
+  DeviceBuffer<float> scale, min;
+};
+
 class CudaKiviLayerKv : public LayerKv {
  public:
   // Throws std::invalid_argument unless bits is 2 or 4 and head_dim a multiple of the group
@@ -41,16 +47,18 @@ class CudaKiviLayerKv : public LayerKv {
   // plan is on the host. Kept slots are placed as KiviLayerKv places them (kept slots in
   // the packed blocks that remain stay, their holes take the oldest kept slots after them,
   // the rest follow in order; plan.slots says so on return, each >= j), so the same blocks are unpacked and packed again. Merged contents
-  // (plan.k, plan.v) are supported. Throws std::invalid_argument for a malformed plan (slots
-  // not ascending or past the stored tokens, merged rows of the wrong size) before anything
-  // changes. Synchronous.
+  // (plan.k, plan.v) are supported. An eviction that leaves every block as packed (a decode
+  // step's, within the tail) gathers the tail alone, unpacking nothing. Throws
+  // std::invalid_argument for a malformed plan (slots not ascending or past the stored tokens,
+  // merged rows of the wrong size) before anything changes. Synchronous.
   void retain(RetainPlan& plan) override;
   // DEVICE pointers: the fp32 tail itself while nothing is packed, else everything unpacked
   // into device buffers held (and counted in bytes_resident) until the next append, retain
   // or settle. A policy that reads the view on the host must copy it down.
   DenseKv view() const override;
   // Packs the whole blocks of quantized slots and rounds the tail rows KiviTail::Kivi has
-  // quantized (KiviLayerKv::settle); synchronous when it packs or rounds.
+  // quantized (KiviLayerKv::settle); synchronous when it packs, the rounding (a decode step's
+  // usual work: one value row per head) enqueued, with no allocation.
   void settle() override;
   // A deep copy in device memory (without the view buffers).
   std::unique_ptr<LayerKv> clone() const override;
@@ -104,7 +112,7 @@ class CudaKiviLayerKv : public LayerKv {
   // Unpacks every block and copies the tail into the view buffers.
   void unpack_view() const;
   void drop_view() const;
-  // KiviLayerKv::round_quantized_rows on the device; synchronous.
+  // KiviLayerKv::round_quantized_rows on the device; enqueued.
   void round_quantized_rows();
 
   int32_t n_kv_heads_;
@@ -120,6 +128,12 @@ class CudaKiviLayerKv : public LayerKv {
   int64_t tail_tokens_ = 0;
   // KiviLayerKv's: per KV head, the leading tail rows whose keys (values) are rounded.
   std::vector<int64_t> keys_rounded_, values_rounded_;
+
+  // The codes and parameters a rounding goes through, kept between settles so a decode step
+  // allocates nothing (and so frees nothing: cudaFree synchronises). Sized by the largest
+  // rounding, a part of the tail's rows: not counted in bytes_resident, as KiviLayerKv's
+  // temporaries are not.
+  RoundingScratch rounding_;
 
   // Everything unpacked, while a policy looks at it (view) until settle().
   mutable DeviceBuffer<float> view_k_, view_v_;

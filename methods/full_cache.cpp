@@ -37,6 +37,21 @@ void place_kept_slots(int32_t* keep, int64_t n_keep, int64_t settled) {
   }
 }
 
+std::vector<int32_t> kept_slot_order(const RetainPlan& plan, int32_t n_kv_heads, int64_t settled) {
+  const int64_t n_keep = plan.n_keep;
+  std::vector<int32_t> order(plan.slots.size());
+  for (int32_t h = 0; h < n_kv_heads; ++h) {
+    const int32_t* keep = plan.slots.data() + h * n_keep;
+    std::vector<int32_t> placed(keep, keep + n_keep);
+    place_kept_slots(placed.data(), n_keep, settled);
+    for (int64_t j = 0; j < n_keep; ++j) {
+      const int32_t* at = std::lower_bound(keep, keep + n_keep, placed[j]);
+      order[h * n_keep + j] = static_cast<int32_t>(at - keep);
+    }
+  }
+  return order;
+}
+
 void retain_rows_in_place(float* k, float* v, int32_t* positions, int32_t n_kv_heads,
                           int32_t head_dim, int64_t capacity,
                           [[maybe_unused]] int64_t n_tokens, RetainPlan& plan, int64_t settled) {

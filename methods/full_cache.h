@@ -44,6 +44,12 @@ class DenseLayerKv : public LayerKv {
 // so its fp32 tail keeps the newest tokens in position order.
 void place_kept_slots(int32_t* keep, int64_t n_keep, int64_t settled);
 
+// place_kept_slots for every head of `plan` (plan.slots ascending, as planned), as indices
+// into the head's plan row: the slot placed at new slot j of head h is
+// plan.slots[h * n_keep + order[h * n_keep + j]]. The device stores place a plan's slots and
+// its merged rows by it, as the host stores do.
+std::vector<int32_t> kept_slot_order(const RetainPlan& plan, int32_t n_kv_heads, int64_t settled);
+
 // Applies `plan` in place to KV rows held as [n_kv_heads, capacity, head_dim] with
 // positions [n_kv_heads, capacity], as LayerKv::retain describes: merged contents first,
 // then the kept slots are placed (place_kept_slots; settled < 0: n_keep) and plan.slots

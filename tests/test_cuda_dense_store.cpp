@@ -1,15 +1,16 @@
 // The device dense store against the CPU one (DenseLayerKv) fed the same tokens: contents,
 // growth and bytes, attention (dense and paged) and the bytes it reports, retain plans (random,
-// decode-step, prefix, merged), appends after them, clones, and the whole-cache factory. The
-// stores place kept tokens differently (the CPU fills holes from the tail, the device compacts
-// in order), so contents are compared token by token (by position) and each plan is given to
-// the CPU store translated into its own slots.
+// decode-step, prefix, merged), appends after them, clones, and the whole-cache factory. Both
+// stores place kept tokens alike (each hole filled from the tail), so one plan serves both, the
+// placements they return are equal and their rows compare slot by slot, bit for bit. A
+// decode-step eviction is applied in place on the device (the buffers stay), a compression
+// into fresh buffers.
 // Without a CUDA device every case prints "no CUDA device: skipped" and exits 77 (ctest SKIP).
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
-#include <map>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <stdexcept>
@@ -73,21 +74,20 @@ HostRows host_rows(const DenseKv& kv, bool on_device) {
   return rows;
 }
 
-// Both stores hold the same tokens per head, each with its key, value and position, wherever
-// they placed them (positions are unique per head here, so they name the tokens).
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Both stores hold the same tokens in the same slots: keys and values bit for bit, positions.
 void require_same_tokens(const LayerKv& cpu, const LayerKv& gpu) {
   REQUIRE(gpu.n_tokens() == cpu.n_tokens());
   const HostRows a = host_rows(cpu.view(), false);
   const HostRows b = host_rows(gpu.view(), true);
   for (int32_t h = 0; h < kKvHeads; ++h) {
-    std::map<int32_t, int64_t> gpu_slot;
-    for (int64_t t = 0; t < b.n_tokens; ++t) gpu_slot[b.position(h, t)] = t;
-    REQUIRE(static_cast<int64_t>(gpu_slot.size()) == b.n_tokens);
     for (int64_t t = 0; t < a.n_tokens; ++t) {
-      const auto found = gpu_slot.find(a.position(h, t));
-      REQUIRE(found != gpu_slot.end());
-      REQUIRE(b.key(h, found->second) == a.key(h, t));
-      REQUIRE(b.value(h, found->second) == a.value(h, t));
+      REQUIRE(b.position(h, t) == a.position(h, t));
+      REQUIRE(same_bits(b.key(h, t), a.key(h, t)));
+      REQUIRE(same_bits(b.value(h, t), a.value(h, t)));
     }
   }
 }
@@ -182,61 +182,35 @@ RetainPlan random_plan(int64_t n_tokens, int64_t n_keep, uint32_t seed) {
   return plan;
 }
 
-// `gpu_plan` (slots of the device store) as slots of the CPU store: the same tokens, named by
-// position. After a retain the stores place tokens differently (the CPU fills holes from the
-// tail, the device compacts in order), so one slot list would mean different tokens.
-RetainPlan cpu_plan_for(const RetainPlan& gpu_plan, const LayerKv& gpu, const LayerKv& cpu) {
-  const HostRows g = host_rows(gpu.view(), true);
-  const HostRows c = host_rows(cpu.view(), false);
-  const int64_t n_keep = gpu_plan.n_keep;
-  const int32_t head_dim = g.head_dim;
-  RetainPlan plan;
-  plan.n_keep = n_keep;
-  for (int32_t h = 0; h < kKvHeads; ++h) {
-    std::map<int32_t, int32_t> cpu_slot;  // position -> slot
-    for (int64_t t = 0; t < c.n_tokens; ++t) cpu_slot[c.position(h, t)] = static_cast<int32_t>(t);
-    std::vector<std::pair<int32_t, int64_t>> kept;  // (CPU slot, index in gpu_plan)
-    for (int64_t j = 0; j < n_keep; ++j) {
-      const int64_t i = h * n_keep + j;
-      kept.emplace_back(cpu_slot.at(g.position(h, gpu_plan.slots[i])), i);
-    }
-    std::sort(kept.begin(), kept.end());
-    for (const auto& [slot, i] : kept) {
-      plan.slots.push_back(slot);
-      if (gpu_plan.k.empty()) continue;
-      const auto k = gpu_plan.k.begin() + i * head_dim, v = gpu_plan.v.begin() + i * head_dim;
-      plan.k.insert(plan.k.end(), k, k + head_dim);
-      plan.v.insert(plan.v.end(), v, v + head_dim);
-    }
-  }
-  return plan;
-}
-
-// Applies `plan` (device store slots) to both stores and checks the device store's placement:
-// new slot j holds the old slot plan.slots[h * n_keep + j], and the plan comes back unchanged
-// (ascending, so >= j).
+// Applies `plan` to both stores: they return the same placement (each new slot j holds old slot
+// plan.slots[h * n_keep + j] >= j, with its position and its key and value, or the merged
+// ones) and then hold the same rows.
 void retain_both(Twin& twin, const RetainPlan& plan) {
   const HostRows before = host_rows(twin.gpu.view(), true);
-  RetainPlan cpu_plan = cpu_plan_for(plan, twin.gpu, twin.cpu), gpu_plan = plan;
+  RetainPlan cpu_plan = plan, gpu_plan = plan;
   twin.cpu.retain(cpu_plan);
   twin.gpu.retain(gpu_plan);
-  REQUIRE(gpu_plan.slots == plan.slots);
+  REQUIRE(gpu_plan.slots == cpu_plan.slots);
   const HostRows after = host_rows(twin.gpu.view(), true);
   REQUIRE(after.n_tokens == plan.n_keep);
   for (int32_t h = 0; h < kKvHeads; ++h) {
+    const int32_t* planned = plan.slots.data() + h * plan.n_keep;
     for (int64_t j = 0; j < plan.n_keep; ++j) {
       const size_t i = static_cast<size_t>(h * plan.n_keep + j);
-      const int32_t old_slot = plan.slots[i];
+      const int32_t old_slot = gpu_plan.slots[i];
       REQUIRE(old_slot >= j);
       REQUIRE(after.position(h, j) == before.position(h, old_slot));
       if (plan.k.empty()) {
-        REQUIRE(after.key(h, j) == before.key(h, old_slot));
-        REQUIRE(after.value(h, j) == before.value(h, old_slot));
-      } else {
-        const auto merged = plan.k.begin() + i * twin.head_dim;
-        REQUIRE(after.key(h, j) == std::vector<float>(merged, merged + twin.head_dim));
-        const auto merged_v = plan.v.begin() + i * twin.head_dim;
-        REQUIRE(after.value(h, j) == std::vector<float>(merged_v, merged_v + twin.head_dim));
+        REQUIRE(same_bits(after.key(h, j), before.key(h, old_slot)));
+        REQUIRE(same_bits(after.value(h, j), before.value(h, old_slot)));
+      } else {  // the merged row planned for that slot
+        const int64_t row = h * plan.n_keep +
+                            (std::lower_bound(planned, planned + plan.n_keep, old_slot) - planned);
+        const auto merged = plan.k.begin() + row * twin.head_dim;
+        REQUIRE(same_bits(after.key(h, j), std::vector<float>(merged, merged + twin.head_dim)));
+        const auto merged_v = plan.v.begin() + row * twin.head_dim;
+        REQUIRE(
+            same_bits(after.value(h, j), std::vector<float>(merged_v, merged_v + twin.head_dim)));
       }
     }
   }
@@ -284,8 +258,7 @@ TEST_CASE("cuda dense store: reserve allocates once, bytes follow capacity", "[g
   twin.require_same();
 }
 
-TEST_CASE("cuda dense store: retain gathers the kept slots in order and frees like the CPU",
-          "[gpu]") {
+TEST_CASE("cuda dense store: retain places the kept slots and frees like the CPU", "[gpu]") {
   require_device();
   for (int32_t head_dim : {64, 128}) {
     INFO("head_dim " << head_dim);
@@ -360,6 +333,71 @@ TEST_CASE("cuda dense store: merged contents replace the kept slots' keys and va
   }
 }
 
+// Every slot but dropped[h] of head h, for each head.
+RetainPlan drop_per_head(int64_t n_tokens, const std::vector<std::vector<int32_t>>& dropped) {
+  RetainPlan plan;
+  plan.n_keep = n_tokens - static_cast<int64_t>(dropped[0].size());
+  for (int32_t h = 0; h < kKvHeads; ++h) {
+    for (int32_t t = 0; t < n_tokens; ++t) {
+      if (std::find(dropped[h].begin(), dropped[h].end(), t) == dropped[h].end()) {
+        plan.slots.push_back(t);
+      }
+    }
+  }
+  return plan;
+}
+
+TEST_CASE("cuda dense store: a decode-step eviction moves rows in place, a compression reallocates",
+          "[gpu]") {
+  require_device();
+  for (int32_t head_dim : {64, 128, 6}) {  // 6: rows the kernel copies float by float
+    INFO("head_dim " << head_dim);
+    Twin twin(head_dim);
+    twin.append(300);
+    retain_both(twin, random_plan(twin.gpu.n_tokens(), 200, 900));
+    twin.append(1);  // grows by the slack: room for the decode steps
+    const int64_t capacity = twin.gpu.capacity();
+    const int64_t bytes = twin.gpu.bytes_resident();
+    const float* k = twin.gpu.view().k;
+    const float* v = twin.gpu.view().v;
+    const int32_t* positions = twin.gpu.view().positions;
+    std::mt19937 rng(901);
+    uint32_t seed = 902;
+    for (int step = 0; step < 24; ++step) {
+      INFO("step " << step);
+      std::vector<int32_t> chunk = twin.append(1);
+      const int32_t n = static_cast<int32_t>(twin.gpu.n_tokens());
+      // Per head: a random slot, the oldest (every later hole-filler moves), the newest (no
+      // move at all); a few steps drop five, or merge.
+      const int32_t random_slot = static_cast<int32_t>(rng() % n);
+      std::vector<std::vector<int32_t>> dropped = {{random_slot}, {0}, {n - 1}};
+      if (step % 8 == 3) {
+        dropped = {{1, 5, 9, n - 2, n - 1}, {0, 1, 2, 3, 4}, {n - 5, 7, 8, 20, 40}};
+      }
+      RetainPlan plan = drop_per_head(n, dropped);
+      if (step % 8 == 5) {
+        plan.k = random_floats(plan.slots.size() * head_dim, seed++);
+        plan.v = random_floats(plan.slots.size() * head_dim, seed++);
+      }
+      retain_both(twin, plan);
+      // In place: the same buffers, the same capacity and bytes.
+      CHECK(twin.gpu.view().k == k);
+      CHECK(twin.gpu.view().v == v);
+      CHECK(twin.gpu.view().positions == positions);
+      CHECK(twin.gpu.capacity() == capacity);
+      CHECK(twin.gpu.bytes_resident() == bytes);
+      if (head_dim != 6) require_same_attention(twin, chunk, seed++);
+    }
+    // A compression gives the memory back: fresh buffers of what is kept.
+    const int64_t n_keep = twin.gpu.n_tokens() / 2;
+    retain_both(twin, random_plan(twin.gpu.n_tokens(), n_keep, seed++));
+    CHECK(twin.gpu.view().k != k);
+    CHECK(twin.gpu.capacity() == n_keep);
+    CHECK(twin.gpu.bytes_resident() == bytes_at(n_keep, head_dim));
+    if (head_dim != 6) require_same_attention(twin, twin.append(1), seed++);
+  }
+}
+
 TEST_CASE("cuda dense store: attention over selected pages equals the CPU store", "[gpu]") {
   require_device();
   for (int32_t head_dim : {64, 128}) {
@@ -409,8 +447,7 @@ TEST_CASE("cuda dense store: a clone is a deep copy the original does not share"
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
   }
   CHECK(gpu_copy->bytes_resident() == cpu_copy->bytes_resident());
-  RetainPlan gpu_plan = random_plan(gpu_copy->n_tokens(), 250, 601);
-  RetainPlan cpu_plan = cpu_plan_for(gpu_plan, *gpu_copy, *cpu_copy);
+  RetainPlan gpu_plan = random_plan(gpu_copy->n_tokens(), 250, 601), cpu_plan = gpu_plan;
   cpu_copy->retain(cpu_plan);
   gpu_copy->retain(gpu_plan);
   require_same_tokens(*cpu_copy, *gpu_copy);

@@ -432,6 +432,48 @@ TEST_CASE("cuda kivi store: retain repacks what it touches and frees as the CPU 
   }
 }
 
+TEST_CASE("cuda kivi store: a decode-step eviction within the tail leaves the blocks as packed",
+          "[gpu]") {
+  require_device();
+  for (KiviTail tail : {KiviTail::Kivi, KiviTail::Block}) {
+    for (int64_t residual : {32, 128}) {
+      INFO("tail " << static_cast<int>(tail) << ", residual " << residual);
+      KiviConfig config = kivi_config(2, residual);
+      config.tail = tail;
+      Twin twin(64, config);
+      uint32_t seed = 1500;
+      twin.append(400);
+      twin.settle();
+      REQUIRE(twin.gpu.n_blocks() > 0);
+      std::mt19937 rng(seed++);
+      for (int step = 0; step < 40; ++step) {  // past a block's worth: packing goes on between
+        INFO("decode step " << step);
+        twin.append(1);
+        const int64_t n = twin.gpu.n_tokens(), packed = twin.gpu.n_blocks() * 32;
+        const int64_t tail_tokens = n - packed;
+        // Per head one tail slot dropped: a random one, the first, the newest.
+        const std::vector<int64_t> dropped = {packed + static_cast<int64_t>(rng() % tail_tokens),
+                                              packed, n - 1};
+        RetainPlan plan;
+        plan.n_keep = n - 1;
+        for (int32_t h = 0; h < kKvHeads; ++h) {
+          for (int32_t t = 0; t < n; ++t) {
+            if (t != dropped[h]) plan.slots.push_back(t);
+          }
+        }
+        const int64_t blocks = twin.gpu.n_blocks();
+        const uint8_t* codes = twin.gpu.layout().k_codes;
+        retain_both(twin, plan, step % 3 == 0);
+        CHECK(twin.gpu.n_blocks() == blocks);
+        CHECK(twin.gpu.layout().k_codes == codes);  // the blocks stay where they are
+        twin.settle();
+        twin.require_same();
+        require_same_attention(twin, {twin.next_position}, seed++);
+      }
+    }
+  }
+}
+
 TEST_CASE("cuda kivi store: retain while nothing is packed works on the fp32 tail", "[gpu]") {
   require_device();
   for (int32_t head_dim : {64, 128}) {

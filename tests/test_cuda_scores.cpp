@@ -1,7 +1,7 @@
 // The CUDA twins of the token-score kernels (kernels/cuda/scores.h) and of the retain-plan gather
-// (kernels/cuda/gather.h) against their CPU versions on the same inputs, over odd sizes (tokens
-// 1, 15, 17, 4097; head_dim 64 and 128; GQA 9/3 heads). Without a CUDA device every case prints
-// "no CUDA device: skipped" and exits 77 (ctest SKIP).
+// and in-place moves (kernels/cuda/gather.h) against their CPU versions on the same inputs, over
+// odd sizes (tokens 1, 15, 17, 4097; head_dim 64 and 128; GQA 9/3 heads). Without a CUDA device
+// every case prints "no CUDA device: skipped" and exits 77 (ctest SKIP).
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -409,6 +409,77 @@ TEST_CASE("gather_rows_cuda leaves a row whose slot is out of range unwritten", 
   CHECK(out_pos.host() == std::vector<int32_t>{12, -7, -7});
   CHECK(std::equal(got_k.begin(), got_k.begin() + head_dim, k.begin() + 2 * head_dim));
   CHECK(std::all_of(got_k.begin() + head_dim, got_k.end(), [](float x) { return x == kGuardValue; }));
+}
+
+// Rows [n_kv_heads, cap, head_dim] (and positions) with `offset` floats before them, moved by
+// both kernels; every byte, slack included, must come out equal.
+void check_moves(int head_dim, int n_kv_heads, int64_t cap, const std::vector<int64_t>& from,
+                 const std::vector<int64_t>& to, int offset) {
+  const size_t floats = static_cast<size_t>(n_kv_heads * cap * head_dim) + offset;
+  std::vector<float> k = random_floats(floats, static_cast<uint32_t>(cap));
+  std::vector<float> v = random_floats(floats, static_cast<uint32_t>(cap + 1));
+  std::vector<int32_t> positions(static_cast<size_t>(n_kv_heads * cap));
+  std::iota(positions.begin(), positions.end(), 1000);
+  Device<float> dk(k), dv(v);
+  Device<int32_t> dpos(positions);
+  const int64_t n_moves = static_cast<int64_t>(from.size());
+  const Device<int64_t> dfrom(from), dto(to);
+  kvbench::move_rows_cpu(GatherTarget{k.data() + offset, v.data() + offset, positions.data(), cap},
+                         n_kv_heads, head_dim, from.data(), to.data(), n_moves);
+  kvbench::move_rows_cuda(GatherTarget{dk.get() + offset, dv.get() + offset, dpos.get(), cap},
+                          n_kv_heads, head_dim, dfrom.get(), dto.get(), n_moves, nullptr);
+  CHECK(bitwise_equal(dk.host(), k));
+  CHECK(bitwise_equal(dv.host(), v));
+  CHECK(dpos.host() == positions);
+}
+
+TEST_CASE("move_rows_cuda is bit-identical to move_rows_cpu", "[gpu]") {
+  require_device();
+  const int n_kv_heads = 3;
+  for (int head_dim : {64, 128, 3}) {
+    for (int64_t cap : {2, 17, 4097}) {
+      for (int offset : {0, 1}) {
+        INFO("head_dim " << head_dim << " capacity " << cap << " offset " << offset);
+        // Each head's holes below n_keep filled from its rows at or past it, as
+        // place_kept_slots does: one move, several, or a whole half.
+        std::mt19937 rng(static_cast<uint32_t>(cap * 7 + head_dim));
+        for (int64_t per_head : {int64_t{1}, std::min<int64_t>(5, cap / 2), cap / 2}) {
+          std::vector<int64_t> from, to;
+          const int64_t n_keep = cap - per_head;
+          for (int64_t h = 0; h < n_kv_heads; ++h) {
+            std::vector<int64_t> below(static_cast<size_t>(n_keep)),
+                past(static_cast<size_t>(per_head));
+            std::iota(below.begin(), below.end(), 0);
+            std::iota(past.begin(), past.end(), n_keep);
+            std::shuffle(below.begin(), below.end(), rng);
+            for (int64_t i = 0; i < per_head && i < n_keep; ++i) {
+              from.push_back(h * cap + past[i]);
+              to.push_back(h * cap + below[i]);
+            }
+          }
+          check_moves(head_dim, n_kv_heads, cap, from, to, offset);
+        }
+      }
+    }
+  }
+  check_moves(64, 3, 17, {}, {}, 0);  // no moves: nothing changes
+}
+
+TEST_CASE("move_rows_cuda skips a move whose row is out of range", "[gpu]") {
+  require_device();
+  const int head_dim = 64;
+  const int64_t cap = 4;
+  const auto k = random_floats(static_cast<size_t>(cap * head_dim), 2);
+  const std::vector<int32_t> positions = {10, 11, 12, 13};
+  Device<float> dk(k), dv(k);
+  Device<int32_t> dpos(positions);
+  const Device<int64_t> from(std::vector<int64_t>{3, 4, -1}), to(std::vector<int64_t>{0, 1, 2});
+  kvbench::move_rows_cuda(GatherTarget{dk.get(), dv.get(), dpos.get(), cap}, 1, head_dim,
+                          from.get(), to.get(), 3, nullptr);
+  const auto got = dk.host();
+  CHECK(dpos.host() == std::vector<int32_t>{13, 11, 12, 13});
+  CHECK(std::equal(got.begin(), got.begin() + head_dim, k.begin() + 3 * head_dim));
+  CHECK(std::equal(got.begin() + head_dim, got.end(), k.begin() + head_dim));
 }
 
 }  // namespace

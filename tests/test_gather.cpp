@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <vector>
@@ -114,4 +115,51 @@ TEST_CASE("gather_rows_cpu rejects bad plans before writing anything", "[unit]")
   CHECK(out.k == untouched.k);
   CHECK(out.v == untouched.v);
   CHECK(out.positions == untouched.positions);
+}
+
+TEST_CASE("move_rows_cpu copies each moved row in place and nothing else", "[unit]") {
+  Source src;
+  const std::vector<float> k0 = src.k, v0 = src.v;
+  const std::vector<int32_t> p0 = src.positions;
+  // Rows across heads (capacity 5): head 0's slot 3 to slot 1, head 1's slot 2 to slot 0.
+  const std::vector<int64_t> from = {3, 7}, to = {1, 5};
+  kvbench::move_rows_cpu(GatherTarget{src.k.data(), src.v.data(), src.positions.data(), 5}, 2, 2,
+                         from.data(), to.data(), 2);
+  std::vector<float> expected_k = k0, expected_v = v0;
+  std::vector<int32_t> expected_p = p0;
+  for (size_t i = 0; i < from.size(); ++i) {
+    for (int d = 0; d < 2; ++d) {
+      expected_k[to[i] * 2 + d] = k0[from[i] * 2 + d];
+      expected_v[to[i] * 2 + d] = v0[from[i] * 2 + d];
+    }
+    expected_p[to[i]] = p0[from[i]];
+  }
+  // NaN slack compares unequal to itself: compare bit patterns.
+  CHECK(std::memcmp(src.k.data(), expected_k.data(), k0.size() * sizeof(float)) == 0);
+  CHECK(std::memcmp(src.v.data(), expected_v.data(), v0.size() * sizeof(float)) == 0);
+  CHECK(src.positions == expected_p);
+  CHECK(src.positions[1] == 9);
+  CHECK(src.positions[5] == 106);
+  kvbench::move_rows_cpu(GatherTarget{src.k.data(), src.v.data(), src.positions.data(), 5}, 2, 2,
+                         nullptr, nullptr, 0);  // no moves: nothing read
+}
+
+TEST_CASE("move_rows_cpu rejects bad moves before writing anything", "[unit]") {
+  Source src;
+  const Source untouched;
+  const GatherTarget rows{src.k.data(), src.v.data(), src.positions.data(), 5};
+  const auto rejects = [&](std::vector<int64_t> from, std::vector<int64_t> to) {
+    CHECK_THROWS_AS(kvbench::move_rows_cpu(rows, 2, 2, from.data(), to.data(),
+                                           static_cast<int64_t>(from.size())),
+                    std::invalid_argument);
+  };
+  rejects({3, 10}, {1, 2});  // a source past the last row (2 heads x 5)
+  rejects({3, 4}, {-1, 2});  // a destination before the first
+  rejects({3, 1}, {1, 0});   // row 1 is written and read: the device would race
+  rejects({3, 4}, {2, 2});   // two writes of one row race too
+  const int64_t row = 0;
+  CHECK_THROWS_AS(kvbench::move_rows_cpu(rows, 2, 2, &row, &row, -1), std::invalid_argument);
+  CHECK(std::memcmp(src.k.data(), untouched.k.data(), src.k.size() * sizeof(float)) == 0);
+  CHECK(std::memcmp(src.v.data(), untouched.v.data(), src.v.size() * sizeof(float)) == 0);
+  CHECK(src.positions == untouched.positions);
 }

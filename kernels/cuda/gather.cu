@@ -39,6 +39,25 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (lane == 0) out_positions[to] = positions[from];
 }
 
+// Block (moves kWarps x .. + kWarps); a warp per move, lanes over the row's elements of type T.
+// Sources and destinations are disjoint (the caller's contract), so the order is free. A move
+// with a row out of range is skipped.
+template <class T>
+__global__ void __launch_bounds__(kWarps * 32)
+    move_kernel(T* k, T* v, int32_t* positions, int64_t n_rows, const int64_t* from,
+                const int64_t* to, int64_t n_moves, int row_elems) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (i >= n_moves) return;
+  const int64_t src = from[i], dst = to[i];
+  if (src < 0 || src >= n_rows || dst < 0 || dst >= n_rows) return;
+  for (int e = lane; e < row_elems; e += 32) {
+    k[dst * row_elems + e] = k[src * row_elems + e];
+    v[dst * row_elems + e] = v[src * row_elems + e];
+  }
+  if (lane == 0) positions[dst] = positions[src];
+}
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
@@ -71,6 +90,28 @@ DenseKv gather_rows_cuda(const DenseKv& kv, const int32_t* slots, int64_t n_keep
   }
   check(cudaGetLastError(), "kernel launch");
   return view;
+}
+
+void move_rows_cuda(const GatherTarget& rows, int32_t n_kv_heads, int32_t head_dim,
+                    const int64_t* from, const int64_t* to, int64_t n_moves, cudaStream_t stream) {
+  if (n_moves < 0) {
+    throw std::invalid_argument("move_rows_cuda: n_moves (" + std::to_string(n_moves) +
+                                ") must be >= 0");
+  }
+  if (n_moves == 0 || n_kv_heads <= 0 || head_dim <= 0) return;
+  const int64_t n_blocks = (n_moves + kWarps - 1) / kWarps;
+  if (n_blocks > 2147483647) throw std::invalid_argument("move_rows_cuda: too many moves");
+  const int64_t n_rows = static_cast<int64_t>(n_kv_heads) * rows.capacity;
+  const unsigned grid = static_cast<unsigned>(n_blocks);
+  if (head_dim % 4 == 0 && aligned16(rows.k) && aligned16(rows.v)) {
+    move_kernel<float4><<<grid, kWarps * 32, 0, stream>>>(
+        reinterpret_cast<float4*>(rows.k), reinterpret_cast<float4*>(rows.v), rows.positions,
+        n_rows, from, to, n_moves, head_dim / 4);
+  } else {
+    move_kernel<float><<<grid, kWarps * 32, 0, stream>>>(rows.k, rows.v, rows.positions, n_rows,
+                                                         from, to, n_moves, head_dim);
+  }
+  cuda::check(cudaGetLastError(), "move_rows_cuda", "kernel launch");
 }
 
 }  // namespace kvbench
