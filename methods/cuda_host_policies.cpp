@@ -6,6 +6,7 @@
 #include "kernels/cuda/scores.h"
 #include "methods/cuda_dense_store.h"
 #include "methods/cuda_kivi_store.h"
+#include "methods/cuda_narrow_store.h"
 #include "methods/kivi.h"
 #include "methods/registry.h"
 
@@ -143,10 +144,13 @@ KvCache make_cuda_cache(const ResolvedSpec& spec, const KvShape& shape) {
   std::vector<std::unique_ptr<LayerKv>> layers = make_cuda_dense_layers(shape);
   for (const auto& [info, params] : spec.components) {
     if (info->kind != MethodKind::Storage) continue;
-    if (info->name != "kivi") {
+    if (info->name == "kivi") {
+      layers = make_cuda_kivi_layers(shape, kivi_config_from(params));
+    } else if (const std::optional<KvElement> element = narrow_method_element(info->name)) {
+      layers = make_cuda_narrow_layers(shape, *element);
+    } else {
       throw InputError("method '" + info->name + "' does not run on --device cuda yet");
     }
-    layers = make_cuda_kivi_layers(shape, kivi_config_from(params));
   }
   std::unique_ptr<TokenPolicy> policy;
   if (parts.policy) policy = std::make_unique<HostPolicyOnDevice>(std::move(parts.policy));

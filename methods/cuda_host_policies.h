@@ -64,9 +64,9 @@ class HostReaderOnDevice : public ReadPolicy {
   PageSelection selection_{};
 };
 
-// The cache of one sequence for `spec` with the model on a GPU: device stores (dense, or
-// KIVI's packed blocks) and the spec's policy or read policy wrapped as above. Throws
-// InputError naming the method for components that cannot run there yet (reuse, tiers).
+// The cache of one sequence for `spec` with the model on a GPU: device stores (dense, KIVI's
+// packed blocks, or fp16/bf16/fp8 rows) and the spec's policy or read policy wrapped as above.
+// Throws InputError naming the method for components that cannot run there yet (reuse, tiers).
 KvCache make_cuda_cache(const ResolvedSpec& spec, const KvShape& shape);
 
 }  // namespace kvbench

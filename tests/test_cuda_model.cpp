@@ -100,17 +100,20 @@ TEST_CASE("the model on a GPU gives the CPU's logits and greedy tokens", "[gpu]"
   CHECK(on_gpu.text == on_cpu.text);
 }
 
-TEST_CASE("eviction methods, Quest and KIVI on a GPU decide as on the CPU", "[gpu]") {
+TEST_CASE("eviction methods, Quest, KIVI and narrow stores on a GPU decide as on the CPU",
+          "[gpu]") {
   testing::require_device();
   const std::string path = testing::gpu_model_path();
   const auto cpu = LlamaModel::load(path);
   const auto gpu = LlamaModel::load(path, ModelDevice::Cuda);
   const std::vector<int32_t> prompt = long_prompt(*cpu);
   // Once-only (snapkv), every step (h2o and tova, scored on the device; streamingllm),
-  // decode-time retrieval (quest), packed storage (kivi) and eviction before packing.
+  // decode-time retrieval (quest), packed storage (kivi), eviction before packing, and the
+  // narrow stores (bf16 alone; fp8 after an eviction).
   for (const char* method :
        {"snapkv:budget=256", "h2o:budget=256", "tova:budget=256", "streamingllm:budget=128",
-        "quest:page=16,budget=128", "kivi:bits=4", "snapkv:budget=256+kivi:bits=2"}) {
+        "quest:page=16,budget=128", "kivi:bits=4", "snapkv:budget=256+kivi:bits=2", "bf16",
+        "snapkv:budget=256+fp8"}) {
     INFO(method);
     const ResolvedSpec spec = resolve_method_spec(method);
     KvCache a = new_cache(*cpu, spec), b = new_cache(*gpu, spec);

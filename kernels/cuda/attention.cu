@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/narrow_element.h"
 
 namespace kvbench {
 namespace {
@@ -40,13 +41,72 @@ struct SelectedSlots {
   }
 };
 
+// How a block reads stored rows (row = h * capacity + t): lane's elements e * 32 + lane of a
+// row's key and value, in fp32 (DenseKv) ...
+struct F32Rows {
+  const float* k;            // [n_kv_heads, capacity, D]
+  const float* v;
+  const int32_t* positions;  // [n_kv_heads, capacity]
+  int64_t capacity;
+  template <int E>
+  __device__ __forceinline__ void load(int64_t row, int lane, float (&k_out)[E],
+                                       float (&v_out)[E]) const {
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      k_out[e] = k[row * (E * 32) + e * 32 + lane];
+      v_out[e] = v[row * (E * 32) + e * 32 + lane];
+    }
+  }
+};
+
+// ... or in a narrow element (NarrowKv), widened as it is loaded: the conversion is fused into
+// the kernel's reads, nothing is widened in memory. Each value equals decode_kv_rows's (fp8:
+// the code's value times the row's scale, one rounding).
+template <KvElement Element>
+struct NarrowRows {
+  const void* k;  // [n_kv_heads, capacity, D] elements
+  const void* v;
+  const float* k_scale;  // [n_kv_heads, capacity], fp8 only
+  const float* v_scale;
+  const int32_t* positions;
+  int64_t capacity;
+  template <int E>
+  __device__ __forceinline__ void load(int64_t row, int lane, float (&k_out)[E],
+                                       float (&v_out)[E]) const {
+    constexpr int D = E * 32;
+    if constexpr (Element == KvElement::F8E4M3) {
+      const uint8_t* kb = static_cast<const uint8_t*>(k) + row * D;
+      const uint8_t* vb = static_cast<const uint8_t*>(v) + row * D;
+      const float ks = k_scale[row], vs = v_scale[row];
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        k_out[e] = narrow::e4m3_value(kb[e * 32 + lane]) * ks;
+        v_out[e] = narrow::e4m3_value(vb[e * 32 + lane]) * vs;
+      }
+    } else {
+      const uint16_t* kb = static_cast<const uint16_t*>(k) + row * D;
+      const uint16_t* vb = static_cast<const uint16_t*>(v) + row * D;
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        if constexpr (Element == KvElement::F16) {
+          k_out[e] = narrow::half_value(kb[e * 32 + lane]);
+          v_out[e] = narrow::half_value(vb[e * 32 + lane]);
+        } else {
+          k_out[e] = narrow::bf16_value(kb[e * 32 + lane]);
+          v_out[e] = narrow::bf16_value(vb[e * 32 + lane]);
+        }
+      }
+    }
+  }
+};
+
 // One block: query i, up to kMaxGroup heads of KV head kvh, slot indices [t0, t1) of `slots`.
 // Each warp keeps an online softmax (max m, denominator l, unnormalised acc) per head over
 // the keys it visits (coalesced: lane holds elements lane, lane + 32, ...); the block then
 // merges its warps. One split writes normalised output; several write (acc, m, l) partials.
-template <int D, class Slots>
+template <int D, class Slots, class Rows>
 __global__ void __launch_bounds__(kWarps * 32)
-    attention_split_kernel(AttentionQuery query, DenseKv kv, Slots slots, int64_t n_slots,
+    attention_split_kernel(AttentionQuery query, Rows kv, Slots slots, int64_t n_slots,
                            int group, int head_chunks, int64_t split_len, int n_splits,
                            float* partial) {
   constexpr int E = D / 32;
@@ -79,26 +139,21 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   }
 
-  const float* k_head = kv.k + static_cast<int64_t>(kvh) * kv.capacity * D;
-  const float* v_head = kv.v + static_cast<int64_t>(kvh) * kv.capacity * D;
-  const int32_t* pos_head = kv.positions + static_cast<int64_t>(kvh) * kv.capacity;
+  const int64_t head = static_cast<int64_t>(kvh) * kv.capacity;
+  const int32_t* pos_head = kv.positions + head;
   // Software-pipelined: the next key's position, K and V rows are loaded before this key's
   // math, so each warp has two keys' loads in flight instead of one (decode is bound by
   // load latency, not bandwidth, at these few blocks). A slot past the pages (-1) loads
   // nothing; visibility is decided when the key is used.
   float kr[E], vr[E], kn[E], vn[E];
   int32_t pos = INT32_MAX, pos_next = INT32_MAX;
-  auto fetch = [&](int64_t j, float* k, float* v, int32_t& p) {
+  auto fetch = [&](int64_t j, float (&k)[E], float (&v)[E], int32_t& p) {
     p = INT32_MAX;  // invisible unless loaded
     if (j >= t1) return;
     const int64_t t = slots.slot(kvh, j);
     if (t < 0) return;
     p = pos_head[t];
-#pragma unroll
-    for (int e = 0; e < E; ++e) {
-      k[e] = k_head[t * D + e * 32 + lane];
-      v[e] = v_head[t * D + e * 32 + lane];
-    }
+    kv.template load<E>(head + t, lane, k, v);
   };
   fetch(t0 + warp, kr, vr, pos);
   for (int64_t j = t0 + warp; j < t1; j += kWarps) {
@@ -173,10 +228,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-template <int D, class Slots>
-void launch(const AttentionQuery& query, const DenseKv& kv, Slots slots, int64_t n_slots,
-            const char* who, cudaStream_t stream) {
-  const int group = query.n_heads / kv.n_kv_heads;
+template <int D, class Slots, class Rows>
+void launch(const AttentionQuery& query, int32_t n_kv_heads, Rows kv, Slots slots,
+            int64_t n_slots, const char* who, cudaStream_t stream) {
+  const int group = query.n_heads / n_kv_heads;
   const int head_chunks = (group + kMaxGroup - 1) / kMaxGroup;
   int device = 0, sms = 1;
   check(cudaGetDevice(&device), who, "cudaGetDevice");
@@ -185,7 +240,7 @@ void launch(const AttentionQuery& query, const DenseKv& kv, Slots slots, int64_t
   // decode step has n_kv_heads blocks, and one warp walks its keys one load at a time, so
   // measured on an H200 (132 SMs) 2 blocks per SM and 256-key splits left decode attention
   // at 6% of the memory bandwidth, bound by load latency.
-  const int64_t base = static_cast<int64_t>(query.n_queries) * kv.n_kv_heads * head_chunks;
+  const int64_t base = static_cast<int64_t>(query.n_queries) * n_kv_heads * head_chunks;
   const int64_t want = static_cast<int64_t>(kBlocksPerSm) * sms;
   int64_t splits = 1;
   if (base < want) {
@@ -195,7 +250,7 @@ void launch(const AttentionQuery& query, const DenseKv& kv, Slots slots, int64_t
   const int64_t split_len = std::max<int64_t>(1, (n_slots + splits - 1) / splits);
   splits = std::max<int64_t>(1, (n_slots + split_len - 1) / split_len);
 
-  const dim3 grid(query.n_queries, kv.n_kv_heads * head_chunks, static_cast<unsigned>(splits));
+  const dim3 grid(query.n_queries, n_kv_heads * head_chunks, static_cast<unsigned>(splits));
   if (splits == 1) {
     attention_split_kernel<D><<<grid, kWarps * 32, 0, stream>>>(query, kv, slots, n_slots, group,
                                                                 head_chunks, split_len, 1, nullptr);
@@ -216,50 +271,101 @@ void launch(const AttentionQuery& query, const DenseKv& kv, Slots slots, int64_t
   check(cudaFreeAsync(partial, stream), who, "cudaFreeAsync");
 }
 
-void check_heads(const AttentionQuery& query, const DenseKv& kv, const char* who) {
-  if (kv.n_kv_heads <= 0 || query.n_heads % kv.n_kv_heads != 0) {
+void check_heads(const AttentionQuery& query, int32_t n_kv_heads, const char* who) {
+  if (n_kv_heads <= 0 || query.n_heads % n_kv_heads != 0) {
     throw std::invalid_argument(std::string(who) + ": n_heads (" + std::to_string(query.n_heads) +
                                 ") must be a multiple of n_kv_heads (" +
-                                std::to_string(kv.n_kv_heads) + ")");
+                                std::to_string(n_kv_heads) + ")");
   }
 }
 
-// One head_dim table for both entry points.
-template <class Slots>
-void dispatch(const AttentionQuery& query, const DenseKv& kv, Slots slots, int64_t n_slots,
-              const char* who, cudaStream_t stream) {
-  switch (kv.head_dim) {
+void check_pages(const PageSelection& pages, const char* who) {
+  if (pages.page_tokens <= 0 || pages.n_selected < 0) {
+    throw std::invalid_argument(std::string(who) +
+                                ": page_tokens must be > 0 and n_selected >= 0");
+  }
+}
+
+// One head_dim table for every entry point.
+template <class Slots, class Rows>
+void dispatch(const AttentionQuery& query, int32_t n_kv_heads, int32_t head_dim, Rows kv,
+              Slots slots, int64_t n_slots, const char* who, cudaStream_t stream) {
+  switch (head_dim) {
     case 64:
-      launch<64>(query, kv, slots, n_slots, who, stream);
+      launch<64>(query, n_kv_heads, kv, slots, n_slots, who, stream);
       break;
     case 128:
-      launch<128>(query, kv, slots, n_slots, who, stream);
+      launch<128>(query, n_kv_heads, kv, slots, n_slots, who, stream);
       break;
     default:
       throw std::invalid_argument(std::string(who) + ": head_dim must be 64 or 128, got " +
-                                  std::to_string(kv.head_dim));
+                                  std::to_string(head_dim));
   }
+}
+
+// Every stored slot, or only the selected pages.
+template <class Rows>
+void dispatch_slots(const AttentionQuery& query, int32_t n_kv_heads, int32_t head_dim,
+                    int64_t n_tokens, Rows kv, const PageSelection* pages, const char* who,
+                    cudaStream_t stream) {
+  if (pages == nullptr) {
+    dispatch(query, n_kv_heads, head_dim, kv, AllSlots{}, n_tokens, who, stream);
+    return;
+  }
+  check_pages(*pages, who);
+  const SelectedSlots slots{pages->pages, pages->n_selected, pages->page_tokens, n_tokens};
+  dispatch(query, n_kv_heads, head_dim, kv, slots,
+           static_cast<int64_t>(pages->n_selected) * pages->page_tokens, who, stream);
+}
+
+F32Rows f32_rows(const DenseKv& kv) { return F32Rows{kv.k, kv.v, kv.positions, kv.capacity}; }
+
+template <KvElement Element>
+NarrowRows<Element> narrow_rows(const NarrowKv& kv) {
+  return NarrowRows<Element>{kv.k, kv.v, kv.k_scale, kv.v_scale, kv.positions, kv.capacity};
 }
 
 }  // namespace
 
 void attention_dense_cuda(const AttentionQuery& query, const DenseKv& kv, cudaStream_t stream) {
+  const char* who = "attention_dense_cuda";
   if (query.n_queries <= 0) return;
-  check_heads(query, kv, "attention_dense_cuda");
-  dispatch(query, kv, AllSlots{}, kv.n_tokens, "attention_dense_cuda", stream);
+  check_heads(query, kv.n_kv_heads, who);
+  dispatch_slots(query, kv.n_kv_heads, kv.head_dim, kv.n_tokens, f32_rows(kv), nullptr, who,
+                 stream);
 }
 
 void attention_pages_cuda(const AttentionQuery& query, const DenseKv& kv,
                           const PageSelection& pages, cudaStream_t stream) {
+  const char* who = "attention_pages_cuda";
   if (query.n_queries <= 0) return;
-  check_heads(query, kv, "attention_pages_cuda");
-  if (pages.page_tokens <= 0 || pages.n_selected < 0) {
-    throw std::invalid_argument(
-        "attention_pages_cuda: page_tokens must be > 0 and n_selected >= 0");
+  check_heads(query, kv.n_kv_heads, who);
+  dispatch_slots(query, kv.n_kv_heads, kv.head_dim, kv.n_tokens, f32_rows(kv), &pages, who,
+                 stream);
+}
+
+void attention_narrow_cuda(const AttentionQuery& query, const NarrowKv& kv,
+                           const PageSelection* pages, cudaStream_t stream) {
+  const char* who = "attention_narrow_cuda";
+  if (query.n_queries <= 0) return;
+  check_heads(query, kv.n_kv_heads, who);
+  const auto run = [&](auto rows) {
+    dispatch_slots(query, kv.n_kv_heads, kv.head_dim, kv.n_tokens, rows, pages, who, stream);
+  };
+  switch (kv.element) {
+    case KvElement::F16:
+      run(narrow_rows<KvElement::F16>(kv));
+      break;
+    case KvElement::BF16:
+      run(narrow_rows<KvElement::BF16>(kv));
+      break;
+    case KvElement::F8E4M3:
+      if (kv.k_scale == nullptr || kv.v_scale == nullptr) {
+        throw std::invalid_argument(std::string(who) + ": fp8 needs k_scale and v_scale");
+      }
+      run(narrow_rows<KvElement::F8E4M3>(kv));
+      break;
   }
-  const SelectedSlots slots{pages.pages, pages.n_selected, pages.page_tokens, kv.n_tokens};
-  dispatch(query, kv, slots, static_cast<int64_t>(pages.n_selected) * pages.page_tokens,
-           "attention_pages_cuda", stream);
 }
 
 }  // namespace kvbench

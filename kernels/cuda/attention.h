@@ -1,5 +1,5 @@
-// CUDA twins of attention_dense_cpu and attention_pages_cpu (kernels/cpu/attention.h): same
-// layouts, device pointers. Include only from CUDA-aware code: this header pulls in
+// CUDA twins of attention_dense_cpu, attention_pages_cpu and attention_narrow_cpu
+// (kernels/cpu/attention.h): same layouts, device pointers. Include only from CUDA-aware code: this header pulls in
 // <cuda_runtime.h>.
 #pragma once
 
@@ -22,5 +22,14 @@ void attention_dense_cuda(const AttentionQuery& query, const DenseKv& kv, cudaSt
 // std::invalid_argument for page_tokens <= 0.
 void attention_pages_cuda(const AttentionQuery& query, const DenseKv& kv,
                           const PageSelection& pages, cudaStream_t stream);
+
+// As attention_dense_cuda (pages nullptr) or attention_pages_cuda (pages: a host struct whose
+// pages pointer is on the device) over a narrow store, the same kernel: each key and value is
+// widened to fp32 as it is loaded (the conversion fused into the reads, as
+// attention_narrow_cpu converts each tile), so the store is never widened in memory. Matches
+// attention_narrow_cpu within fp32's summation order. Throws as those, and
+// std::invalid_argument for fp8 without its scales.
+void attention_narrow_cuda(const AttentionQuery& query, const NarrowKv& kv,
+                           const PageSelection* pages, cudaStream_t stream);
 
 }  // namespace kvbench

@@ -21,6 +21,19 @@ inline void require_dense_kv(const DenseKv& kv, const char* who) {
   require_device_array(kv.positions, rows, who, "kv.positions");
 }
 
+// NarrowKv's arrays: elements of kv_element_bytes each, fp8's row scales.
+inline void require_narrow_kv(const NarrowKv& kv, const char* who) {
+  const int64_t rows = strided_rows(kv.n_kv_heads, kv.capacity, kv.n_tokens);
+  const int64_t bytes = rows * kv.head_dim * kv_element_bytes(kv.element);
+  require_device(kv.k, bytes, who, "kv.k");
+  require_device(kv.v, bytes, who, "kv.v");
+  if (kv.element == KvElement::F8E4M3) {
+    require_device_array(kv.k_scale, rows, who, "kv.k_scale");
+    require_device_array(kv.v_scale, rows, who, "kv.v_scale");
+  }
+  require_device_array(kv.positions, rows, who, "kv.positions");
+}
+
 // q and out [n_queries, n_heads, head_dim], q_positions [n_queries].
 inline void require_query(const AttentionQuery& query, int32_t head_dim, const char* who,
                           bool writes_out = true) {
