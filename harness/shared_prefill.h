@@ -10,7 +10,9 @@
 // That holds for every method whose prefill is dense (TokenPolicy::context_block() == 0):
 // nothing of it evicts or packs before the context ends. A streamed prefill
 // (prefill=stream), reuse across requests (prefix, tiers, cacheblend: the prefill they save
-// is what they measure) and caches on a GPU prefill on their own.
+// is what they measure), stores whose context attends over their rounded rows
+// (MethodInfo::context_reads_store: fp16, bf16, fp8) and caches on a GPU prefill on their
+// own.
 #pragma once
 
 #include <cstdint>

@@ -193,6 +193,7 @@ MethodInfo narrow_method(const std::string& name, KvElement element, const std::
       "the context attends over the rounded rows, as llama.cpp's cache does (an engine's "
       "prefill may read the unrounded chunk)");
   info.choices = std::move(choices);
+  info.context_reads_store = true;
   info.make_layers = [element](const MethodParams&, const KvShape& shape) {
     return make_narrow_layers(shape, element);
   };

@@ -101,6 +101,10 @@ struct MethodInfo {
   // line each; `kvbench list methods` prints them).
   std::vector<std::string> choices;
   std::vector<ParamInfo> params;
+  // A storage method whose stores round the context as it comes in, so that the context's
+  // own attention reads the rounded rows (the fp16, bf16 and fp8 caches): it cannot be
+  // forked from a prefill through the fp32 full cache (harness/shared_prefill.h).
+  bool context_reads_store = false;
   // Extra cross-parameter checks (e.g. budget xor ratio); throws InputError. May be empty.
   std::function<void(const MethodParams&)> check;
   // Builds one sequence's policy (Eviction), stores (Storage) or read policy (Retrieval).

@@ -67,6 +67,8 @@ const std::vector<std::string> kSpecs = {
     "snapkv:budget=64,window=8+kivi:bits=2,residual=32",
     "h2o:budget=64+kivi:bits=2,residual=32",
     "quest:budget=32,page=8+kivi:bits=4,residual=32",
+    "pca_kv:rank=8",
+    "snapkv:budget=64,window=8+pca_kv:rank=8",
 };
 
 }  // namespace
@@ -105,7 +107,7 @@ TEST_CASE("shared prefill: streamed prefills and reuse methods prefill on their 
   const LlamaModel& model = tiny_model();
   for (const char* spec : {"streamingllm:budget=64,prefill=stream,chunk=32",
                            "keydiff:budget=64,prefill=stream,chunk=16", "prefix",
-                           "snapkv:budget=64+prefix"}) {
+                           "snapkv:budget=64+prefix", "bf16", "snapkv:budget=64+fp8"}) {
     INFO(spec);
     CHECK_FALSE(SharedPrefill::can_share(resolve_method_spec(spec), model));
   }
