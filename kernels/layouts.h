@@ -57,6 +57,16 @@ struct AttentionQuery {
   float scale;                 // usually 1 / sqrt(head_dim)
 };
 
+// The chunk's last query row alone (TOVA scores by it): the same output pointer, which the
+// callers that use this slice do not write through.
+inline AttentionQuery last_query_row(const AttentionQuery& query, int32_t head_dim) {
+  AttentionQuery last = query;
+  last.q += static_cast<int64_t>(query.n_queries - 1) * query.n_heads * head_dim;
+  last.q_positions += query.n_queries - 1;
+  last.n_queries = 1;
+  return last;
+}
+
 // Weights in a ggml block format, row-major: row r starts at data + r * row_bytes.
 enum class BlockFormat : int32_t { F32, Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, Q4_K, Q6_K };
 

@@ -84,12 +84,8 @@ void HostPolicyOnDevice::observe(int32_t layer, const AttentionQuery& query, con
   }
   // The attention the slots receive, summed on the device over the rows the policy reads:
   // [n_heads, n_tokens] floats come down instead of the layer's keys and values.
-  AttentionQuery scored = query;
-  if (rows == TokenPolicy::ScoredRows::Last && query.n_queries > 1) {
-    scored.q += static_cast<int64_t>(query.n_queries - 1) * query.n_heads * kv.head_dim;
-    scored.q_positions += query.n_queries - 1;
-    scored.n_queries = 1;
-  }
+  const AttentionQuery scored =
+      rows == TokenPolicy::ScoredRows::Last ? last_query_row(query, kv.head_dim) : query;
   const int64_t n = static_cast<int64_t>(query.n_heads) * kv.n_tokens;
   const DeviceBuffer<float> scores(n);
   if (n > 0) {

@@ -48,6 +48,7 @@ void NarrowLayerKv::reserve(int64_t n_tokens) {
 void NarrowLayerKv::append(const float* k, const float* v, const int32_t* positions,
                            int64_t n_new) {
   drop_view();
+  if (n_new == 0) return;  // no &x[i] into buffers that may still be empty
   const int64_t need = n_tokens_ + n_new;
   if (need > capacity_) {  // DenseLayerKv's growth rule
     reallocate(evicted_ ? need + kEvictionSlack

@@ -30,10 +30,7 @@ class TovaPolicy : public TokenPolicy {
       scores_[layer].clear();  // under a token budget plan evicts nothing: skip the work
       return;
     }
-    AttentionQuery last = query;
-    last.q += static_cast<int64_t>(query.n_queries - 1) * query.n_heads * kv.head_dim;
-    last.q_positions += query.n_queries - 1;
-    last.n_queries = 1;
+    const AttentionQuery last = last_query_row(query, kv.head_dim);
     std::vector<float> per_head(static_cast<size_t>(query.n_heads) * kv.n_tokens, 0.f);
     attention_scores_cpu(last, kv, per_head.data());
     observe_scores(layer, per_head.data(), query.n_heads, kv.n_tokens);

@@ -528,12 +528,9 @@ class ScoresOnly : public TokenPolicy {
   }
   void observe(int32_t layer, const AttentionQuery& query, const DenseKv& kv) override {
     REQUIRE(inner_->scored_rows() != ScoredRows::None);
-    AttentionQuery rows = query;
-    if (inner_->scored_rows() == ScoredRows::Last) {
-      rows.q += static_cast<int64_t>(query.n_queries - 1) * query.n_heads * kv.head_dim;
-      rows.q_positions += query.n_queries - 1;
-      rows.n_queries = 1;
-    }
+    const AttentionQuery rows = inner_->scored_rows() == ScoredRows::Last
+                                    ? last_query_row(query, kv.head_dim)
+                                    : query;
     std::vector<float> scores(static_cast<size_t>(query.n_heads) * kv.n_tokens, 0.f);
     attention_scores_cpu(rows, kv, scores.data());
     inner_->observe_scores(layer, scores.data(), query.n_heads, kv.n_tokens);
