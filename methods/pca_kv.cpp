@@ -161,7 +161,7 @@ void PcaLayerKv::fit() {
       b.mean.resize(head_dim_);
       b.basis.resize(static_cast<size_t>(rank_) * head_dim_);
       const std::vector<float>& x = bases == &key_bases_ ? rows_.k : rows_.v;
-      fit_low_rank_basis(&x[h * rows_.capacity * head_dim_], head_dim_, rows_.n_tokens,
+      fit_low_rank_basis(x.data() + h * rows_.capacity * head_dim_, head_dim_, rows_.n_tokens,
                          head_dim_, rank_, b.mean.data(), b.basis.data());
     }
   }
@@ -172,11 +172,12 @@ void PcaLayerKv::fit() {
     const LowRankBasis kb{key_bases_[h].mean.data(), key_bases_[h].basis.data(), head_dim_, rank_};
     const LowRankBasis vb{value_bases_[h].mean.data(), value_bases_[h].basis.data(), head_dim_,
                           rank_};
-    project_rows(kb, &rows_.k[from * head_dim_], head_dim_, rows_.n_tokens,
-                 &coef_.k[to * rank_]);
-    project_rows(vb, &rows_.v[from * head_dim_], head_dim_, rows_.n_tokens,
-                 &coef_.v[to * rank_]);
-    std::copy_n(&rows_.positions[from], rows_.n_tokens, &coef_.positions[to]);
+    // data() + offset: the buffers are empty when the context was (no &x[i] into them).
+    project_rows(kb, rows_.k.data() + from * head_dim_, head_dim_, rows_.n_tokens,
+                 coef_.k.data() + to * rank_);
+    project_rows(vb, rows_.v.data() + from * head_dim_, head_dim_, rows_.n_tokens,
+                 coef_.v.data() + to * rank_);
+    std::copy_n(rows_.positions.data() + from, rows_.n_tokens, coef_.positions.data() + to);
   }
   coef_.n_tokens = rows_.n_tokens;
   rows_ = HeadRows(n_kv_heads_, head_dim_);
