@@ -67,7 +67,7 @@ void CudaDenseLayerKv::append(const float* k, const float* v, const int32_t* pos
   const int64_t need = n_tokens_ + n_new;
   if (need > capacity_) {
     // DenseLayerKv's growth, so both stores hold the same bytes for the same tokens.
-    reallocate(evicted_ ? need + kEvictionSlack : std::max(need, capacity_ + capacity_ / 2 + 64));
+    reallocate(grown_capacity(capacity_, need, evicted_));
   }
   append_projection_rows(rows_.k.data(), rows_.v.data(), rows_.positions.data(), n_kv_heads_,
                          head_dim_, capacity_, n_tokens_, k, v, positions, n_new);
@@ -110,8 +110,7 @@ void CudaDenseLayerKv::retain(RetainPlan& plan) {
       to.push_back(h * capacity_ + j);
     }
   }
-  const int64_t idle = capacity_ - n_keep;
-  const bool shrink = idle > 2 * kEvictionSlack || idle > n_keep;
+  const bool shrink = retain_shrinks(capacity_, n_keep);
   if (!shrink) {
     // In place whenever the capacity stays. Then at most idle <= 2 * kEvictionSlack slots were
     // dropped per head, so at most that many rows move (a decode-step eviction: one), never

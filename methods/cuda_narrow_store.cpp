@@ -91,9 +91,8 @@ void CudaNarrowLayerKv::append(const float* k, const float* v, const int32_t* po
   if (n_new <= 0) return;
   drop_view();
   const int64_t need = n_tokens_ + n_new;
-  if (need > capacity_) {  // NarrowLayerKv's growth, so both hold the same bytes
-    reallocate(evicted_ ? need + kEvictionSlack : std::max(need, capacity_ + capacity_ / 2 + 64));
-  }
+  // NarrowLayerKv's growth, so both hold the same bytes.
+  if (need > capacity_) reallocate(grown_capacity(capacity_, need, evicted_));
   append_narrow_rows_cuda(target(), n_tokens_, k, v, positions, n_new, nullptr);
   n_tokens_ = need;
 }
@@ -173,8 +172,7 @@ void CudaNarrowLayerKv::retain(RetainPlan& plan) {
   }
   n_tokens_ = n_keep;
   evicted_ = true;
-  const int64_t idle = capacity_ - n_tokens_;  // NarrowLayerKv's rule
-  if (idle > 2 * kEvictionSlack || idle > n_tokens_) reallocate(n_tokens_);
+  if (retain_shrinks(capacity_, n_tokens_)) reallocate(n_tokens_);  // NarrowLayerKv's rule
 }
 
 DenseKv CudaNarrowLayerKv::view() const {

@@ -17,12 +17,7 @@ void DenseLayerKv::reserve(int64_t n_tokens) {
 
 void DenseLayerKv::append(const float* k, const float* v, const int32_t* positions, int64_t n_new) {
   const int64_t need = rows_.n_tokens + n_new;
-  if (need > rows_.capacity) {
-    // A growing cache grows geometrically so token-by-token decode does not copy it every
-    // step; one that evicts holds about its budget, so it grows by the slack only.
-    rows_.reallocate(evicted_ ? need + kEvictionSlack
-                              : std::max(need, rows_.capacity + rows_.capacity / 2 + 64));
-  }
+  if (need > rows_.capacity) rows_.reallocate(grown_capacity(rows_.capacity, need, evicted_));
   rows_.append(k, v, positions, n_new);
 }
 
@@ -91,10 +86,7 @@ void DenseLayerKv::retain(RetainPlan& plan) {
                        rows_.head_dim, rows_.capacity, rows_.n_tokens, plan);
   rows_.n_tokens = plan.n_keep;
   evicted_ = true;
-  // A compression gives its memory back at once; a decode-step eviction (one token out
-  // for the one that came in) reuses the slot instead of reallocating every step.
-  const int64_t idle = rows_.capacity - rows_.n_tokens;
-  if (idle > 2 * kEvictionSlack || idle > rows_.n_tokens) rows_.reallocate(rows_.n_tokens);
+  if (retain_shrinks(rows_.capacity, rows_.n_tokens)) rows_.reallocate(rows_.n_tokens);
 }
 
 DenseKv DenseLayerKv::view() const { return rows_.view(); }

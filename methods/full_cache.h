@@ -3,6 +3,8 @@
 // slots from.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -15,6 +17,21 @@ namespace kvbench {
 // more than twice this idle (or more idle than kept) cuts the buffer to what is kept, so
 // bytes resident follow the tokens kept without reallocating at every decode step.
 constexpr int64_t kEvictionSlack = 64;
+
+// The capacity a store holding `capacity` rows per head moves to when `need` (> capacity)
+// no longer fits: a growing cache grows geometrically, so token-by-token decode does not
+// copy it every step; one that has evicted holds about its budget, so it grows by the slack.
+inline int64_t grown_capacity(int64_t capacity, int64_t need, bool evicted) {
+  return evicted ? need + kEvictionSlack : std::max(need, capacity + capacity / 2 + 64);
+}
+
+// Whether a store of `capacity` rows per head that keeps n_keep after a retain cuts its
+// buffers to n_keep: a compression gives its memory back at once; a decode-step eviction
+// (one token out for the one that came in) reuses the slot instead of reallocating.
+inline bool retain_shrinks(int64_t capacity, int64_t n_keep) {
+  const int64_t idle = capacity - n_keep;
+  return idle > 2 * kEvictionSlack || idle > n_keep;
+}
 
 class DenseLayerKv : public LayerKv {
  public:

@@ -50,10 +50,7 @@ void NarrowLayerKv::append(const float* k, const float* v, const int32_t* positi
   drop_view();
   if (n_new == 0) return;  // no &x[i] into buffers that may still be empty
   const int64_t need = n_tokens_ + n_new;
-  if (need > capacity_) {  // DenseLayerKv's growth rule
-    reallocate(evicted_ ? need + kEvictionSlack
-                        : std::max(need, capacity_ + capacity_ / 2 + 64));
-  }
+  if (need > capacity_) reallocate(grown_capacity(capacity_, need, evicted_));
   const bool scaled = element_ == KvElement::F8E4M3;
   const int64_t stride = static_cast<int64_t>(n_kv_heads_) * head_dim_;  // between tokens
   for (int32_t h = 0; h < n_kv_heads_; ++h) {
@@ -126,8 +123,7 @@ void NarrowLayerKv::retain(RetainPlan& plan) {
   }
   n_tokens_ = plan.n_keep;
   evicted_ = true;
-  const int64_t idle = capacity_ - n_tokens_;  // DenseLayerKv's rule
-  if (idle > 2 * kEvictionSlack || idle > n_tokens_) reallocate(n_tokens_);
+  if (retain_shrinks(capacity_, n_tokens_)) reallocate(n_tokens_);
 }
 
 DenseKv NarrowLayerKv::view() const {

@@ -20,10 +20,7 @@ PcaLayerKv::PcaLayerKv(int32_t n_kv_heads, int32_t head_dim, int32_t rank)
       coef_(n_kv_heads, rank) {}
 
 void PcaLayerKv::grow(HeadRows& rows, int64_t need) {
-  if (need <= rows.capacity) return;
-  // DenseLayerKv's rule: geometric while growing, by the slack once evicting.
-  rows.reallocate(evicted_ ? need + kEvictionSlack
-                           : std::max(need, rows.capacity + rows.capacity / 2 + 64));
+  if (need > rows.capacity) rows.reallocate(grown_capacity(rows.capacity, need, evicted_));
 }
 
 void PcaLayerKv::reserve(int64_t n_tokens) {
@@ -37,9 +34,8 @@ void PcaLayerKv::project(const float* k, const float* v, int64_t n, std::vector<
   cv.resize(ck.size());
   const int64_t stride = static_cast<int64_t>(n_kv_heads_) * head_dim_;
   for (int32_t h = 0; h < n_kv_heads_; ++h) {
-    const LowRankBasis kb{key_bases_[h].mean.data(), key_bases_[h].basis.data(), head_dim_, rank_};
-    const LowRankBasis vb{value_bases_[h].mean.data(), value_bases_[h].basis.data(), head_dim_,
-                          rank_};
+    const LowRankBasis kb = layout(key_bases_[h]);
+    const LowRankBasis vb = layout(value_bases_[h]);
     // Row t of head h goes to [t, h, :] of the coefficient chunk.
     std::vector<float> ch(n * rank_), vh(n * rank_);
     project_rows(kb, k + h * head_dim_, stride, n, ch.data());
@@ -81,7 +77,7 @@ int64_t PcaLayerKv::attend(const AttentionQuery& query, const PageSelection* pag
   std::vector<float> q(n_rows * rank_), out(n_rows * rank_);
   for (int32_t h = 0; h < query.n_heads; ++h) {
     const Basis& b = key_bases_[h / group];
-    const LowRankBasis kb{b.mean.data(), b.basis.data(), head_dim_, rank_};
+    const LowRankBasis kb = layout(b);
     for (int32_t i = 0; i < query.n_queries; ++i) {
       const int64_t row = static_cast<int64_t>(i) * query.n_heads + h;
       project_queries(kb, query.q + row * head_dim_, head_dim_, 1, &q[row * rank_]);
@@ -93,7 +89,7 @@ int64_t PcaLayerKv::attend(const AttentionQuery& query, const PageSelection* pag
         : attention_dense_cpu(projected, coef_.view());
   for (int32_t h = 0; h < query.n_heads; ++h) {
     const Basis& b = value_bases_[h / group];
-    const LowRankBasis vb{b.mean.data(), b.basis.data(), head_dim_, rank_};
+    const LowRankBasis vb = layout(b);
     for (int32_t i = 0; i < query.n_queries; ++i) {
       const int64_t row = static_cast<int64_t>(i) * query.n_heads + h;
       reconstruct_rows(vb, &out[row * rank_], 1, query.out + row * head_dim_, head_dim_);
@@ -113,10 +109,8 @@ void PcaLayerKv::retain(RetainPlan& plan) {
     std::vector<float> ck(plan.k.size() / head_dim_ * rank_), cv(ck.size());
     for (int32_t h = 0; h < n_kv_heads_; ++h) {
       const int64_t at = static_cast<int64_t>(h) * plan.n_keep;
-      const LowRankBasis kb{key_bases_[h].mean.data(), key_bases_[h].basis.data(), head_dim_,
-                            rank_};
-      const LowRankBasis vb{value_bases_[h].mean.data(), value_bases_[h].basis.data(),
-                            head_dim_, rank_};
+      const LowRankBasis kb = layout(key_bases_[h]);
+      const LowRankBasis vb = layout(value_bases_[h]);
       project_rows(kb, &plan.k[at * head_dim_], head_dim_, plan.n_keep, &ck[at * rank_]);
       project_rows(vb, &plan.v[at * head_dim_], head_dim_, plan.n_keep, &cv[at * rank_]);
     }
@@ -127,8 +121,7 @@ void PcaLayerKv::retain(RetainPlan& plan) {
                        rows.head_dim, rows.capacity, rows.n_tokens, plan);
   rows.n_tokens = plan.n_keep;
   evicted_ = true;
-  const int64_t idle = rows.capacity - rows.n_tokens;  // DenseLayerKv's rule
-  if (idle > 2 * kEvictionSlack || idle > rows.n_tokens) rows.reallocate(rows.n_tokens);
+  if (retain_shrinks(rows.capacity, rows.n_tokens)) rows.reallocate(rows.n_tokens);
 }
 
 DenseKv PcaLayerKv::view() const {
@@ -140,10 +133,8 @@ DenseKv PcaLayerKv::view() const {
     view_v_.resize(view_k_.size());
     for (int32_t h = 0; h < n_kv_heads_; ++h) {
       const int64_t row = h * capacity;
-      const LowRankBasis kb{key_bases_[h].mean.data(), key_bases_[h].basis.data(), head_dim_,
-                            rank_};
-      const LowRankBasis vb{value_bases_[h].mean.data(), value_bases_[h].basis.data(),
-                            head_dim_, rank_};
+      const LowRankBasis kb = layout(key_bases_[h]);
+      const LowRankBasis vb = layout(value_bases_[h]);
       reconstruct_rows(kb, &coef_.k[row * rank_], n, &view_k_[row * head_dim_], head_dim_);
       reconstruct_rows(vb, &coef_.v[row * rank_], n, &view_v_[row * head_dim_], head_dim_);
     }
@@ -169,9 +160,8 @@ void PcaLayerKv::fit() {
   coef_.reallocate(rows_.n_tokens);
   for (int32_t h = 0; h < n_kv_heads_; ++h) {
     const int64_t from = h * rows_.capacity, to = h * coef_.capacity;
-    const LowRankBasis kb{key_bases_[h].mean.data(), key_bases_[h].basis.data(), head_dim_, rank_};
-    const LowRankBasis vb{value_bases_[h].mean.data(), value_bases_[h].basis.data(), head_dim_,
-                          rank_};
+    const LowRankBasis kb = layout(key_bases_[h]);
+    const LowRankBasis vb = layout(value_bases_[h]);
     // data() + offset: the buffers are empty when the context was (no &x[i] into them).
     project_rows(kb, rows_.k.data() + from * head_dim_, head_dim_, rows_.n_tokens,
                  coef_.k.data() + to * rank_);

@@ -18,6 +18,7 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/cpu/low_rank.h"
 #include "methods/head_rows.h"
 #include "methods/kv_cache.h"
 
@@ -44,6 +45,9 @@ class PcaLayerKv : public LayerKv {
   struct Basis {
     std::vector<float> mean, basis;  // [head_dim], [rank, head_dim]
   };
+  LowRankBasis layout(const Basis& b) const {
+    return LowRankBasis{b.mean.data(), b.basis.data(), head_dim_, rank_};
+  }
   void fit();
   void grow(HeadRows& rows, int64_t need);
   // k, v [n, n_kv_heads, head_dim] -> coefficients [n, n_kv_heads, rank] each.
