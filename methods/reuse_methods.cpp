@@ -3,6 +3,8 @@
 // cache: the session loads KV into it (reuse/prefix_cache.h, harness/cache_blend.h), so
 // they compose with full, storage and retrieval methods:
 // prefix:block=256+tiers:device=64MB,cpu=1GB,disk=/tmp/kv,redis=127.0.0.1:6379,policy=lru
+// The slow tiers encode blocks by their codec: disk_codec=zstd|raw|cachegen (zstd by
+// default), redis_codec=raw|zstd|cachegen (raw by default); reuse/block_codec.h.
 #include "methods/registry.h"
 
 namespace kvbench {
@@ -26,21 +28,42 @@ MethodInfo tiers_method() {
   m.kind = MethodKind::Tiers;
   m.stage = "4 (across requests)";
   m.summary =
-      "where reused blocks live: device memory, then CPU memory, local disk (zstd files), "
-      "Redis; written through, served from the highest tier that has them";
-  m.paper = "LMCache (arXiv 2510.09665)";
+      "where reused blocks live: device memory, then CPU memory, local disk, Redis; written "
+      "through, served from the highest tier that has them; disk and Redis encode blocks "
+      "raw (store only), with zstd, or with CacheGen's lossy codec";
+  m.paper =
+      "LMCache (arXiv 2510.09665); CacheGen: KV Cache Compression and Streaming for Fast "
+      "Large Language Model Serving (SIGCOMM'24)";
+  m.choices = {
+      "codecs apply to the disk and Redis tiers only; device and CPU memory hold blocks as "
+      "computed (LMCache: its serde encodes for remote backends), so a block served from "
+      "memory is exact and one served from a cachegen tier (and promoted above) is decoded",
+      "cachegen follows LMCache's encoder: per-token symmetric quantization of each layer's K "
+      "and V rows, keys 32 bins in layers 0-9 and 16 after, values 32 in layers 0-1 and 16 "
+      "after (32 everywhere below 10 layers), codes kept per channel over a block's tokens",
+      "cachegen's entropy coder is zstd over the codes and scales, not LMCache's per-channel "
+      "arithmetic coder (torchac); no delta against anchor tokens (the paper's, not in "
+      "LMCache's encoder); the chunk is the prefix block; scales are fp32",
+      "every disk file carries an XXH3 checksum of its encoding, so a corrupt raw file is a "
+      "miss like a corrupt zstd one",
+  };
   m.params = {
       bytes_param("device", "1GB", "bytes of blocks kept where the model computes (host memory in "
                                   "this CPU build)"),
       bytes_param("cpu", "0", "bytes in the CPU-memory tier (0: none)"),
       text_param("disk", "", "directory of the disk tier (unset: none)"),
-      bytes_param("disk_size", "4GB", "bytes the disk tier may hold (compressed)"),
+      bytes_param("disk_size", "4GB", "bytes the disk tier may hold (as encoded)"),
+      choice_param("disk_codec", "zstd", {"zstd", "raw", "cachegen"},
+                   "how the disk tier encodes blocks: zstd, raw (store only) or cachegen "
+                   "(lossy)"),
       text_param("redis", "", "host:port of a Redis server (unset: none)"),
-      bytes_param("redis_size", "1GB", "bytes the Redis tier may hold"),
+      bytes_param("redis_size", "1GB", "bytes the Redis tier may hold (as encoded)"),
+      choice_param("redis_codec", "raw", {"raw", "zstd", "cachegen"},
+                   "how the Redis tier encodes blocks"),
       choice_param("policy", "lru", {"lru", "lfu", "fifo", "ttl"}, "replacement in every tier"),
       float_param("ttl", "600", 0, kNoMax, "seconds a block lives under policy=ttl"),
   };
-  m.params[7].min_exclusive = true;
+  m.params[9].min_exclusive = true;  // ttl
   return m;
 }
 

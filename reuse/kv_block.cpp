@@ -75,10 +75,47 @@ float* KvBlockWriter::k(int32_t layer) {
 float* KvBlockWriter::v(int32_t layer) { return k(layer) + n_tokens_ * shape_.kv_width(); }
 
 SharedBytes KvBlockWriter::finish() {
-  const size_t body = bytes_.size() - sizeof(uint64_t);
-  const uint64_t checksum = XXH3_64bits(bytes_.data(), body);
-  std::memcpy(bytes_.data() + body, &checksum, sizeof(checksum));
+  seal_kv_block(bytes_.data(), bytes_.size());
   return std::make_shared<const Bytes>(std::move(bytes_));
+}
+
+void seal_kv_block(uint8_t* bytes, size_t n) {
+  const size_t body = n - sizeof(uint64_t);
+  const uint64_t checksum = XXH3_64bits(bytes, body);
+  std::memcpy(bytes + body, &checksum, sizeof(checksum));
+}
+
+std::string read_kv_block_layout(const uint8_t* bytes, size_t n, KvBlockLayout* layout) {
+  if (n < sizeof(Header) + sizeof(uint64_t)) return "truncated block";
+  Header header;
+  std::memcpy(&header, bytes, sizeof(header));
+  if (std::memcmp(header.magic, kMagic, sizeof(kMagic)) != 0) return "not a kvbench KV block";
+  const KvBlockShape shape{header.n_layers, header.n_kv_heads, header.head_dim};
+  if (shape.n_layers < 1 || shape.n_layers > 1024 || shape.n_kv_heads < 1 ||
+      shape.head_dim < 1 || shape.n_kv_heads > 65536 || shape.head_dim > 65536 ||
+      shape.kv_width() > 65536 || header.n_tokens < 0 || header.n_tokens > (int64_t{1} << 24)) {
+    return "block header with a shape out of bounds";
+  }
+  const int64_t offset = static_cast<int64_t>(sizeof(Header)) + tokens_bytes(header.n_tokens);
+  if (static_cast<int64_t>(n) < offset + static_cast<int64_t>(sizeof(uint64_t))) {
+    return "truncated block";
+  }
+  layout->shape = shape;
+  layout->n_tokens = header.n_tokens;
+  layout->payload_offset = offset;
+  layout->total_bytes = kv_block_bytes(shape, header.n_tokens);
+  return "";
+}
+
+std::string check_kv_block(const uint8_t* bytes, size_t n, KvBlockLayout* layout) {
+  const std::string why = read_kv_block_layout(bytes, n, layout);
+  if (!why.empty()) return why;
+  if (static_cast<int64_t>(n) != layout->total_bytes) return "block of the wrong size";
+  const size_t body = n - sizeof(uint64_t);
+  uint64_t stored = 0;
+  std::memcpy(&stored, bytes + body, sizeof(stored));
+  if (XXH3_64bits(bytes, body) != stored) return "checksum mismatch";
+  return "";
 }
 
 const float* KvBlockView::k(int32_t layer) const {

@@ -58,4 +58,23 @@ std::string decode_kv_block(const Bytes& bytes, const std::string& key, const st
 // Bytes of an encoded block.
 int64_t kv_block_bytes(const KvBlockShape& shape, int64_t n_tokens);
 
+// Where a block's parts lie, read from its header without knowing its key: what a codec
+// (reuse/block_codec.h) needs to re-encode a block and rebuild it. The prefix (header and
+// tokens) is [0, payload_offset); K and V follow as KvBlockView reads them.
+struct KvBlockLayout {
+  KvBlockShape shape;
+  int64_t n_tokens = 0;
+  int64_t payload_offset = 0;
+  int64_t total_bytes = 0;  // kv_block_bytes(shape, n_tokens)
+};
+
+// Reads the header of the `n` bytes at `bytes`: magic and a shape within bounds (at most
+// 1024 layers, 65536 values per row, 2^24 tokens, so no size overflows), and at least the
+// prefix present. Returns "" and fills `layout`, or says what is wrong.
+std::string read_kv_block_layout(const uint8_t* bytes, size_t n, KvBlockLayout* layout);
+// read_kv_block_layout, then the whole block: its size and checksum.
+std::string check_kv_block(const uint8_t* bytes, size_t n, KvBlockLayout* layout);
+// Writes the checksum of a block rebuilt in place (`n` = its total bytes).
+void seal_kv_block(uint8_t* bytes, size_t n);
+
 }  // namespace kvbench

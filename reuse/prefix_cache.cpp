@@ -35,8 +35,10 @@ std::unique_ptr<ReuseConfig> prefix_reuse_config(const ResolvedSpec& spec) {
     t.cpu_bytes = tiers->get_bytes("cpu");
     t.disk_dir = tiers->has("disk") ? tiers->get("disk") : "";
     t.disk_bytes = tiers->get_bytes("disk_size");
+    t.disk_codec = parse_codec(tiers->get("disk_codec"));
     t.redis = tiers->has("redis") ? tiers->get("redis") : "";
     t.redis_bytes = tiers->get_bytes("redis_size");
+    t.redis_codec = parse_codec(tiers->get("redis_codec"));
     t.policy = parse_replacement(tiers->get("policy"));
     t.ttl_s = tiers->get_float("ttl");
   } else {

@@ -61,8 +61,8 @@ using Reply = std::unique_ptr<redisReply, ReplyFree>;
 
 }  // namespace
 
-RedisTier::RedisTier(const std::string& address, double timeout_s, double retry_s)
-    : address_(address), timeout_s_(timeout_s), retry_s_(retry_s) {
+RedisTier::RedisTier(const std::string& address, double timeout_s, double retry_s, Codec codec)
+    : address_(address), timeout_s_(timeout_s), retry_s_(retry_s), codec_(make_block_codec(codec)) {
   stats_.name = "redis";
   const size_t colon = address.rfind(':');
   const std::string port = colon == std::string::npos ? "" : address.substr(colon + 1);
@@ -141,11 +141,18 @@ std::optional<int64_t> RedisTier::put(const std::string& key, const SharedBytes&
     unreachable(op);
     return std::nullopt;
   }
+  SharedBytes encoded;
+  const std::string bad = codec_->encode(value, &encoded);
+  if (!bad.empty()) {
+    erase(key);  // a failed put leaves the key absent, not an older value
+    fault("redis " + address_ + ": " + bad + " (" + op + ")");
+    return std::nullopt;
+  }
   const std::string name = prefix_ + key;
   SigpipeGuard guard;
   written_.insert(key);
-  Reply reply(static_cast<redisReply*>(
-      redisCommand(ctx_, "SET %b %b", name.data(), name.size(), value->data(), value->size())));
+  Reply reply(static_cast<redisReply*>(redisCommand(ctx_, "SET %b %b", name.data(), name.size(),
+                                                    encoded->data(), encoded->size())));
   if (!reply) {
     lost(op);
     return std::nullopt;
@@ -155,12 +162,14 @@ std::optional<int64_t> RedisTier::put(const std::string& key, const SharedBytes&
     fault("redis " + address_ + ": " + std::string(reply->str, reply->len) + " (" + op + ")");
     return std::nullopt;
   }
-  keys_.insert(key);
-  return static_cast<int64_t>(value->size());
+  keys_[key] = value->size();
+  return static_cast<int64_t>(encoded->size());
 }
 
 SharedBytes RedisTier::get(const std::string& key) {
-  if (!keys_.count(key)) return nullptr;
+  const auto written = keys_.find(key);
+  if (written == keys_.end()) return nullptr;
+  const uint64_t size = written->second;
   const std::string op = "get " + key;
   if (!connected()) {
     unreachable(op);
@@ -174,7 +183,13 @@ SharedBytes RedisTier::get(const std::string& key) {
     return nullptr;
   }
   if (reply->type == REDIS_REPLY_STRING) {
-    return std::make_shared<Bytes>(reply->str, reply->str + reply->len);
+    SharedBytes value;
+    const std::string bad = codec_->decode(
+        std::make_shared<Bytes>(reply->str, reply->str + reply->len), size, &value);
+    if (bad.empty()) return value;
+    keys_.erase(key);
+    fault("redis " + address_ + ": " + bad + " (" + op + ")");
+    return nullptr;
   }
   keys_.erase(key);
   if (reply->type == REDIS_REPLY_NIL) {

@@ -1,6 +1,8 @@
 // A tier in a Redis server (hiredis, blocking calls with a timeout). Values are stored as
-// they are, not compressed: the blocks carry their own checksum, and fp32 KV compresses too
-// little to pay for the CPU on every put.
+// the tier's codec encodes them (reuse/block_codec.h): raw by default, as they are, since
+// the blocks carry their own checksum and zstd saves too little on fp32 KV to pay for the
+// CPU on every put; cachegen stores a KV block in about a fifth of its bytes, lossily. A
+// value that fails to decode is a miss and a fault.
 //
 // Keys are namespaced per instance, "kvbench:<pid>:<n>:<key>", and the destructor deletes
 // them (best effort), so runs sharing a server are independent and repeatable.
@@ -10,9 +12,12 @@
 // once per `retry_s`, so a dead server costs a call almost nothing.
 #pragma once
 
+#include <memory>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 
+#include "reuse/block_codec.h"
 #include "reuse/tier.h"
 
 struct redisContext;
@@ -22,17 +27,20 @@ namespace kvbench {
 class RedisTier : public Tier {
  public:
   // `address` is "host:port" (InputError otherwise). Does not connect yet.
-  explicit RedisTier(const std::string& address, double timeout_s = 2.0, double retry_s = 1.0);
+  explicit RedisTier(const std::string& address, double timeout_s = 2.0, double retry_s = 1.0,
+                     Codec codec = Codec::Raw);
   ~RedisTier() override;
   RedisTier(const RedisTier&) = delete;
   RedisTier& operator=(const RedisTier&) = delete;
 
   const std::string& name() const override { return stats_.name; }
+  // Returns the bytes the server holds (the encoding).
   std::optional<int64_t> put(const std::string& key, const SharedBytes& value) override;
   SharedBytes get(const std::string& key) override;
   void erase(const std::string& key) override;
 
   const std::string& prefix() const { return prefix_; }  // of this instance's keys
+  Codec codec() const { return codec_->kind(); }
   int64_t connect_attempts() const { return connect_attempts_; }
 
  private:
@@ -50,7 +58,9 @@ class RedisTier : public Tier {
   double next_attempt_s_ = 0;
   std::string down_reason_;  // why the last connection failed or was lost
   int64_t connect_attempts_ = 0;
-  std::unordered_set<std::string> keys_;     // readable: written and not erased
+  std::unique_ptr<BlockCodec> codec_;
+  // Readable (written and not erased), with their value sizes.
+  std::unordered_map<std::string, uint64_t> keys_;
   std::unordered_set<std::string> written_;  // on the server maybe: deleted by the destructor
 };
 

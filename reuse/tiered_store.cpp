@@ -26,7 +26,7 @@ struct TieredStore::Level {
   std::unique_ptr<Tier> tier;
   ReplacementIndex index;
   int64_t capacity;
-  bool compresses;  // the size stored is known only after writing (disk)
+  bool compresses;  // the size stored is known only after writing (an encoding tier)
 
   TierStats& stats() { return tier->stats(); }
 
@@ -58,7 +58,7 @@ struct TieredStore::Level {
   void store(const std::string& key, const SharedBytes& value) {
     const auto size = static_cast<int64_t>(value->size());
     evict_expired(key);
-    // Skips this level (an older value must not stay); on disk only the packed size tells.
+    // Skips this level (an older value must not stay); encoded, only the stored size tells.
     if (capacity == 0 || (!compresses && size > capacity)) {
       if (index.contains(key)) drop(key);
       return;
@@ -73,7 +73,7 @@ struct TieredStore::Level {
     }
     index.insert(key, *stored);
     stats().bytes_in += size;
-    make_room(key, 0);  // on disk the packed size is known only now
+    make_room(key, 0);  // encoded, the size is known only now
   }
 };
 
@@ -90,9 +90,11 @@ TieredStore::TieredStore(const TierConfig& config, std::function<double()> clock
   add(std::make_unique<MemoryTier>("device"), config.device_bytes, false);
   if (config.cpu_bytes > 0) add(std::make_unique<MemoryTier>("cpu"), config.cpu_bytes, false);
   if (!config.disk_dir.empty())
-    add(std::make_unique<DiskTier>(config.disk_dir), config.disk_bytes, true);
-  if (!config.redis.empty())
-    add(std::make_unique<RedisTier>(config.redis), config.redis_bytes, false);
+    add(std::make_unique<DiskTier>(config.disk_dir, config.disk_codec), config.disk_bytes, true);
+  if (!config.redis.empty()) {
+    add(std::make_unique<RedisTier>(config.redis, 2.0, 1.0, config.redis_codec),
+        config.redis_bytes, config.redis_codec != Codec::Raw);
+  }
 }
 
 TieredStore::~TieredStore() = default;

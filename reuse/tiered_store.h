@@ -1,5 +1,6 @@
 // The reuse hierarchy, after LMCache: device (the memory the model computes from), CPU
-// memory, local disk (zstd files), Redis. Every put writes through to every tier (each
+// memory, local disk (files), Redis; the two slow tiers encode what they store by their
+// codec (reuse/block_codec.h: raw, zstd or cachegen), the memory tiers hold it as it is. Every put writes through to every tier (each
 // keeps what its capacity and replacement policy allow); a get searches top-down, and a
 // hit in a lower tier is copied back into the tiers above it.
 #pragma once
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "reuse/block_codec.h"
 #include "reuse/tier.h"
 
 namespace kvbench {
@@ -23,8 +25,10 @@ struct TierConfig {
   int64_t cpu_bytes = 0;       // 0: no CPU tier
   std::string disk_dir;        // "": no disk tier
   int64_t disk_bytes = 4ll << 30;
+  Codec disk_codec = Codec::Zstd;
   std::string redis;           // "host:port", "": no Redis tier
   int64_t redis_bytes = 1ll << 30;
+  Codec redis_codec = Codec::Raw;
   Replacement policy = Replacement::Lru;
   double ttl_s = 600;          // Replacement::Ttl: an entry expires this long after its put
 };
@@ -39,11 +43,12 @@ class TieredStore {
   ~TieredStore();
 
   // Writes through to every tier, evicting by the policy where a tier is full. A value
-  // larger than a tier's capacity skips that tier (on disk: compressed larger). A failed
-  // write leaves that tier without the key.
+  // larger than a tier's capacity skips that tier (on disk and Redis: as encoded). A failed
+  // write (a fault, or a value the codec cannot encode) leaves that tier without the key.
   void put(const std::string& key, const SharedBytes& value);
   // The value from the highest tier that has it (copied into the tiers above), else nullptr.
-  // `from` gets the name of the tier that served it.
+  // `from` gets the name of the tier that served it. From a lossy codec's tier (cachegen)
+  // the value is the decoded one, and so are the copies above.
   SharedBytes get(const std::string& key, std::string* from = nullptr);
   // Drops `key` from every tier (a block that failed its checksum).
   void erase(const std::string& key);
