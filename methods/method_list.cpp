@@ -13,6 +13,8 @@ MethodInfo tova_method();
 MethodInfo knorm_method();
 MethodInfo keydiff_method();
 MethodInfo kvmerger_method();
+MethodInfo cam_method();
+MethodInfo chelsea_method();
 MethodInfo fp16_method();
 MethodInfo bf16_method();
 MethodInfo fp8_method();
@@ -34,6 +36,8 @@ const std::vector<MethodInfo>& method_registry() {
       knorm_method(),
       keydiff_method(),
       kvmerger_method(),
+      cam_method(),
+      chelsea_method(),
       fp16_method(),
       bf16_method(),
       fp8_method(),

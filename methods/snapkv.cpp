@@ -54,18 +54,24 @@ bool SnapKvPolicy::plan(int32_t layer, const DenseKv& kv, CachePhase phase, Reta
 
   // Per KV head, the mean over its query heads of the attention each prefix slot receives
   // from the window (a context never evicted before ContextEnd holds its slots in
-  // position order, so the window's own tokens are the last `window` slots).
-  const int32_t n_kv = kv.n_kv_heads;
-  const std::vector<float> grouped = held.kv_head_scores(kv);
+  // position order, so the window's own tokens are the last `window` slots), pooled.
+  const std::vector<float> ranked =
+      snapkv_ranking(held.kv_head_scores(kv), kv.n_kv_heads, n, window, config_);
+  plan_top_k_per_head(ranked.data(), kv.n_kv_heads, n, keep_prefix + window, plan);
+  return true;
+}
+
+std::vector<float> snapkv_ranking(const std::vector<float>& window_scores, int32_t n_kv_heads,
+                                  int64_t n_tokens, int64_t window, const SnapKvConfig& config) {
+  const int64_t n = n_tokens, n_prefix = n_tokens - window;
   // Pooled prefix scores, then the window ranked above any score so top-k keeps it.
-  std::vector<float> ranked(static_cast<size_t>(n_kv * n));
-  for (int32_t g = 0; g < n_kv; ++g) {
-    pool1d_cpu(grouped.data() + g * n, ranked.data() + g * n, 1, n_prefix, config_.kernel,
-               config_.pool);
+  std::vector<float> ranked(static_cast<size_t>(n_kv_heads * n));
+  for (int32_t g = 0; g < n_kv_heads; ++g) {
+    pool1d_cpu(window_scores.data() + g * n, ranked.data() + g * n, 1, n_prefix, config.kernel,
+               config.pool);
     std::fill(ranked.begin() + g * n + n_prefix, ranked.begin() + (g + 1) * n, FLT_MAX);
   }
-  plan_top_k_per_head(ranked.data(), n_kv, n, keep_prefix + window, plan);
-  return true;
+  return ranked;
 }
 
 int64_t SnapKvPolicy::bytes_resident(int32_t layer) const { return windows_.bytes_resident(layer); }

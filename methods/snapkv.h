@@ -50,6 +50,14 @@ class SnapKvPolicy : public TokenPolicy {
   ContextWindows windows_;
 };
 
+// SnapKV's ranking of a context's n_tokens slots (in position order, the last `window`
+// the window's own): each KV head's window scores (QueryWindow::kv_head_scores) of the
+// prefix pooled along tokens, the window ranked above any score, [n_kv_heads, n_tokens];
+// plan_top_k_per_head over it keeps the top prefix tokens plus the window. CaM
+// (methods/cam.cpp) selects with it too.
+std::vector<float> snapkv_ranking(const std::vector<float>& window_scores, int32_t n_kv_heads,
+                                  int64_t n_tokens, int64_t window, const SnapKvConfig& config);
+
 // Parameters SnapKV and PyramidKV share (budget, ratio, window, kernel, pool), their
 // cross-checks (budget xor ratio, budget >= window, odd kernel) and reading them back.
 std::vector<ParamInfo> snapkv_params();

@@ -61,6 +61,8 @@ const std::vector<std::string> kSpecs = {
     "knorm:budget=64",
     "keydiff:budget=64",
     "kvmerger:budget=64,window=8",
+    "cam:budget=64,window=8",
+    "chelsea:budget=64,window=8",
     "kivi:bits=2,residual=32",
     "kivi:bits=4,residual=32,tail=block",
     "quest:budget=32,page=8",
