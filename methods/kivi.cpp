@@ -15,10 +15,6 @@ namespace kvbench {
 
 namespace {
 
-// Blocks a store grows by past what it needs (an eighth, at least one), so decode (one new
-// block every 32 tokens) does not reallocate every block.
-int64_t block_slack(int64_t n_blocks) { return std::max<int64_t>(1, n_blocks / 8); }
-
 // Replaces each group with its quantized values rounded back to fp32 (what unpacking its
 // codes gives). Group g's element i is x[g * group_stride + i * element_stride].
 void round_groups(float* x, int64_t group_stride, int64_t element_stride, int64_t n_groups,
@@ -42,75 +38,17 @@ KiviLayerKv::KiviLayerKv(int32_t n_kv_heads, int32_t head_dim, const KiviConfig&
     : n_kv_heads_(n_kv_heads),
       head_dim_(head_dim),
       config_(config),
+      blocks_(n_kv_heads, head_dim, config.group, config.bits),
       tail_(n_kv_heads, head_dim),
       keys_rounded_(n_kv_heads, 0),
       values_rounded_(n_kv_heads, 0) {
   assert(head_dim % config.group == 0 && (config.bits == 2 || config.bits == 4));
 }
 
-KiviKv KiviLayerKv::layout() const {
-  KiviKv kv{};
-  kv.k_codes = k_codes_.data();
-  kv.k_scale = k_scale_.data();
-  kv.k_min = k_min_.data();
-  kv.v_codes = v_codes_.data();
-  kv.v_scale = v_scale_.data();
-  kv.v_min = v_min_.data();
-  kv.positions = block_positions_.data();
-  kv.n_blocks = n_blocks_;
-  kv.group = config_.group;
-  kv.bits = config_.bits;
-  kv.tail = tail_.view();
-  return kv;
-}
-
-// Block storage for n_blocks (capacity n_blocks + slack when it must grow; exactly what is
-// used when most of it would sit idle).
-void KiviLayerKv::resize_blocks(int64_t n_blocks) {
-  if (n_blocks > block_capacity_ || n_blocks + 2 * block_slack(n_blocks) < block_capacity_) {
-    block_capacity_ = n_blocks > block_capacity_ ? n_blocks + block_slack(n_blocks) : n_blocks;
-  }
-  const size_t units = static_cast<size_t>(block_capacity_) * n_kv_heads_;
-  const size_t g = config_.group, d = head_dim_;
-  const size_t code_bytes = g * d * config_.bits / 8;
-  const size_t used = static_cast<size_t>(n_blocks) * n_kv_heads_;
-  const auto fit = [&](auto& v, size_t per_unit) {
-    if (v.capacity() != units * per_unit) {
-      std::remove_reference_t<decltype(v)> copy;
-      copy.reserve(units * per_unit);
-      copy.assign(v.begin(), v.begin() + std::min(v.size(), used * per_unit));
-      v.swap(copy);
-    }
-    v.resize(used * per_unit);
-  };
-  fit(k_codes_, code_bytes);
-  fit(v_codes_, code_bytes);
-  fit(k_scale_, d);
-  fit(k_min_, d);
-  fit(v_scale_, d);  // group tokens x head_dim / group channel groups = head_dim per block
-  fit(v_min_, d);
-  fit(block_positions_, g);
-  n_blocks_ = n_blocks;
-}
-
-void KiviLayerKv::pack_block(int64_t b, int32_t head, const float* k, const float* v,
-                             const int32_t* positions) {
-  const int64_t g = config_.group, d = head_dim_;
-  const int64_t unit = b * n_kv_heads_ + head;
-  const int64_t code_bytes = g * d * config_.bits / 8;
-  // Keys: one group per channel over the block's tokens. Values: each token's channels in
-  // groups of `group`.
-  quantize_groups_cpu(k, 1, d,
-                      QuantGroups{k_codes_.data() + unit * code_bytes, k_scale_.data() + unit * d,
-                                  k_min_.data() + unit * d, d, config_.group, config_.bits});
-  quantize_groups_cpu(v, g, 1,
-                      QuantGroups{v_codes_.data() + unit * code_bytes, v_scale_.data() + unit * d,
-                                  v_min_.data() + unit * d, d, config_.group, config_.bits});
-  std::memcpy(block_positions_.data() + unit * g, positions, g * sizeof(int32_t));
-}
+KiviKv KiviLayerKv::layout() const { return blocks_.layout(tail_.view()); }
 
 void KiviLayerKv::reserve(int64_t n_tokens) {
-  const int64_t tail = n_tokens - n_blocks_ * config_.group;
+  const int64_t tail = n_tokens - blocks_.n_blocks() * config_.group;
   if (tail > tail_.capacity) tail_.reallocate(tail);
 }
 
@@ -128,14 +66,14 @@ void KiviLayerKv::settle() {
   drop_view();
   const int64_t g = config_.group;
   const int64_t n_pack =
-      std::max<int64_t>(0, (kivi_quantized_slots(config_, n_tokens()) - n_blocks_ * g) / g);
+      std::max<int64_t>(0, (kivi_quantized_slots(config_, n_tokens()) - blocks_.n_blocks() * g) / g);
   if (n_pack > 0) {
-    const int64_t first = n_blocks_;
-    resize_blocks(n_blocks_ + n_pack);
+    const int64_t first = blocks_.n_blocks();
+    blocks_.resize(blocks_.n_blocks() + n_pack);
     for (int64_t b = 0; b < n_pack; ++b) {
       for (int32_t h = 0; h < n_kv_heads_; ++h) {
         const size_t row = static_cast<size_t>(h) * tail_.capacity + b * g;
-        pack_block(first + b, h, &tail_.k[row * head_dim_], &tail_.v[row * head_dim_],
+        blocks_.pack(first + b, h, &tail_.k[row * head_dim_], &tail_.v[row * head_dim_],
                    &tail_.positions[row]);
       }
     }
@@ -163,7 +101,7 @@ void KiviLayerKv::round_quantized_rows() {
   const int64_t d = head_dim_;
   for (int32_t h = 0; h < n_kv_heads_; ++h) {
     const size_t head = static_cast<size_t>(h) * tail_.capacity;
-    const TailRounding r = kivi_tail_rounding(config_, n_tokens(), n_blocks_ * config_.group,
+    const TailRounding r = kivi_tail_rounding(config_, n_tokens(), blocks_.n_blocks() * config_.group,
                                               keys_rounded_[h], values_rounded_[h]);
     for (int64_t a = r.keys_from; a < r.keys_to; a += config_.group) {  // per channel
       round_groups(&tail_.k[(head + a) * d], 1, d, d, config_.group, config_.bits);
@@ -208,11 +146,10 @@ void kivi_rounded_after_retain(const RetainPlan& plan, int32_t n_kv_heads, int64
 
 int64_t KiviLayerKv::attend(const AttentionQuery& query, const PageSelection* pages) const {
   const int64_t g = config_.group;
-  const int64_t block_bytes =
-      kivi_block_bytes(head_dim_, config_.group, config_.bits) + g * sizeof(int32_t);
+  const int64_t block_bytes = blocks_.block_read_bytes();
   const int64_t tail_token_bytes = 2LL * head_dim_ * sizeof(float) + sizeof(int32_t);
   const KiviKv kv = layout();
-  if (n_blocks_ == 0) {  // all fp32 (a prefill before the first pack): the dense kernels
+  if (blocks_.n_blocks() == 0) {  // all fp32 (a prefill before the first pack): the dense kernels
     if (pages) {
       attention_pages_cpu(query, kv.tail, *pages);
       return tail_token_bytes * selected_slots(*pages, n_kv_heads_, tail_.n_tokens);
@@ -222,10 +159,10 @@ int64_t KiviLayerKv::attend(const AttentionQuery& query, const PageSelection* pa
   }
   attention_kivi_cpu(query, kv, pages);
   if (!pages) {
-    return n_kv_heads_ * (n_blocks_ * block_bytes + tail_.n_tokens * tail_token_bytes);
+    return n_kv_heads_ * (blocks_.n_blocks() * block_bytes + tail_.n_tokens * tail_token_bytes);
   }
   // Packed slots are charged their share of the block (codes and group parameters).
-  const int64_t packed = n_blocks_ * g, total = n_tokens();
+  const int64_t packed = blocks_.n_blocks() * g, total = n_tokens();
   int64_t bytes = 0;
   for (int64_t i = 0; i < static_cast<int64_t>(n_kv_heads_) * pages->n_selected; ++i) {
     const int64_t first = static_cast<int64_t>(pages->pages[i]) * pages->page_tokens;
@@ -237,31 +174,18 @@ int64_t KiviLayerKv::attend(const AttentionQuery& query, const PageSelection* pa
 }
 
 DenseKv KiviLayerKv::view() const {
-  if (n_blocks_ == 0) return layout().tail;
+  if (blocks_.n_blocks() == 0) return layout().tail;
   const int64_t g = config_.group, d = head_dim_, total = n_tokens();
-  const int64_t code_bytes = g * d * config_.bits / 8;
   if (view_positions_.empty()) {
     view_k_.resize(static_cast<size_t>(n_kv_heads_) * total * d);
     view_v_.resize(view_k_.size());
     view_positions_.resize(static_cast<size_t>(n_kv_heads_) * total);
     for (int32_t h = 0; h < n_kv_heads_; ++h) {
-      for (int64_t b = 0; b < n_blocks_; ++b) {
-        const int64_t unit = b * n_kv_heads_ + h;
+      for (int64_t b = 0; b < blocks_.n_blocks(); ++b) {
         const size_t row = static_cast<size_t>(h) * total + b * g;
-        // QuantGroups points at mutable memory; unpacking only reads it.
-        dequantize_groups_cpu(QuantGroups{const_cast<uint8_t*>(k_codes_.data()) + unit * code_bytes,
-                                          const_cast<float*>(k_scale_.data()) + unit * d,
-                                          const_cast<float*>(k_min_.data()) + unit * d, d,
-                                          config_.group, config_.bits},
-                              &view_k_[row * d], 1, d);
-        dequantize_groups_cpu(QuantGroups{const_cast<uint8_t*>(v_codes_.data()) + unit * code_bytes,
-                                          const_cast<float*>(v_scale_.data()) + unit * d,
-                                          const_cast<float*>(v_min_.data()) + unit * d, d,
-                                          config_.group, config_.bits},
-                              &view_v_[row * d], g, 1);
-        std::memcpy(&view_positions_[row], &block_positions_[unit * g], g * sizeof(int32_t));
+        blocks_.unpack(b, h, &view_k_[row * d], &view_v_[row * d], &view_positions_[row]);
       }
-      const size_t row = static_cast<size_t>(h) * total + n_blocks_ * g;
+      const size_t row = static_cast<size_t>(h) * total + blocks_.n_blocks() * g;
       const size_t tail_row = static_cast<size_t>(h) * tail_.capacity;
       std::memcpy(&view_k_[row * d], &tail_.k[tail_row * d], tail_.n_tokens * d * sizeof(float));
       std::memcpy(&view_v_[row * d], &tail_.v[tail_row * d], tail_.n_tokens * d * sizeof(float));
@@ -287,13 +211,13 @@ void KiviLayerKv::drop_view() const {
 void KiviLayerKv::retain(RetainPlan& plan) {
   const int64_t g = config_.group, d = head_dim_;
   const int64_t n_keep = plan.n_keep;
-  const int64_t n_blocks = std::min(n_blocks_, n_keep / g);
-  const int64_t old_packed = n_blocks_ * g;
+  const int64_t n_blocks = std::min(blocks_.n_blocks(), n_keep / g);
+  const int64_t old_packed = blocks_.n_blocks() * g;
   const auto count_rounded = [&] {
     kivi_rounded_after_retain(plan, n_kv_heads_, old_packed, n_blocks * g, keys_rounded_);
     kivi_rounded_after_retain(plan, n_kv_heads_, old_packed, n_blocks * g, values_rounded_);
   };
-  if (n_blocks_ == 0) {
+  if (blocks_.n_blocks() == 0) {
     retain_rows_in_place(tail_.k.data(), tail_.v.data(), tail_.positions.data(), n_kv_heads_,
                          head_dim_, tail_.capacity, tail_.n_tokens, plan, 0);
     count_rounded();
@@ -314,10 +238,10 @@ void KiviLayerKv::retain(RetainPlan& plan) {
       for (int64_t j = b * g; j < (b + 1) * g && !changed; ++j) changed = placed[j] != j;
       if (!changed) continue;
       const size_t row = static_cast<size_t>(h) * all.capacity + b * g;
-      pack_block(b, h, &view_k_[row * d], &view_v_[row * d], &view_positions_[row]);
+      blocks_.pack(b, h, &view_k_[row * d], &view_v_[row * d], &view_positions_[row]);
     }
   }
-  resize_blocks(n_blocks);
+  blocks_.resize(n_blocks);
   tail_.n_tokens = 0;
   const int64_t tail = n_keep - n_blocks * g;
   // Room for the tail to grow back to residual + group, but never more than the tokens kept
@@ -345,8 +269,7 @@ int64_t KiviLayerKv::bytes_resident() const {
   const auto bytes = [](const auto& v) {
     return static_cast<int64_t>(v.capacity() * sizeof(v[0]));
   };
-  return bytes(k_codes_) + bytes(v_codes_) + bytes(k_scale_) + bytes(k_min_) + bytes(v_scale_) +
-         bytes(v_min_) + bytes(block_positions_) + tail_.bytes() + bytes(view_k_) + bytes(view_v_) +
+  return blocks_.bytes() + tail_.bytes() + bytes(view_k_) + bytes(view_v_) +
          bytes(view_positions_);
 }
 

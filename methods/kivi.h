@@ -28,6 +28,7 @@
 
 #include "methods/head_rows.h"
 #include "methods/kv_cache.h"
+#include "methods/packed_blocks.h"
 
 namespace kvbench {
 
@@ -52,18 +53,13 @@ class KiviLayerKv : public LayerKv {
   DenseKv view() const override;
   void settle() override;
   std::unique_ptr<LayerKv> clone() const override;
-  int64_t n_tokens() const override { return n_blocks_ * config_.group + tail_.n_tokens; }
+  int64_t n_tokens() const override { return blocks_.n_blocks() * config_.group + tail_.n_tokens; }
   int64_t bytes_resident() const override;
 
   KiviKv layout() const;
-  int64_t n_blocks() const { return n_blocks_; }
+  int64_t n_blocks() const { return blocks_.n_blocks(); }
 
  private:
-  // Packs rows [0, group) of each head of k, v ([n_kv_heads, stride, head_dim]) and their
-  // positions into block b.
-  void pack_block(int64_t b, int32_t head, const float* k, const float* v,
-                  const int32_t* positions);
-  void resize_blocks(int64_t n_blocks);
   void drop_view() const;
   // KiviTail::Kivi: rounds the tail rows whose keys or values KIVI has quantized by now.
   void round_quantized_rows();
@@ -72,12 +68,7 @@ class KiviLayerKv : public LayerKv {
   int32_t head_dim_;
   KiviConfig config_;
 
-  // Packed blocks, block-major: block b of KV head h at (b * n_kv_heads + h) * per-block.
-  int64_t n_blocks_ = 0;
-  int64_t block_capacity_ = 0;
-  std::vector<uint8_t> k_codes_, v_codes_;
-  std::vector<float> k_scale_, k_min_, v_scale_, v_min_;
-  std::vector<int32_t> block_positions_;
+  PackedBlocks blocks_;  // the oldest tokens, packed
 
   // The fp32 tail: the newest tokens, in position order, in DenseKv's layout.
   HeadRows tail_;

@@ -66,8 +66,9 @@ void KvCache::compress(CachePhase phase) {
                           (phase != CachePhase::ContextChunk || policy_->context_block() > 0);
     if (planning && policy_->plan(l, store.view(), phase, plan)) {
       assert(static_cast<int64_t>(plan.slots.size()) == plan.n_keep * shape_.n_kv_heads);
-      tokens_evicted_ += store.n_tokens() - plan.n_keep;
+      const int64_t held = store.n_tokens_held();
       store.retain(plan);
+      tokens_evicted_ += held - store.n_tokens_held();
       policy_->retained(l, plan);
     }
     if (phase != CachePhase::ContextChunk) store.settle();
@@ -152,7 +153,7 @@ CacheStats KvCache::stats() const {
   CacheStats stats;
   for (int32_t l = 0; l < shape_.n_layers; ++l) {
     const int64_t bytes = layer_bytes(l);
-    stats.tokens_per_layer.push_back(layers_[l]->n_tokens());
+    stats.tokens_per_layer.push_back(layers_[l]->n_tokens_held());
     stats.bytes_per_layer.push_back(bytes);
     stats.bytes_resident += bytes;
   }

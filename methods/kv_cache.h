@@ -41,13 +41,13 @@ struct TierBytes {
 // itself. Counters (evicted, hits, misses, bytes_moved) run from the cache's creation.
 struct CacheStats {
   std::vector<int64_t>
-      tokens_per_layer;  // tokens kept per layer (per KV head; heads hold equal counts)
+      tokens_per_layer;  // tokens held per layer (per KV head; heads hold equal counts)
   std::vector<int64_t> bytes_per_layer;  // bytes held per layer: KV, positions, policy scores
   std::vector<TierBytes> tiers;          // bytes resident per tier; they sum to bytes_resident
   int64_t bytes_resident = 0;            // sum of bytes_per_layer
   int64_t bytes_peak = 0;                // largest bytes_resident since creation / reset_peak
   int64_t tokens_seen = 0;               // tokens fed to the model (the next position)
-  int64_t tokens_evicted = 0;            // slots dropped, summed over layers
+  int64_t tokens_evicted = 0;            // slots freed, summed over layers
   int64_t hits = 0;                      // reuse lookups served from a store (stage 4)
   int64_t misses = 0;                    // reuse lookups that had to prefill
   int64_t bytes_moved = 0;               // bytes copied between tiers
@@ -92,7 +92,11 @@ class LayerKv {
   // quantizes full blocks past its fp32 residual) does it here.
   virtual void settle() {}
   virtual std::unique_ptr<LayerKv> clone() const = 0;
+  // Tokens the policy sees and plans over (view()).
   virtual int64_t n_tokens() const = 0;
+  // Tokens attention reads: n_tokens, or more where the store keeps what a plan drops at
+  // lower precision (MiKV) instead of freeing it.
+  virtual int64_t n_tokens_held() const { return n_tokens(); }
   virtual int64_t bytes_resident() const = 0;  // bytes this layer's storage really holds
   // The memory tier those bytes live in: "ram" (host memory) or "device" (GPU memory).
   virtual const char* tier() const { return "ram"; }

@@ -19,6 +19,7 @@ MethodInfo fp16_method();
 MethodInfo bf16_method();
 MethodInfo fp8_method();
 MethodInfo kivi_method();
+MethodInfo mikv_method();
 MethodInfo pca_kv_method();
 MethodInfo quest_method();
 MethodInfo prefix_method();
@@ -42,6 +43,7 @@ const std::vector<MethodInfo>& method_registry() {
       bf16_method(),
       fp8_method(),
       kivi_method(),
+      mikv_method(),
       pca_kv_method(),
       quest_method(),
       prefix_method(),

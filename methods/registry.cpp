@@ -284,6 +284,12 @@ ResolvedSpec resolve_method_spec(const std::string& text) {
                         "' says where prefix blocks are stored and needs 'prefix' (cacheblend "
                         "keeps its documents in memory)");
   }
+  const auto storage = seen.find(MethodKind::Storage);
+  if (storage != seen.end() && storage->second->needs_eviction && !seen.count(MethodKind::Eviction)) {
+    fail_spec(text, "'" + storage->second->name + "' keeps at low precision what an eviction "
+                        "method in front drops: give one before it (snapkv:ratio=0.25+" +
+                        storage->second->name + ")");
+  }
   if (seen.count(MethodKind::Reuse) && seen.count(MethodKind::Eviction)) {
     if (seen[MethodKind::Reuse]->name != "prefix") {
       fail_spec(text, "cacheblend recomputes tokens into a context an eviction method has not "

@@ -105,6 +105,9 @@ struct MethodInfo {
   // own attention reads the rounded rows (the fp16, bf16 and fp8 caches): it cannot be
   // forked from a prefill through the fp32 full cache (harness/shared_prefill.h).
   bool context_reads_store = false;
+  // A storage method that keeps what an eviction method in front plans to drop (MiKV): it
+  // means nothing without one, so a spec must give one.
+  bool needs_eviction = false;
   // Extra cross-parameter checks (e.g. budget xor ratio); throws InputError. May be empty.
   std::function<void(const MethodParams&)> check;
   // Builds one sequence's policy (Eviction), stores (Storage) or read policy (Retrieval).
