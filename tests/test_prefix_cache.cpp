@@ -16,7 +16,9 @@
 #include "harness/session.h"
 #include "methods/full_cache.h"
 #include "methods/registry.h"
+#include "reuse/block_codec.h"
 #include "reuse/block_key.h"
+#include "reuse/cachegen_codec.h"
 #include "reuse/kv_block.h"
 #include "reuse/prefix_cache.h"
 
@@ -234,6 +236,89 @@ TEST_CASE("prefix cache: blocks go through the disk tier, and a corrupt file is 
   CHECK_FALSE(tiers.back().last_fault.empty());
 }
 
+// A lossy tier: what the cache loads is the cachegen decoding of the blocks the model
+// computed (bit for bit), within half a quantization step of them; the turn prefills the
+// rest from those values.
+TEST_CASE("prefix cache: a cachegen disk tier serves its decoded blocks", "[unit]") {
+  const LlamaModel& model = tiny_model();
+  const KvShape shape = model.kv_shape();
+  const std::vector<int32_t> prompt = prompt_tokens(70, 5);
+  KvCache reference = make_full_cache(shape);
+  const std::vector<float> expected = model.forward(prompt, reference);
+
+  ReuseConfig config = config_with_block(16);
+  config.tiers.device_bytes = 1024;  // smaller than a block: the disk tier serves
+  config.tiers.disk_dir = fresh_dir("prefix_cachegen");
+  config.tiers.disk_codec = Codec::CacheGen;
+  PrefixCache reuse(config, "tiny", shape);
+  ReuseTurn first, second;
+  KvCache cold = make_full_cache(shape);
+  request(reuse, cold, prompt, first);
+  KvCache warm = make_full_cache(shape);
+  const std::vector<float> logits = request(reuse, warm, prompt, second);
+  CHECK(second.tokens_reused == 64);
+  CHECK(second.served_by == "disk");
+  CHECK(second.faults.empty());
+  const TierStats disk = reuse.tier_stats().back();
+  CHECK(disk.bytes_resident * 4 < disk.bytes_in);  // 4 blocks in, well under a quarter kept
+
+  const KvBlockShape block_shape{shape.n_layers, shape.n_kv_heads, shape.head_dim};
+  const int64_t width = block_shape.kv_width();
+  auto codec = make_block_codec(Codec::CacheGen);
+  const int bins = cachegen_key_bins(shape.n_layers).at(0);  // 32: under 10 layers
+  for (int64_t block = 0; block < 4; ++block) {
+    // The rows the model computed for this block, encoded and decoded as the tier does.
+    KvBlockWriter writer("key", "tiny", block_shape, prompt.data() + block * 16, 16,
+                         static_cast<int32_t>(block * 16));
+    for (int32_t l = 0; l < shape.n_layers; ++l) {
+      const DenseKv x = reference.layer(l).view();
+      for (int64_t t = 0; t < 16; ++t) {
+        for (int32_t h = 0; h < x.n_kv_heads; ++h) {
+          const int64_t from = (h * x.capacity + block * 16 + t) * x.head_dim;
+          std::copy(x.k + from, x.k + from + x.head_dim, writer.k(l) + t * width + h * x.head_dim);
+          std::copy(x.v + from, x.v + from + x.head_dim, writer.v(l) + t * width + h * x.head_dim);
+        }
+      }
+    }
+    const SharedBytes computed = writer.finish();
+    SharedBytes encoded, decoded;
+    REQUIRE(codec->encode(computed, &encoded).empty());
+    REQUIRE(codec->decode(encoded, computed->size(), &decoded).empty());
+    KvBlockView want, was;
+    REQUIRE(decode_kv_block(*decoded, "key", "tiny", block_shape, prompt.data() + block * 16, 16,
+                            &want).empty());
+    REQUIRE(decode_kv_block(*computed, "key", "tiny", block_shape, prompt.data() + block * 16, 16,
+                            &was).empty());
+    float worst = 0;
+    for (int32_t l = 0; l < shape.n_layers; ++l) {
+      const DenseKv y = warm.layer(l).view();
+      for (int64_t t = 0; t < 16; ++t) {
+        float k_max = 0, v_max = 0, k_err = 0, v_err = 0;
+        for (int32_t h = 0; h < y.n_kv_heads; ++h) {
+          for (int32_t d = 0; d < y.head_dim; ++d) {
+            const int64_t at = (h * y.capacity + block * 16 + t) * y.head_dim + d;
+            const int64_t row = t * width + h * y.head_dim + d;
+            REQUIRE(y.k[at] == want.k(l)[row]);  // the decoded values, as loaded
+            REQUIRE(y.v[at] == want.v(l)[row]);
+            k_max = std::max(k_max, std::abs(was.k(l)[row]));
+            v_max = std::max(v_max, std::abs(was.v(l)[row]));
+            k_err = std::max(k_err, std::abs(y.k[at] - was.k(l)[row]));
+            v_err = std::max(v_err, std::abs(y.v[at] - was.v(l)[row]));
+          }
+        }
+        CHECK(k_err <= cachegen_max_error(k_max, bins) * (1 + 1e-5));
+        CHECK(v_err <= cachegen_max_error(v_max, bins) * (1 + 1e-5));
+        worst = std::max({worst, k_err, v_err});
+      }
+    }
+    CHECK(worst > 0);  // lossy
+  }
+  // The answer's logits move with the KV, a little.
+  const float moved = max_difference(logits, expected);
+  CHECK(moved > 0);
+  CHECK(moved < 1.0f);
+}
+
 TEST_CASE("session: multi-request reuses the shared context's blocks", "[unit]") {
   const LlamaModel& model = tiny_model();
   const Sample sample = testing::shared_context_sample("reuse-1", 300);
@@ -309,6 +394,12 @@ TEST_CASE("spec: reuse composes with every per-sequence method", "[unit]") {
   CHECK(config->tiers.disk_dir == "/tmp/kv");
   CHECK(config->tiers.redis == "127.0.0.1:6379");
   CHECK(config->tiers.policy == Replacement::Lru);
+  CHECK(config->tiers.disk_codec == Codec::Zstd);  // as before codecs
+  CHECK(config->tiers.redis_codec == Codec::Raw);
+  const std::unique_ptr<ReuseConfig> coded = prefix_reuse_config(
+      resolve_method_spec("prefix+tiers:disk=/tmp/kv,disk_codec=cachegen,redis_codec=zstd"));
+  CHECK(coded->tiers.disk_codec == Codec::CacheGen);
+  CHECK(coded->tiers.redis_codec == Codec::Zstd);
   CHECK(prefix_reuse_config(resolve_method_spec("kivi")) == nullptr);
 
   const auto refused = [](const std::string& spec, const std::string& says) {
@@ -328,5 +419,7 @@ TEST_CASE("spec: reuse composes with every per-sequence method", "[unit]") {
   refused("prefix+tiers:device=12XB", "must be a size");
   refused("prefix+prefix", "at most one reuse");
   refused("prefix:block=0", "block");
+  refused("prefix+tiers:disk_codec=lz4", "disk_codec");
+  refused("prefix+tiers:redis_codec=none", "redis_codec");
   refused("prefix+tiers:policy=mru", "lru");
 }

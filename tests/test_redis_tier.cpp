@@ -1,6 +1,6 @@
 // The Redis tier against a real redis-server on loopback, started per test case (label
 // redis): round trips, a server killed mid-run, a restarted one, an address with nothing
-// listening. Exits 77 (skipped) when redis-server is not installed.
+// listening; a cachegen-encoded tier. Exits 77 (skipped) when redis-server is not installed.
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/input_error.h"
+#include "reuse/kv_block.h"
 #include "reuse/redis_tier.h"
 #include "reuse/tiered_store.h"
 #include "tests/random_floats.h"
@@ -93,6 +94,78 @@ TEST_CASE("a store with a redis tier serves from it and promotes") {
   CHECK(stats[1].entries == 3);
   CHECK(stats[1].bytes_resident == 7000);
   CHECK(stats[1].faults == 0);
+}
+
+// A KV block of 4 layers, 2 heads of 32, 64 tokens of normal floats.
+SharedBytes kv_block(uint32_t seed) {
+  const KvBlockShape shape{4, 2, 32};
+  const std::vector<int32_t> tokens(64, 9);
+  KvBlockWriter writer("key", "model", shape, tokens.data(), 64, 0);
+  const std::vector<float> floats = testing::random_floats(2 * 4 * 64 * 64, seed);
+  for (int32_t l = 0; l < 4; ++l) {
+    std::copy(floats.begin() + 2 * l * 4096, floats.begin() + (2 * l + 1) * 4096, writer.k(l));
+    std::copy(floats.begin() + (2 * l + 1) * 4096, floats.begin() + (2 * l + 2) * 4096,
+              writer.v(l));
+  }
+  return writer.finish();
+}
+
+TEST_CASE("redis tier with cachegen: stores the encoding, serves the decoded block") {
+  RedisServer server;
+  start(server);
+  const SharedBytes block = kv_block(1);
+  RedisTier tier(server.address(), 2.0, 1.0, Codec::CacheGen);
+  CHECK(tier.codec() == Codec::CacheGen);
+  const auto stored = tier.put("k", block);
+  REQUIRE(stored);
+  CHECK(*stored < static_cast<int64_t>(block->size()) / 5);
+  auto held = testing::redis_ask(server.port(), "STRLEN", tier.prefix() + "k");
+  REQUIRE(held);
+  CHECK(held->integer == *stored);
+  const SharedBytes back = tier.get("k");
+  REQUIRE(back);
+  CHECK(back->size() == block->size());
+  CHECK(*back != *block);  // lossy
+  KvBlockLayout layout;
+  CHECK(check_kv_block(back->data(), back->size(), &layout).empty());  // sealed anew
+  CHECK(tier.stats().faults == 0);
+
+  SECTION("a value changed on the server is a miss and a fault") {
+    REQUIRE(testing::redis_ask(server.port(), "SETRANGE " + tier.prefix() + "k 200", "xyz"));
+  }
+  SECTION("a value cut short on the server is a miss and a fault") {
+    const std::string half(reinterpret_cast<const char*>(block->data()), 100);
+    REQUIRE(testing::redis_ask(server.port(), "SET " + tier.prefix() + "k", half));
+  }
+  CHECK(tier.get("k") == nullptr);
+  CHECK(tier.stats().faults == 1);
+  CHECK_THAT(tier.stats().last_fault, Catch::Contains("cachegen"));
+  CHECK(tier.get("k") == nullptr);  // forgotten: a plain miss now
+  CHECK(tier.stats().faults == 1);
+}
+
+TEST_CASE("a store with a cachegen redis tier counts the encoded bytes") {
+  RedisServer server;
+  start(server);
+  TierConfig config;
+  config.device_bytes = 0;
+  config.redis = server.address();
+  config.redis_codec = Codec::CacheGen;
+  const SharedBytes block = kv_block(2);
+  config.redis_bytes = static_cast<int64_t>(block->size()) / 2;  // holds encodings, not blocks
+  TieredStore store(config);
+  store.put("a", block);
+  store.put("b", kv_block(3));
+  std::string from;
+  const SharedBytes a = store.get("a", &from);
+  REQUIRE(a);
+  CHECK(from == "redis");
+  CHECK(a->size() == block->size());
+  const TierStats redis = store.stats().back();
+  CHECK(redis.entries == 2);
+  CHECK(redis.bytes_in == 2 * static_cast<int64_t>(block->size()));
+  CHECK(redis.bytes_resident < redis.bytes_in / 5);
+  CHECK(redis.faults == 0);
 }
 
 TEST_CASE("a killed server: misses with a fault, failed puts, no reconnect storm") {

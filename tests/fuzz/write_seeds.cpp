@@ -1,6 +1,7 @@
 // Writes the binary seeds of the fuzz corpora (corpus/fuzz_gguf, corpus/fuzz_kv_block): a
-// small GGUF of every metadata type, tiny llama models, and a valid KV block, so that the
-// fuzzers start from inputs that get past the magic and the checksum. The text seeds
+// small GGUF of every metadata type, tiny llama models, a valid KV block, its cachegen
+// encoding and a disk-tier file, so that the fuzzers start from inputs that get past the
+// magic and the checksum. The text seeds
 // (configs, specs, JSONL, templates) are committed as written by hand.
 //   write_seeds CORPUS_DIR
 #include <xxhash.h>
@@ -11,6 +12,8 @@
 #include <vector>
 
 #include "../gguf_writer.h"
+#include "reuse/block_codec.h"
+#include "reuse/disk_tier.h"
 #include "reuse/kv_block.h"
 
 using namespace kvbench;
@@ -44,5 +47,13 @@ int main(int argc, char** argv) {
   }
   const SharedBytes block = writer.finish();
   testing::write_file(dir + "/fuzz_kv_block/block.bin", *block);
+  SharedBytes encoded;
+  if (!make_block_codec(Codec::CacheGen)->encode(block, &encoded).empty()) return 1;
+  testing::write_file(dir + "/fuzz_kv_block/block.cgn", *encoded);
+  // The disk file fuzz_kv_block reads: 100 bytes of 42 under the key 'a' x 64, zstd.
+  DiskTier tier(testing::temp_path("seeds"));
+  if (!tier.put(std::string(64, 'a'), std::make_shared<const Bytes>(Bytes(100, 42)))) return 1;
+  testing::write_file(dir + "/fuzz_kv_block/disk.zst",
+                      testing::read_file_bytes(tier.path_of(std::string(64, 'a'))));
   return 0;
 }
