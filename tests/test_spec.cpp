@@ -175,7 +175,9 @@ TEST_CASE("hostile sizes: token counts are bounded, and the bound costs only wha
   for (const std::string spec :
        {"snapkv:ratio=0.5,window=16777216", "pyramidkv:ratio=0.5,window=16777216",
         "kvmerger:ratio=0.5,window=16777216", "h2o:budget=16+kivi:residual=16777216",
-        "snapkv:ratio=0.5,window=16777216+kivi:residual=16777216"}) {
+        "snapkv:ratio=0.5,window=16777216+kivi:residual=16777216",
+        "cam:ratio=0.5,window=16777216,merge=16777216,seed=4294967295",
+        "chelsea:ratio=0.5,window=16777216,chunk=16777216", "chelsea:ratio=0.5,chunk=16777216"}) {
     INFO(spec);
     KvCache cache = make_cache(spec, shape);
     std::mt19937 rng(3);
