@@ -20,6 +20,7 @@ MethodInfo bf16_method();
 MethodInfo fp8_method();
 MethodInfo kivi_method();
 MethodInfo mikv_method();
+MethodInfo zipcache_method();
 MethodInfo pca_kv_method();
 MethodInfo quest_method();
 MethodInfo prefix_method();
@@ -44,6 +45,7 @@ const std::vector<MethodInfo>& method_registry() {
       fp8_method(),
       kivi_method(),
       mikv_method(),
+      zipcache_method(),
       pca_kv_method(),
       quest_method(),
       prefix_method(),

@@ -99,6 +99,11 @@ void check_composition(const std::string& text, const std::map<MethodKind, const
     fail_spec(text, "'" + storage->second->name + "' stores what the methods before it keep, " +
                         "so it comes last ('" + info.name + "' follows it)");
   }
+  if (info.kind == MethodKind::Storage && info.make_policy &&
+      (seen.count(MethodKind::Eviction) || seen.count(MethodKind::Retrieval))) {
+    fail_spec(text, "'" + info.name + "' chooses its own precision for every token from "
+                        "attention, so it takes no eviction or retrieval method before it");
+  }
   const bool evicts = info.kind == MethodKind::Eviction || seen.count(MethodKind::Eviction);
   const bool retrieves = info.kind == MethodKind::Retrieval || seen.count(MethodKind::Retrieval);
   if (evicts && retrieves) {
@@ -317,7 +322,10 @@ CacheParts make_cache_parts(const ResolvedSpec& spec, const KvShape& shape) {
   for (const auto& [info, params] : spec.components) {
     if (info->kind == MethodKind::Eviction) parts.policy = info->make_policy(params, shape);
     if (info->kind == MethodKind::Retrieval) parts.reader = info->make_reader(params, shape);
-    if (info->kind == MethodKind::Storage) parts.layers = info->make_layers(params, shape);
+    if (info->kind == MethodKind::Storage) {
+      parts.layers = info->make_layers(params, shape);
+      if (info->make_policy) parts.policy = info->make_policy(params, shape);  // ZipCache's
+    }
   }
   return parts;
 }

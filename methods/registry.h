@@ -110,7 +110,9 @@ struct MethodInfo {
   bool needs_eviction = false;
   // Extra cross-parameter checks (e.g. budget xor ratio); throws InputError. May be empty.
   std::function<void(const MethodParams&)> check;
-  // Builds one sequence's policy (Eviction), stores (Storage) or read policy (Retrieval).
+  // Builds one sequence's policy (Eviction), stores (Storage) or read policy (Retrieval). A
+  // storage method that decides each token's precision from attention (ZipCache) has a
+  // policy of its own too, and then takes no eviction or retrieval method before it.
   std::function<std::unique_ptr<TokenPolicy>(const MethodParams&, const KvShape&)> make_policy;
   std::function<std::vector<std::unique_ptr<LayerKv>>(const MethodParams&, const KvShape&)>
       make_layers;

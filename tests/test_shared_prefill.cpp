@@ -71,6 +71,10 @@ const std::vector<std::string> kSpecs = {
     "quest:budget=32,page=8+kivi:bits=4,residual=32",
     "pca_kv:rank=8",
     "snapkv:budget=64,window=8+pca_kv:rank=8",
+    "snapkv:budget=64,window=8+mikv:bits=2",
+    "h2o:budget=64+mikv:bits=4",
+    "zipcache",
+    "zipcache:gap=4",
 };
 
 }  // namespace
