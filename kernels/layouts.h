@@ -118,6 +118,47 @@ struct QuantGroups {
   int64_t group_bytes() const { return static_cast<int64_t>(group_size) * bits / 8; }
 };
 
+// cos and sin of position * inv_freq[i] for every position in [0, 2^24), from three tables
+// of 256 angles: position = a * 65536 + b * 256 + c, and the sum's cos and sin by complex
+// products (no trigonometry where keys are read).
+struct RopeAngles {
+  const double* cos_sin;  // [3, 256, n_pairs, 2]: (l, x, i) cos and sin of x 256^l inv_freq[i]
+  int32_t n_pairs;        // head_dim / 2; RoPE turns the pairs (2i, 2i + 1)
+};
+
+// Values kept apart from the codes, in fp16, per KV head (KVQuant's dense-and-sparse
+// quantization), as compressed sparse rows: slot t's are entries [start[t], start[t + 1]).
+// Channel c < head_dim is key channel c, c >= head_dim value channel c - head_dim; the
+// entry's value replaces what the codes give there.
+struct SparseRows {
+  const int32_t* start;     // [n_tokens + 1]
+  const uint16_t* channel;  // [start[n_tokens]]
+  const uint16_t* value;    // [start[n_tokens]] IEEE fp16 bits
+};
+
+// One layer of KVQuant storage (kvquant_keys): every token of every KV head as `bits`-bit
+// codes of its key before RoPE, per channel (x ~ k_min[c] + code * k_scale[c], one range per
+// channel of the KV head), and of its value, per token (x ~ v_min + code * v_scale), plus its
+// outliers. A row's codes are a bit stream, element i at bits [i bits, (i + 1) bits), low
+// bits first (QuantGroups' packing at 2 and 4 bits). Keys are turned to their positions with
+// `rope` as they are read.
+struct KvQuantKv {
+  const uint8_t* k_codes;      // [n_kv_heads, capacity, head_dim * bits / 8] keys before RoPE
+  const uint8_t* v_codes;      // [n_kv_heads, capacity, head_dim * bits / 8]
+  const float* k_scale;        // [n_kv_heads, head_dim] per channel
+  const float* k_min;          // [n_kv_heads, head_dim]
+  const float* v_scale;        // [n_kv_heads, capacity] per token
+  const float* v_min;          // [n_kv_heads, capacity]
+  const int32_t* positions;    // [n_kv_heads, capacity]
+  const SparseRows* outliers;  // [n_kv_heads]
+  RopeAngles rope;
+  int32_t n_kv_heads;
+  int32_t head_dim;  // a multiple of 8
+  int32_t bits;      // 2, 3 or 4
+  int64_t capacity;  // row stride between heads, in tokens
+  int64_t n_tokens;  // stored tokens, all valid
+};
+
 // Pages of stored slots that attention reads (Quest): KV head h reads slots
 // [p * page_tokens, min((p + 1) * page_tokens, n_tokens)) for each page p in
 // pages[h * n_selected + i], ascending in i. Absent (nullptr): every slot is read.

@@ -29,6 +29,10 @@ struct KvShape {
   int32_t n_layers = 0;
   int32_t n_kv_heads = 0;
   int32_t head_dim = 0;
+  // The model's RoPE, for a store that holds keys as they were before it (kvquant_keys
+  // turns the keys it is handed back by their positions): the frequency of each pair
+  // (2i, 2i + 1), as ModelConfig::rope_inv_freq. Empty where no model gave it.
+  std::vector<float> rope_inv_freq = {};  // [head_dim / 2]
 };
 
 // Bytes a cache holds in one storage tier: "ram" (host memory) or "device" (GPU memory).

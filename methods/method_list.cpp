@@ -22,6 +22,7 @@ MethodInfo kivi_method();
 MethodInfo mikv_method();
 MethodInfo zipcache_method();
 MethodInfo pca_kv_method();
+MethodInfo kvquant_keys_method();
 MethodInfo quest_method();
 MethodInfo prefix_method();
 MethodInfo tiers_method();
@@ -47,6 +48,7 @@ const std::vector<MethodInfo>& method_registry() {
       mikv_method(),
       zipcache_method(),
       pca_kv_method(),
+      kvquant_keys_method(),
       quest_method(),
       prefix_method(),
       tiers_method(),

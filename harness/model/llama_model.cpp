@@ -489,7 +489,8 @@ const Tokenizer& LlamaModel::tokenizer() const { return *impl_->tokenizer; }
 const GgufFile& LlamaModel::file() const { return *impl_->file; }
 
 KvShape LlamaModel::kv_shape() const {
-  return KvShape{impl_->config.n_layers, impl_->config.n_kv_heads, impl_->config.head_dim};
+  const ModelConfig& c = impl_->config;
+  return KvShape{c.n_layers, c.n_kv_heads, c.head_dim, c.rope_inv_freq};
 }
 
 ModelDevice LlamaModel::device() const { return impl_->device; }

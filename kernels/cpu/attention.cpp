@@ -149,23 +149,13 @@ void attend_runs(const DenseKv& kv, int kvh, int rows, QueryRange queries, const
   attend_keys(dim, rows, queries, w.kg.data(), w.vg.data(), w.pos.data(), nk, w);
 }
 
-// Folds a key tile made of n_seg runs of narrow KV head kvh, converted to fp32 into the
-// gather buffers as they are read.
-void attend_narrow_runs(const NarrowKv& kv, int kvh, int rows, QueryRange queries,
-                        const Segment* seg, int n_seg, int nk, Scratch& w) {
-  const int dim = kv.head_dim;
-  const int64_t head = static_cast<int64_t>(kvh) * kv.capacity;
-  const int64_t element_bytes = kv_element_bytes(kv.element);
+// Folds a key tile made of n_seg runs of KV head kvh, decoded to fp32 into the gather
+// buffers as they are read.
+void attend_decoded_runs(const DecodeKvRows& decode, int dim, int kvh, int rows, QueryRange queries,
+                         const Segment* seg, int n_seg, int nk, Scratch& w) {
   for (int s = 0, j = 0; s < n_seg; j += seg[s].len, ++s) {
-    const int64_t t = head + seg[s].start;
-    std::copy_n(kv.positions + t, seg[s].len, w.pos.data() + j);
-    const int64_t offset = t * dim * element_bytes;
-    decode_kv_rows(kv.element, static_cast<const uint8_t*>(kv.k) + offset,
-                   kv.k_scale ? kv.k_scale + t : nullptr, seg[s].len, dim,
-                   w.kg.data() + static_cast<int64_t>(j) * dim);
-    decode_kv_rows(kv.element, static_cast<const uint8_t*>(kv.v) + offset,
-                   kv.v_scale ? kv.v_scale + t : nullptr, seg[s].len, dim,
-                   w.vg.data() + static_cast<int64_t>(j) * dim);
+    const int64_t at = static_cast<int64_t>(j) * dim;
+    decode(kvh, seg[s].start, seg[s].len, w.kg.data() + at, w.vg.data() + at, w.pos.data() + j);
   }
   attend_keys(dim, rows, queries, w.kg.data(), w.vg.data(), w.pos.data(), nk, w);
 }
@@ -374,15 +364,32 @@ void attention_pages_cpu(const AttentionQuery& query, const DenseKv& kv,
 
 void attention_narrow_cpu(const AttentionQuery& query, const NarrowKv& kv,
                           const PageSelection* pages) {
-  assert(query.n_heads % kv.n_kv_heads == 0);
+  const int64_t element_bytes = kv_element_bytes(kv.element);
+  const int dim = kv.head_dim;
+  attention_decoded_cpu(
+      query, kv.n_kv_heads, dim, kv.n_tokens, pages,
+      [&](int32_t kvh, int64_t start, int32_t n, float* k, float* v, int32_t* positions) {
+        const int64_t t = static_cast<int64_t>(kvh) * kv.capacity + start;
+        std::copy_n(kv.positions + t, n, positions);
+        const int64_t offset = t * dim * element_bytes;
+        decode_kv_rows(kv.element, static_cast<const uint8_t*>(kv.k) + offset,
+                       kv.k_scale ? kv.k_scale + t : nullptr, n, dim, k);
+        decode_kv_rows(kv.element, static_cast<const uint8_t*>(kv.v) + offset,
+                       kv.v_scale ? kv.v_scale + t : nullptr, n, dim, v);
+      });
+}
+
+void attention_decoded_cpu(const AttentionQuery& query, int32_t n_kv_heads, int32_t head_dim,
+                           int64_t n_tokens, const PageSelection* pages,
+                           const DecodeKvRows& decode) {
+  assert(query.n_heads % n_kv_heads == 0);
   if (query.n_queries <= 0) return;
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  // The plans need only the shape; every tile reads its rows through attend_narrow_runs.
-  const DenseKv shape{nullptr, nullptr, nullptr, kv.n_kv_heads, kv.head_dim, kv.capacity,
-                      kv.n_tokens};
+  // The plans need only the shape; every tile reads its rows through `decode`.
+  const DenseKv shape{nullptr, nullptr, nullptr, n_kv_heads, head_dim, 0, n_tokens};
   const auto fold = [&](int kvh, Scratch& w) {
     return [&, kvh](const Segment* seg, int n_seg, int nk, int rows, QueryRange queries) {
-      attend_narrow_runs(kv, kvh, rows, queries, seg, n_seg, nk, w);
+      attend_decoded_runs(decode, head_dim, kvh, rows, queries, seg, n_seg, nk, w);
     };
   };
   if (pages) {
@@ -398,12 +405,12 @@ void attention_narrow_cpu(const AttentionQuery& query, const NarrowKv& kv,
   const Plan plan = make_plan(query, shape, threads);
   run_items(query, shape, plan, threads, [&](int kvh, int q0, int q1, int split, Scratch& w) {
     const int64_t t0 = split * plan.split_len;
-    const int64_t t1 = std::min(kv.n_tokens, t0 + plan.split_len);
+    const int64_t t1 = std::min(n_tokens, t0 + plan.split_len);
     const QueryRange queries = begin_rows(query, shape, plan, kvh, q0, q1, w);
     const int rows = (q1 - q0) * plan.group;
     for (int64_t k0 = t0; k0 < t1; k0 += kKeyTile) {
       const Segment seg{k0, static_cast<int>(std::min<int64_t>(kKeyTile, t1 - k0))};
-      attend_narrow_runs(kv, kvh, rows, queries, &seg, 1, seg.len, w);
+      attend_decoded_runs(decode, head_dim, kvh, rows, queries, &seg, 1, seg.len, w);
     }
   });
 }

@@ -3,6 +3,9 @@
 // matrix is ever materialised: memory is O(tile), whatever the context length.
 #pragma once
 
+#include <cstdint>
+#include <functional>
+
 #include "kernels/layouts.h"
 
 namespace kvbench {
@@ -24,5 +27,18 @@ void attention_pages_reference(const AttentionQuery& query, const DenseKv& kv,
 // those kernels over the store's decoded values (decode_kv_rows), bit for bit.
 void attention_narrow_cpu(const AttentionQuery& query, const NarrowKv& kv,
                           const PageSelection* pages);
+
+// Writes slots [start, start + n) of KV head kvh in fp32: keys and values [n, head_dim] back
+// to back and their positions [n]. Called from several threads at once.
+using DecodeKvRows = std::function<void(int32_t kvh, int64_t start, int32_t n, float* k, float* v,
+                                        int32_t* positions)>;
+
+// attention_dense_cpu (pages nullptr) or attention_pages_cpu over a store of n_kv_heads heads
+// of n_tokens slots held in another form: each key tile (kKeyTile slots at most) is decoded
+// into per-thread buffers as it is read, so the store is never widened whole. Equals those
+// kernels over the decoded rows, bit for bit. The narrow and KVQuant stores read this way.
+void attention_decoded_cpu(const AttentionQuery& query, int32_t n_kv_heads, int32_t head_dim,
+                           int64_t n_tokens, const PageSelection* pages,
+                           const DecodeKvRows& decode);
 
 }  // namespace kvbench
