@@ -34,7 +34,8 @@ struct ReuseTurn {
   int64_t tokens_reused = 0;     // loaded from a tier instead of prefilled
   int64_t blocks_hit = 0;
   int64_t blocks_missed = 0;     // the first block not found ends the prefix
-  int64_t bytes_loaded = 0;      // encoded block bytes read from the tiers
+  int64_t bytes_loaded = 0;      // block bytes served by the tiers (decoded: what a disk or
+                                 // Redis codec stores is in the tier's bytes_resident)
   double load_ms = 0;            // lookup, checksum and copy into the cache
   int64_t blocks_stored = 0;      // (CacheBlend: documents prefilled alone, once per session)
   int64_t bytes_stored = 0;
