@@ -1,6 +1,7 @@
 // Method spec strings: resolved, then each per-sequence cache built with the tiny model's
 // shape and fed a short context and decode steps, so that parameter values reach the
 // method's arithmetic and buffers (window=10^17 must not allocate or overflow).
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <random>
@@ -23,8 +24,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   FUZZ_CHECK(!spec.components.empty());
   FUZZ_CHECK(resolve_method_spec(spec.canonical).canonical == spec.canonical);
-  // A tiny model's shape: 2 layers, 2 KV heads of 32 (KIVI's channel group), GQA 2.
-  const KvShape shape{2, 2, 32};
+  // A tiny model's shape: 2 layers, 2 KV heads of 32 (KIVI's channel group), GQA 2, and its
+  // RoPE (theta 10000), which kvquant_keys turns keys back by.
+  KvShape shape{2, 2, 32};
+  for (int i = 0; i < 16; ++i) shape.rope_inv_freq.push_back(std::pow(10000.f, -i / 16.f));
   constexpr int32_t kHeads = 4;
   std::optional<KvCache> built;
   try {
