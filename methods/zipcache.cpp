@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/input_error.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/scores.h"
 #include "methods/plan_helpers.h"
@@ -359,6 +360,10 @@ MethodInfo zipcache_method() {
       int_param("gap", 100, 1, kMaxTokens, "tokens after the context quantized together"),
   };
   info.make_layers = [](const MethodParams& params, const KvShape& shape) {
+    if (shape.head_dim % 8 != 0) {  // a row's codes fill whole bytes at any bit width
+      throw InputError("zipcache packs rows of 8 channels, but head_dim is " +
+                       std::to_string(shape.head_dim));
+    }
     const ZipCacheConfig config = zipcache_config_from(params);
     std::vector<std::unique_ptr<LayerKv>> layers;
     for (int32_t i = 0; i < shape.n_layers; ++i) {
