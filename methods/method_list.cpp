@@ -9,6 +9,8 @@ MethodInfo streamingllm_method();
 MethodInfo h2o_method();
 MethodInfo snapkv_method();
 MethodInfo pyramidkv_method();
+MethodInfo chunkkv_method();
+MethodInfo windowkv_method();
 MethodInfo tova_method();
 MethodInfo knorm_method();
 MethodInfo keydiff_method();
@@ -35,6 +37,8 @@ const std::vector<MethodInfo>& method_registry() {
       h2o_method(),
       snapkv_method(),
       pyramidkv_method(),
+      chunkkv_method(),
+      windowkv_method(),
       tova_method(),
       knorm_method(),
       keydiff_method(),
