@@ -40,17 +40,17 @@ struct ChunkKvConfig {
 };
 
 // Tokens [first, first + n) of a chunk with its score.
-struct Chunk {
+struct ScoredChunk {
   int64_t first = 0, n = 0;
   double score = 0;
 };
 
 // Chunks of `chunk` tokens over [0, n_tokens), each scored by the mean of token_scores over it.
-std::vector<Chunk> score_chunks(const std::vector<double>& token_scores, int64_t n_tokens,
+std::vector<ScoredChunk> score_chunks(const std::vector<double>& token_scores, int64_t n_tokens,
                                 int64_t chunk) {
-  std::vector<Chunk> chunks;
+  std::vector<ScoredChunk> chunks;
   for (int64_t first = 0; first < n_tokens; first += chunk) {
-    Chunk c;
+    ScoredChunk c;
     c.first = first;
     c.n = std::min(chunk, n_tokens - first);
     for (int64_t t = first; t < first + c.n; ++t) c.score += token_scores[t];
@@ -62,16 +62,16 @@ std::vector<Chunk> score_chunks(const std::vector<double>& token_scores, int64_t
 
 // The slots of the chunks kept within `keep` tokens, in rank order while they fit; if none
 // fits, the top chunk's first `keep` tokens. Ascending.
-std::vector<int32_t> keep_chunks(std::vector<Chunk> chunks, int64_t keep) {
+std::vector<int32_t> keep_chunks(std::vector<ScoredChunk> chunks, int64_t keep) {
   std::stable_sort(chunks.begin(), chunks.end(),
-                   [](const Chunk& a, const Chunk& b) { return a.score > b.score; });
+                   [](const ScoredChunk& a, const ScoredChunk& b) { return a.score > b.score; });
   std::vector<int32_t> slots;
-  for (const Chunk& c : chunks) {
+  for (const ScoredChunk& c : chunks) {
     if (static_cast<int64_t>(slots.size()) + c.n > keep) continue;
     for (int64_t t = c.first; t < c.first + c.n; ++t) slots.push_back(static_cast<int32_t>(t));
   }
   if (slots.empty() && keep > 0 && !chunks.empty()) {
-    const Chunk& top = chunks.front();
+    const ScoredChunk& top = chunks.front();
     for (int64_t t = top.first; t < top.first + std::min(keep, top.n); ++t) {
       slots.push_back(static_cast<int32_t>(t));
     }

@@ -26,7 +26,6 @@
 // - layers not a multiple of the group: the last group is short; one group gets the
 //   budget B (the authors' arithmetic divides by groups - 1).
 #include <algorithm>
-#include <cmath>
 #include <functional>
 #include <numeric>
 #include <vector>
@@ -89,7 +88,9 @@ class WindowKvPolicy : public TokenPolicy {
     const QueryWindow held = windows_.close(layer);
     const int64_t n = kv.n_tokens;
     const int64_t average = limits_.resolve(layer, phase, n);
-    if (average < 0) return false;
+    // A context within the average budget stays whole in every layer (kvbench's invariant;
+    // the authors' last groups would still compress).
+    if (average < 0 || n <= average) return false;
     const int64_t limit = std::max<int64_t>(0, group_budget(config_, layer, n_layers_, average));
     if (n <= limit) return false;
     // The group's first layer chooses; the others keep its windows (a context never evicted
@@ -183,7 +184,9 @@ MethodInfo windowkv_method() {
       "ceil((review - budget) / window) windows, over budget when the short last one goes)",
       "GQA: the group's query heads are averaged per KV head before strategy=max's top-k (the "
       "authors take each query head's top-k over repeated K/V)",
-      "a layer budget below the suffix shrinks the suffix to the budget",
+      "a layer budget below the suffix shrinks the suffix to the budget; a context within "
+      "the budget is kept whole in every layer (the authors' later groups would still "
+      "compress it)",
       "a single group (fewer layers than `group`) gets the budget; a short last group is "
       "allowed (the authors' arithmetic needs at least two whole groups)",
   };

@@ -104,3 +104,13 @@ TEST_CASE("windowkv's group budgets decrease arithmetically and average the budg
   cache.end_context();
   CHECK(cache.stats().tokens_per_layer == std::vector<int64_t>{28, 28, 8, 8});
 }
+
+TEST_CASE("windowkv: a context within the average budget stays whole in every group", "[unit]") {
+  const KvShape shape{4, 1, kDim};
+  // Two groups, budget 40 = the context: the last group's share (20) would evict.
+  KvCache cache = make_cache("windowkv:budget=40,suffix=4,window=4,group=2,beta=4", shape);
+  std::mt19937 rng(3);
+  testing::feed(cache, kHeads, testing::random_chunk(40, shape, kHeads, rng));
+  cache.end_context();
+  CHECK(cache.stats().tokens_evicted == 0);
+}
