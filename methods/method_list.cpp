@@ -17,6 +17,9 @@ MethodInfo keydiff_method();
 MethodInfo kvmerger_method();
 MethodInfo cam_method();
 MethodInfo chelsea_method();
+MethodInfo expected_attention_method();
+MethodInfo caote_method();
+MethodInfo lagkv_method();
 MethodInfo fp16_method();
 MethodInfo bf16_method();
 MethodInfo fp8_method();
@@ -45,6 +48,9 @@ const std::vector<MethodInfo>& method_registry() {
       kvmerger_method(),
       cam_method(),
       chelsea_method(),
+      expected_attention_method(),
+      caote_method(),
+      lagkv_method(),
       fp16_method(),
       bf16_method(),
       fp8_method(),
