@@ -65,8 +65,8 @@ void KiviLayerKv::append(const float* k, const float* v, const int32_t* position
 void KiviLayerKv::settle() {
   drop_view();
   const int64_t g = config_.group;
-  const int64_t n_pack =
-      std::max<int64_t>(0, (kivi_quantized_slots(config_, n_tokens()) - blocks_.n_blocks() * g) / g);
+  const int64_t n_pack = std::max<int64_t>(
+      0, (kivi_quantized_slots(config_, n_tokens()) - blocks_.n_blocks() * g) / g);
   if (n_pack > 0) {
     const int64_t first = blocks_.n_blocks();
     blocks_.resize(blocks_.n_blocks() + n_pack);
@@ -74,7 +74,7 @@ void KiviLayerKv::settle() {
       for (int32_t h = 0; h < n_kv_heads_; ++h) {
         const size_t row = static_cast<size_t>(h) * tail_.capacity + b * g;
         blocks_.pack(first + b, h, &tail_.k[row * head_dim_], &tail_.v[row * head_dim_],
-                   &tail_.positions[row]);
+                     &tail_.positions[row]);
       }
     }
     const int64_t moved = n_pack * g, left = tail_.n_tokens - moved;
@@ -101,15 +101,15 @@ void KiviLayerKv::round_quantized_rows() {
   const int64_t d = head_dim_;
   for (int32_t h = 0; h < n_kv_heads_; ++h) {
     const size_t head = static_cast<size_t>(h) * tail_.capacity;
-    const TailRounding r = kivi_tail_rounding(config_, n_tokens(), blocks_.n_blocks() * config_.group,
-                                              keys_rounded_[h], values_rounded_[h]);
+    const TailRounding r =
+        kivi_tail_rounding(config_, n_tokens(), blocks_.n_blocks() * config_.group,
+                           keys_rounded_[h], values_rounded_[h]);
     for (int64_t a = r.keys_from; a < r.keys_to; a += config_.group) {  // per channel
       round_groups(&tail_.k[(head + a) * d], 1, d, d, config_.group, config_.bits);
     }
     if (r.values_from < r.values_to) {  // per token, in groups of `group` channels
       round_groups(&tail_.v[(head + r.values_from) * d], config_.group, 1,
-                   (r.values_to - r.values_from) * d / config_.group, config_.group,
-                   config_.bits);
+                   (r.values_to - r.values_from) * d / config_.group, config_.group, config_.bits);
     }
     keys_rounded_[h] = std::max(keys_rounded_[h], r.keys_to);
     values_rounded_[h] = std::max(values_rounded_[h], r.values_to);
@@ -138,9 +138,9 @@ void kivi_rounded_after_retain(const RetainPlan& plan, int32_t n_kv_heads, int64
       continue;
     }
     const int32_t* placed = plan.slots.data() + h * plan.n_keep;
-    rounded[h] = std::lower_bound(placed + new_packed, placed + plan.n_keep,
-                                  old_packed + rounded[h]) -
-                 (placed + new_packed);
+    rounded[h] =
+        std::lower_bound(placed + new_packed, placed + plan.n_keep, old_packed + rounded[h]) -
+        (placed + new_packed);
   }
 }
 
@@ -269,8 +269,7 @@ int64_t KiviLayerKv::bytes_resident() const {
   const auto bytes = [](const auto& v) {
     return static_cast<int64_t>(v.capacity() * sizeof(v[0]));
   };
-  return blocks_.bytes() + tail_.bytes() + bytes(view_k_) + bytes(view_v_) +
-         bytes(view_positions_);
+  return blocks_.bytes() + tail_.bytes() + bytes(view_k_) + bytes(view_v_) + bytes(view_positions_);
 }
 
 std::vector<std::unique_ptr<LayerKv>> make_kivi_layers(const KvShape& shape,

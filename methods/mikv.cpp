@@ -27,8 +27,7 @@ void MikvLayerKv::reserve(int64_t n_tokens) {
   if (n_pending_ + n_tokens > rows_.capacity) rows_.reallocate(n_pending_ + n_tokens);
 }
 
-void MikvLayerKv::append(const float* k, const float* v, const int32_t* positions,
-                         int64_t n_new) {
+void MikvLayerKv::append(const float* k, const float* v, const int32_t* positions, int64_t n_new) {
   if (rows_.n_tokens + n_new > rows_.capacity) {
     rows_.reallocate(std::max(rows_.n_tokens + n_new, rows_.capacity + rows_.capacity / 2 + 64));
   }
@@ -50,9 +49,12 @@ int64_t MikvLayerKv::attend(const AttentionQuery& query, const PageSelection* pa
 
 DenseKv MikvLayerKv::view() const {
   const int64_t skip = n_pending_;
-  return DenseKv{rows_.k.data() + skip * head_dim_, rows_.v.data() + skip * head_dim_,
-                 rows_.positions.data() + skip,     n_kv_heads_,
-                 head_dim_,                         rows_.capacity,
+  return DenseKv{rows_.k.data() + skip * head_dim_,
+                 rows_.v.data() + skip * head_dim_,
+                 rows_.positions.data() + skip,
+                 n_kv_heads_,
+                 head_dim_,
+                 rows_.capacity,
                  rows_.n_tokens - skip};
 }
 
@@ -115,9 +117,7 @@ void MikvLayerKv::retain(RetainPlan& plan) {
   n_pending_ = pending - n_pack * kGroup;
 }
 
-std::unique_ptr<LayerKv> MikvLayerKv::clone() const {
-  return std::make_unique<MikvLayerKv>(*this);
-}
+std::unique_ptr<LayerKv> MikvLayerKv::clone() const { return std::make_unique<MikvLayerKv>(*this); }
 
 std::vector<std::unique_ptr<LayerKv>> make_mikv_layers(const KvShape& shape, int32_t bits) {
   std::vector<std::unique_ptr<LayerKv>> layers;

@@ -43,9 +43,7 @@ class MikvLayerKv : public LayerKv {
   DenseKv view() const override;  // the important set, in fp32
   std::unique_ptr<LayerKv> clone() const override;
   int64_t n_tokens() const override { return rows_.n_tokens - n_pending_; }
-  int64_t n_tokens_held() const override {
-    return low_.n_blocks() * low_.group() + rows_.n_tokens;
-  }
+  int64_t n_tokens_held() const override { return low_.n_blocks() * low_.group() + rows_.n_tokens; }
   int64_t bytes_resident() const override { return low_.bytes() + rows_.bytes(); }
 
   // The packed blocks and every fp32 row (pending, then important), as attention reads them.

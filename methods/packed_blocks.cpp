@@ -54,14 +54,20 @@ QuantGroups PackedBlocks::key_groups(int64_t unit) const {
   const int64_t d = head_dim_, code_bytes = int64_t{group_} * d * bits_ / 8;
   return QuantGroups{const_cast<uint8_t*>(k_codes_.data()) + unit * code_bytes,
                      const_cast<float*>(k_scale_.data()) + unit * d,
-                     const_cast<float*>(k_min_.data()) + unit * d, d, group_, bits_};
+                     const_cast<float*>(k_min_.data()) + unit * d,
+                     d,
+                     group_,
+                     bits_};
 }
 
 QuantGroups PackedBlocks::value_groups(int64_t unit) const {
   const int64_t d = head_dim_, code_bytes = int64_t{group_} * d * bits_ / 8;
   return QuantGroups{const_cast<uint8_t*>(v_codes_.data()) + unit * code_bytes,
                      const_cast<float*>(v_scale_.data()) + unit * d,
-                     const_cast<float*>(v_min_.data()) + unit * d, d, group_, bits_};
+                     const_cast<float*>(v_min_.data()) + unit * d,
+                     d,
+                     group_,
+                     bits_};
 }
 
 void PackedBlocks::pack(int64_t b, int32_t head, const float* k, const float* v,

@@ -290,7 +290,8 @@ ResolvedSpec resolve_method_spec(const std::string& text) {
                         "keeps its documents in memory)");
   }
   const auto storage = seen.find(MethodKind::Storage);
-  if (storage != seen.end() && storage->second->needs_eviction && !seen.count(MethodKind::Eviction)) {
+  if (storage != seen.end() && storage->second->needs_eviction &&
+      !seen.count(MethodKind::Eviction)) {
     fail_spec(text, "'" + storage->second->name + "' keeps at low precision what an eviction "
                         "method in front drops: give one before it (snapkv:ratio=0.25+" +
                         storage->second->name + ")");

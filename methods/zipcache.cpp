@@ -29,8 +29,8 @@ void quantize_run(const float* x, int64_t stride, int64_t n, int32_t bits, uint8
   const float step = hi > lo ? (hi - lo) / levels : 0.f;
   std::memset(codes, 0, static_cast<size_t>((n * bits + 7) / 8));
   for (int64_t i = 0; step > 0 && i < n; ++i) {
-    const int32_t q = std::clamp(static_cast<int32_t>(std::nearbyint((x[i * stride] - lo) / step)),
-                                 0, levels);
+    const int32_t q =
+        std::clamp(static_cast<int32_t>(std::nearbyint((x[i * stride] - lo) / step)), 0, levels);
     codes[i / per_byte] |= static_cast<uint8_t>(q << ((i % per_byte) * bits));
   }
   *min_out = lo;
@@ -44,9 +44,11 @@ int32_t code_at(const uint8_t* codes, int64_t i, int32_t bits) {
 
 }  // namespace
 
-ZipCacheLayerKv::ZipCacheLayerKv(int32_t n_kv_heads, int32_t head_dim,
-                                 const ZipCacheConfig& config)
-    : n_kv_heads_(n_kv_heads), head_dim_(head_dim), config_(config), waiting_(n_kv_heads, head_dim) {
+ZipCacheLayerKv::ZipCacheLayerKv(int32_t n_kv_heads, int32_t head_dim, const ZipCacheConfig& config)
+    : n_kv_heads_(n_kv_heads),
+      head_dim_(head_dim),
+      config_(config),
+      waiting_(n_kv_heads, head_dim) {
   assert(head_dim % 8 == 0);
 }
 
@@ -77,7 +79,9 @@ int64_t ZipCacheLayerKv::head_code_bytes(const Batch& b) const {
 }
 
 int64_t ZipCacheLayerKv::Batch::bytes() const {
-  const auto bytes = [](const auto& v) { return static_cast<int64_t>(v.capacity() * sizeof(v[0])); };
+  const auto bytes = [](const auto& v) {
+    return static_cast<int64_t>(v.capacity() * sizeof(v[0]));
+  };
   return bytes(k_codes) + bytes(v_codes) + bytes(k_min) + bytes(k_step) + bytes(v_scale) +
          bytes(v_min) + bytes(v_step) + bytes(positions);
 }
@@ -101,7 +105,8 @@ void ZipCacheLayerKv::retain(RetainPlan& plan) {
   b.v_step.resize(b.v_min.size());
   b.positions.resize(b.v_min.size());
 
-  std::vector<float> k(static_cast<size_t>(rows * d)), v(k.size()), column(static_cast<size_t>(rows));
+  std::vector<float> k(static_cast<size_t>(rows * d)), v(k.size()),
+      column(static_cast<size_t>(rows));
   std::vector<char> kept(static_cast<size_t>(n));
   std::vector<uint8_t> channel_codes(static_cast<size_t>(rows));
   for (int32_t h = 0; h < n_kv_heads_; ++h) {
@@ -332,8 +337,7 @@ MethodInfo zipcache_method() {
   MethodInfo info;
   info.name = "zipcache";
   info.kind = MethodKind::Storage;
-  info.stage =
-      "2 storage: the whole context quantized when it ends, later tokens `gap` at a time";
+  info.stage = "2 storage: the whole context quantized when it ends, later tokens `gap` at a time";
   info.summary =
       "every token quantized: the salient ones (normalized attention) to high_bits, the "
       "low_ratio least salient to low_bits; keys per channel, values per token after a "

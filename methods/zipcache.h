@@ -35,10 +35,10 @@
 namespace kvbench {
 
 struct ZipCacheConfig {
-  int32_t high_bits = 4;      // salient tokens
-  int32_t low_bits = 2;       // the rest
-  double low_ratio = 0.4;     // share of each batch's tokens at low_bits (rounded down)
-  int64_t gap = 100;          // tokens after the context quantized together
+  int32_t high_bits = 4;   // salient tokens
+  int32_t low_bits = 2;    // the rest
+  double low_ratio = 0.4;  // share of each batch's tokens at low_bits (rounded down)
+  int64_t gap = 100;       // tokens after the context quantized together
 };
 
 // One layer: quantized batches, then the fp32 rows waiting for theirs. The precision

@@ -1,9 +1,8 @@
 // MiKV's store (methods/mikv.*): what a plan drops is kept packed at low precision, what it
 // keeps stays fp32; attention from the store equals attention over the dequantized rows;
 // bytes exact; composed with eviction methods through the cache.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <random>
 #include <set>
@@ -68,16 +67,18 @@ struct Unpacked {
         for (int64_t c = 0; c < kDim; ++c) {  // keys: channel c over the block's tokens
           for (int64_t t = 0; t < s.group; ++t) {
             const int64_t i = c * s.group + t;
-            const int code = (s.k_codes[unit * code_bytes + i * s.bits / 8] >>
-                              (i % (8 / s.bits)) * s.bits) & ((1 << s.bits) - 1);
+            const int code =
+                (s.k_codes[unit * code_bytes + i * s.bits / 8] >> (i % (8 / s.bits)) * s.bits) &
+                ((1 << s.bits) - 1);
             k[(row + t) * kDim + c] = s.k_min[unit * kDim + c] + code * s.k_scale[unit * kDim + c];
           }
         }
         for (int64_t t = 0; t < s.group; ++t) {  // values: token t's channels in groups
           for (int64_t c = 0; c < kDim; ++c) {
             const int64_t i = t * kDim + c, g = (t * kDim + c) / s.group;
-            const int code = (s.v_codes[unit * code_bytes + i * s.bits / 8] >>
-                              (i % (8 / s.bits)) * s.bits) & ((1 << s.bits) - 1);
+            const int code =
+                (s.v_codes[unit * code_bytes + i * s.bits / 8] >> (i % (8 / s.bits)) * s.bits) &
+                ((1 << s.bits) - 1);
             v[(row + t) * kDim + c] = s.v_min[unit * kDim + g] + code * s.v_scale[unit * kDim + g];
           }
           positions[row + t] = s.positions[unit * s.group + t];
@@ -97,8 +98,7 @@ struct Unpacked {
 
 }  // namespace
 
-TEST_CASE("mikv keeps the planned slots in fp32 and packs the rest within their bound",
-          "[unit]") {
+TEST_CASE("mikv keeps the planned slots in fp32 and packs the rest within their bound", "[unit]") {
   const int64_t n = 200, keep = 40;  // 160 demoted per head: 5 blocks, none pending
   const Tokens tokens(n, 7);
   for (const int32_t bits : {2, 4}) {
@@ -180,8 +180,8 @@ TEST_CASE("mikv attention equals attention over its dequantized rows", "[unit]")
   const float scale = 1.f / std::sqrt(float{kDim});
   store.attend(AttentionQuery{q.data(), positions.data(), got.data(), 3, n_heads, scale}, nullptr);
   const Unpacked all(store.layout());
-  attention_dense_reference(AttentionQuery{q.data(), positions.data(), want.data(), 3, n_heads, scale},
-                            all.kv);
+  attention_dense_reference(
+      AttentionQuery{q.data(), positions.data(), want.data(), 3, n_heads, scale}, all.kv);
   for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-4));
 }
 

@@ -1,9 +1,8 @@
 // ZipCache (methods/zipcache.*): the salient tokens of a hand-made context get the high
 // bits; every value within half a quantization step; attention equals attention over the
 // widened rows; bytes exact; later tokens quantized `gap` at a time; spec rules; clones.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <random>
 #include <set>
@@ -137,7 +136,8 @@ TEST_CASE("zipcache bytes are its codes and parameters, exactly; later tokens go
   cache.end_context();
   const int64_t high = n - 80, low = 80;
   const int64_t codes = kHeads * (high * kDim * 4 + low * kDim * 2) / 8;  // keys, values alike
-  const int64_t params = kHeads * (2 * 2 * kDim + kDim + 2 * n) * 4;      // k min/step, v scale/min/step
+  const int64_t params =
+      kHeads * (2 * 2 * kDim + kDim + 2 * n) * 4;  // k min/step, v scale/min/step
   const int64_t positions = kHeads * n * 4;
   const int64_t waiting = kHeads * 10 * (2 * kDim * 4 + 4);  // room for a batch's fp32 rows
   CHECK(store(cache).bytes_resident() == 2 * codes + params + positions + waiting);
