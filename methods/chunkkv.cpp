@@ -98,7 +98,7 @@ class ChunkKvPolicy : public TokenPolicy {
   bool done(int32_t layer) const override { return windows_.closed(layer); }
 
   int64_t bytes_resident(int32_t layer) const override {
-    return windows_.bytes_resident(layer) + vector_bytes(shared_slots_);
+    return windows_.bytes_resident(layer) + group_slots_.bytes();
   }
 
   bool plan(int32_t layer, const DenseKv& kv, CachePhase phase, RetainPlan& plan) override {
@@ -107,15 +107,10 @@ class ChunkKvPolicy : public TokenPolicy {
     const int64_t n = kv.n_tokens;
     const int64_t limit = limits_.resolve(layer, phase, n);
     if (limit < 0 || n <= limit) return false;
-    // A layer inside a reuse group keeps what the group's first layer chose (a context
-    // never evicted before ContextEnd holds its slots in position order in every layer).
-    const bool reuses = layer % config_.reuse != 0 && shared_n_ == n && shared_limit_ == limit;
-    if (!reuses) {
-      shared_slots_ = select(held, kv, limit);
-      shared_n_ = n;
-      shared_limit_ = limit;
-    }
-    plan_same_slots(shared_slots_, kv.n_kv_heads, plan);
+    // A layer inside a group keeps what the group's first layer chose.
+    const std::vector<int32_t>& slots = group_slots_.slots(
+        layer, config_.reuse, n, limit, [&] { return select(held, kv, limit); });
+    plan_same_slots(slots, kv.n_kv_heads, plan);
     return true;
   }
 
@@ -147,9 +142,7 @@ class ChunkKvPolicy : public TokenPolicy {
   ChunkKvConfig config_;
   LayerLimits limits_;
   ContextWindows windows_;
-  // The last selection and the context it was made for, reused by the next layers.
-  std::vector<int32_t> shared_slots_;
-  int64_t shared_n_ = -1, shared_limit_ = -1;
+  LayerGroupSlots group_slots_;
 };
 
 }  // namespace

@@ -82,6 +82,30 @@ int64_t vector_bytes(const std::vector<T>& v) {
   return static_cast<int64_t>(v.capacity() * sizeof(T));
 }
 
+// One slot selection shared by groups of `group` consecutive layers (ChunkKV's layer-wise
+// index reuse, WindowKV's layer groups): a group's first layer selects, the others reuse its
+// slots while they see the same context length and limit (a context never evicted before
+// ContextEnd holds its slots in position order in every layer).
+class LayerGroupSlots {
+ public:
+  // The slots `layer` keeps; select() makes them where the group's choice does not apply.
+  template <typename Select>
+  const std::vector<int32_t>& slots(int32_t layer, int64_t group, int64_t n_tokens,
+                                    int64_t limit, Select&& select) {
+    if (layer % group == 0 || n_tokens != n_tokens_ || limit != limit_) {
+      slots_ = select();
+      n_tokens_ = n_tokens;
+      limit_ = limit;
+    }
+    return slots_;
+  }
+  int64_t bytes() const { return vector_bytes(slots_); }
+
+ private:
+  std::vector<int32_t> slots_;
+  int64_t n_tokens_ = -1, limit_ = -1;  // what slots_ was selected for
+};
+
 // Throws std::invalid_argument "<store>::retain: ..." unless `plan` is one LayerKv::retain
 // accepts for a store of n_tokens: n_keep of the stored slots per KV head, each head's
 // ascending, merged rows (if any) head_dim values per kept slot. The device stores check

@@ -80,7 +80,7 @@ class WindowKvPolicy : public TokenPolicy {
   bool done(int32_t layer) const override { return windows_.closed(layer); }
 
   int64_t bytes_resident(int32_t layer) const override {
-    return windows_.bytes_resident(layer) + vector_bytes(shared_slots_);
+    return windows_.bytes_resident(layer) + group_slots_.bytes();
   }
 
   bool plan(int32_t layer, const DenseKv& kv, CachePhase phase, RetainPlan& plan) override {
@@ -93,15 +93,10 @@ class WindowKvPolicy : public TokenPolicy {
     if (average < 0 || n <= average) return false;
     const int64_t limit = std::max<int64_t>(0, group_budget(config_, layer, n_layers_, average));
     if (n <= limit) return false;
-    // The group's first layer chooses; the others keep its windows (a context never evicted
-    // before ContextEnd holds its slots in position order in every layer).
-    const bool reuses = layer % config_.group != 0 && shared_n_ == n && shared_limit_ == limit;
-    if (!reuses) {
-      shared_slots_ = select(held, kv, limit);
-      shared_n_ = n;
-      shared_limit_ = limit;
-    }
-    plan_same_slots(shared_slots_, kv.n_kv_heads, plan);
+    // A layer inside a group keeps what the group's first layer chose.
+    const std::vector<int32_t>& slots = group_slots_.slots(
+        layer, config_.group, n, limit, [&] { return select(held, kv, limit); });
+    plan_same_slots(slots, kv.n_kv_heads, plan);
     return true;
   }
 
@@ -153,9 +148,7 @@ class WindowKvPolicy : public TokenPolicy {
   int32_t n_layers_;
   LayerLimits limits_;
   ContextWindows windows_;
-  // The group leader's selection and the context it was made for.
-  std::vector<int32_t> shared_slots_;
-  int64_t shared_n_ = -1, shared_limit_ = -1;
+  LayerGroupSlots group_slots_;
 };
 
 }  // namespace
