@@ -52,6 +52,25 @@ inline std::vector<float> feed(KvCache& cache, int32_t n_heads, const Chunk& c) 
   return out;
 }
 
+// A shared context fed as feed() does, but each layer its own chunk (the same positions):
+// per_layer[l] for layer l. Ends the context.
+inline void feed_context_per_layer(KvCache& cache, int32_t n_heads,
+                                   const std::vector<Chunk>& per_layer) {
+  const int64_t n = per_layer[0].n;
+  std::vector<int32_t> positions(n);
+  std::iota(positions.begin(), positions.end(), cache.next_position());
+  std::vector<float> out(n * n_heads * cache.shape().head_dim);
+  const float scale = 1.f / std::sqrt(static_cast<float>(cache.shape().head_dim));
+  for (int32_t l = 0; l < cache.shape().n_layers; ++l) {
+    const Chunk& c = per_layer[l];
+    cache.append(l, c.k.data(), c.v.data(), positions.data(), n);
+    cache.attend(l, AttentionQuery{c.q.data(), positions.data(), out.data(),
+                                   static_cast<int32_t>(n), n_heads, scale});
+  }
+  cache.advance(static_cast<int32_t>(n));
+  cache.end_context();
+}
+
 // One decode step of a one-token chunk (what LlamaModel::decode does).
 inline std::vector<float> decode_step(KvCache& cache, int32_t n_heads, const Chunk& c) {
   cache.mark_decode_step();

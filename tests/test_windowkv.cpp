@@ -39,18 +39,7 @@ testing::Chunk sixteen_tokens() {
 
 // Feeds each layer its own chunk (the same positions), then ends the context.
 void feed_layers(KvCache& cache, const std::vector<testing::Chunk>& per_layer) {
-  const int64_t n = per_layer[0].n;
-  std::vector<int32_t> positions(n);
-  std::iota(positions.begin(), positions.end(), 0);
-  std::vector<float> out(n * kHeads * kDim);
-  for (int32_t l = 0; l < cache.shape().n_layers; ++l) {
-    const testing::Chunk& c = per_layer[l];
-    cache.append(l, c.k.data(), c.v.data(), positions.data(), n);
-    cache.attend(l, AttentionQuery{c.q.data(), positions.data(), out.data(),
-                                   static_cast<int32_t>(n), kHeads, 0.5f});
-  }
-  cache.advance(static_cast<int32_t>(n));
-  cache.end_context();
+  testing::feed_context_per_layer(cache, kHeads, per_layer);
 }
 
 const char* kSpec = "windowkv:budget=8,suffix=4,window=4";
