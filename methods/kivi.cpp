@@ -55,7 +55,7 @@ void KiviLayerKv::reserve(int64_t n_tokens) {
 void KiviLayerKv::append(const float* k, const float* v, const int32_t* positions, int64_t n_new) {
   drop_view();
   if (tail_.n_tokens + n_new > tail_.capacity) {
-    tail_.reallocate(std::max(tail_.n_tokens + n_new, tail_.capacity + tail_.capacity / 2 + 64));
+    tail_.reallocate(grown_capacity(tail_.capacity, tail_.n_tokens + n_new, /*evicted=*/false));
   }
   tail_.append(k, v, positions, n_new);
 }

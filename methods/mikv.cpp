@@ -7,6 +7,7 @@
 #include "common/input_error.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/kivi_attention.h"
+#include "methods/full_cache.h"
 #include "methods/registry.h"
 
 namespace kvbench {
@@ -29,7 +30,7 @@ void MikvLayerKv::reserve(int64_t n_tokens) {
 
 void MikvLayerKv::append(const float* k, const float* v, const int32_t* positions, int64_t n_new) {
   if (rows_.n_tokens + n_new > rows_.capacity) {
-    rows_.reallocate(std::max(rows_.n_tokens + n_new, rows_.capacity + rows_.capacity / 2 + 64));
+    rows_.reallocate(grown_capacity(rows_.capacity, rows_.n_tokens + n_new, /*evicted=*/false));
   }
   rows_.append(k, v, positions, n_new);
 }

@@ -8,6 +8,7 @@
 #include "common/input_error.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/scores.h"
+#include "methods/full_cache.h"
 #include "methods/plan_helpers.h"
 #include "methods/registry.h"
 
@@ -60,7 +61,7 @@ void ZipCacheLayerKv::append(const float* k, const float* v, const int32_t* posi
                              int64_t n_new) {
   if (waiting_.n_tokens + n_new > waiting_.capacity) {
     waiting_.reallocate(
-        std::max(waiting_.n_tokens + n_new, waiting_.capacity + waiting_.capacity / 2 + 64));
+        grown_capacity(waiting_.capacity, waiting_.n_tokens + n_new, /*evicted=*/false));
   }
   waiting_.append(k, v, positions, n_new);
 }
