@@ -20,6 +20,7 @@ MethodInfo chelsea_method();
 MethodInfo expected_attention_method();
 MethodInfo caote_method();
 MethodInfo lagkv_method();
+MethodInfo sage_kv_method();
 MethodInfo graphkv_method();
 MethodInfo fp16_method();
 MethodInfo bf16_method();
@@ -52,6 +53,7 @@ const std::vector<MethodInfo>& method_registry() {
       expected_attention_method(),
       caote_method(),
       lagkv_method(),
+      sage_kv_method(),
       graphkv_method(),
       fp16_method(),
       bf16_method(),

@@ -52,7 +52,7 @@ std::vector<int32_t> context_tokens() {
 
 // Methods that evict after every forward, so they hold their budget during decode too.
 bool evicts_during_decode(const std::string& name) {
-  static const std::set<std::string> names = {"streamingllm", "h2o", "tova"};
+  static const std::set<std::string> names = {"streamingllm", "h2o", "tova", "sage_kv"};
   return names.count(name) > 0;
 }
 
