@@ -86,7 +86,7 @@ bool SharedPrefill::can_share(const ResolvedSpec& spec, const LlamaModel& model)
   if (model.device() != ModelDevice::Cpu) return false;
   for (const auto& [info, params] : spec.components) {
     if (info->kind == MethodKind::Reuse || info->kind == MethodKind::Tiers) return false;
-    if (info->context_reads_store) return false;
+    if (info->context_reads_store || info->store_observes_queries) return false;
   }
   const std::unique_ptr<TokenPolicy> policy = make_cache_parts(spec, model.kv_shape()).policy;
   return !policy || policy->context_block() == 0;

@@ -11,8 +11,9 @@
 // nothing of it evicts or packs before the context ends. A streamed prefill
 // (prefill=stream), reuse across requests (prefix, tiers, cacheblend: the prefill they save
 // is what they measure), stores whose context attends over their rounded rows
-// (MethodInfo::context_reads_store: fp16, bf16, fp8) and caches on a GPU prefill on their
-// own.
+// (MethodInfo::context_reads_store: fp16, bf16, fp8), stores that choose their layout from
+// the context's queries (MethodInfo::store_observes_queries: think) and caches on a GPU
+// prefill on their own.
 #pragma once
 
 #include <cstdint>

@@ -38,6 +38,7 @@ void KvCache::attend(int32_t layer, const AttentionQuery& query) {
           ? reader_->select(layer, query, store.n_tokens(), &bytes_read_forward_)
           : nullptr;
   bytes_read_forward_ += store.attend(query, pages);
+  store.observe_queries(query);
   if (policy_ && !policy_->done(layer)) policy_->observe(layer, query, store.view());
 }
 

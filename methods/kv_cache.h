@@ -104,6 +104,10 @@ class LayerKv {
   virtual int64_t bytes_resident() const = 0;  // bytes this layer's storage really holds
   // The memory tier those bytes live in: "ram" (host memory) or "device" (GPU memory).
   virtual const char* tier() const { return "ram"; }
+  // Sees every forward's queries right after they attended (KvCache::attend), for a store
+  // that picks its own layout from them (ThinK keeps the context's last queries to choose
+  // the key channels it stores). Most stores ignore them.
+  virtual void observe_queries(const AttentionQuery& /*query*/) {}
 };
 
 // The cache of one sequence: a store per layer, the method's policy (none for the full

@@ -29,6 +29,7 @@ MethodInfo kivi_method();
 MethodInfo mikv_method();
 MethodInfo zipcache_method();
 MethodInfo pca_kv_method();
+MethodInfo think_method();
 MethodInfo kvquant_keys_method();
 MethodInfo quest_method();
 MethodInfo prefix_method();
@@ -62,6 +63,7 @@ const std::vector<MethodInfo>& method_registry() {
       mikv_method(),
       zipcache_method(),
       pca_kv_method(),
+      think_method(),
       kvquant_keys_method(),
       quest_method(),
       prefix_method(),

@@ -105,6 +105,10 @@ struct MethodInfo {
   // own attention reads the rounded rows (the fp16, bf16 and fp8 caches): it cannot be
   // forked from a prefill through the fp32 full cache (harness/shared_prefill.h).
   bool context_reads_store = false;
+  // A storage method whose stores choose their layout from the queries they see
+  // (LayerKv::observe_queries: ThinK's key channels): a store forked from the shared prefill
+  // never saw them, so it prefills on its own.
+  bool store_observes_queries = false;
   // A storage method that keeps what an eviction method in front plans to drop (MiKV): it
   // means nothing without one, so a spec must give one.
   bool needs_eviction = false;

@@ -112,11 +112,12 @@ TEST_CASE("shared prefill: every dense-prefill method equals a prefill of its ow
   }
 }
 
-TEST_CASE("shared prefill: streamed prefills and reuse methods prefill on their own", "[unit]") {
+TEST_CASE("shared prefill: streamed prefills, reuse methods and query-observing stores prefill on their own", "[unit]") {
   const LlamaModel& model = tiny_model();
   for (const char* spec : {"streamingllm:budget=64,prefill=stream,chunk=32",
                            "keydiff:budget=64,prefill=stream,chunk=16", "prefix",
-                           "snapkv:budget=64+prefix", "bf16", "snapkv:budget=64+fp8"}) {
+                           "snapkv:budget=64+prefix", "bf16", "snapkv:budget=64+fp8", "think",
+                           "snapkv:budget=64+think"}) {
     INFO(spec);
     CHECK_FALSE(SharedPrefill::can_share(resolve_method_spec(spec), model));
   }
