@@ -22,6 +22,7 @@ MethodInfo caote_method();
 MethodInfo lagkv_method();
 MethodInfo sage_kv_method();
 MethodInfo graphkv_method();
+MethodInfo compresskv_method();
 MethodInfo fp16_method();
 MethodInfo bf16_method();
 MethodInfo fp8_method();
@@ -56,6 +57,7 @@ const std::vector<MethodInfo>& method_registry() {
       lagkv_method(),
       sage_kv_method(),
       graphkv_method(),
+      compresskv_method(),
       fp16_method(),
       bf16_method(),
       fp8_method(),

@@ -33,19 +33,25 @@ void QueryWindow::observe(const AttentionQuery& query, int32_t head_dim) {
   }
 }
 
-std::vector<float> QueryWindow::kv_head_scores(const DenseKv& kv) const {
-  const int64_t n = kv.n_tokens;
-  const int32_t n_kv = kv.n_kv_heads;
-  std::vector<float> grouped(static_cast<size_t>(n_kv * n), 0.f);
-  if (n_rows_ == 0) return grouped;
-  std::vector<float> head_scores(static_cast<size_t>(n_heads_ * n), 0.f);
+std::vector<float> QueryWindow::head_scores(const DenseKv& kv) const {
+  if (n_rows_ == 0) return {};
+  std::vector<float> scores(static_cast<size_t>(n_heads_ * kv.n_tokens), 0.f);
   AttentionQuery window_query{};  // scores only: no output
   window_query.q = q_.data();
   window_query.q_positions = positions_.data();
   window_query.n_queries = static_cast<int32_t>(n_rows_);
   window_query.n_heads = n_heads_;
   window_query.scale = scale_;
-  attention_scores_cpu(window_query, kv, head_scores.data());
+  attention_scores_cpu(window_query, kv, scores.data());
+  return scores;
+}
+
+std::vector<float> QueryWindow::kv_head_scores(const DenseKv& kv) const {
+  const int64_t n = kv.n_tokens;
+  const int32_t n_kv = kv.n_kv_heads;
+  std::vector<float> grouped(static_cast<size_t>(n_kv * n), 0.f);
+  if (n_rows_ == 0) return grouped;
+  const std::vector<float> head_scores = this->head_scores(kv);
   const int32_t group = n_heads_ / n_kv;
   for (int32_t h = 0; h < n_heads_; ++h) {
     float* out = grouped.data() + (h / group) * n;

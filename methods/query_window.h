@@ -21,6 +21,9 @@ class QueryWindow {
   // group's query heads averaged per KV head: [kv.n_kv_heads, kv.n_tokens]; zeros when no
   // row is held.
   std::vector<float> kv_head_scores(const DenseKv& kv) const;
+  // The same per query head, before the group average (CompressKV picks heads):
+  // [n_heads, kv.n_tokens]; empty when no row is held.
+  std::vector<float> head_scores(const DenseKv& kv) const;
   int64_t bytes_resident() const;
 
  private:
