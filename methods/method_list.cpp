@@ -21,6 +21,7 @@ MethodInfo expected_attention_method();
 MethodInfo caote_method();
 MethodInfo lagkv_method();
 MethodInfo sage_kv_method();
+MethodInfo scope_method();
 MethodInfo graphkv_method();
 MethodInfo compresskv_method();
 MethodInfo fp16_method();
@@ -56,6 +57,7 @@ const std::vector<MethodInfo>& method_registry() {
       caote_method(),
       lagkv_method(),
       sage_kv_method(),
+      scope_method(),
       graphkv_method(),
       compresskv_method(),
       fp16_method(),
