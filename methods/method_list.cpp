@@ -20,6 +20,7 @@ MethodInfo chelsea_method();
 MethodInfo expected_attention_method();
 MethodInfo caote_method();
 MethodInfo lagkv_method();
+MethodInfo triattention_method();
 MethodInfo sage_kv_method();
 MethodInfo scope_method();
 MethodInfo graphkv_method();
@@ -56,6 +57,7 @@ const std::vector<MethodInfo>& method_registry() {
       expected_attention_method(),
       caote_method(),
       lagkv_method(),
+      triattention_method(),
       sage_kv_method(),
       scope_method(),
       graphkv_method(),
