@@ -8,6 +8,7 @@
 #include "common/elapsed.h"
 #include "harness/model/llama_model.h"
 #include "harness/model/tokenizer.h"
+#include "harness/reconstruction.h"
 
 namespace kvbench {
 
@@ -68,7 +69,12 @@ GenerateResult generate(const LlamaModel& model, KvCache& cache,
 
   const auto start = std::chrono::steady_clock::now();
   std::vector<float> logits = model.forward(prompt, cache);
-  if (!cache.context_ended()) cache.end_context();
+  if (!cache.context_ended()) {
+    // The whole prompt is the context here: KVzip repeats all of it ("\n" closes its
+    // prompt, kvpress's choice without a chat template).
+    score_by_reconstruction(model, cache, prompt, 0, "\n");
+    cache.end_context();
+  }
   const double prefill_s = seconds_since(start);
   // TTFT ends when the first token is chosen; decode() chooses the same one again from the
   // same seed (one pass over the logits).

@@ -15,6 +15,7 @@
 #include "harness/model/gguf.h"
 #include "harness/model/llama_model.h"
 #include "harness/model/tokenizer.h"
+#include "harness/reconstruction.h"
 #include "harness/shared_prefill.h"
 #include "methods/registry.h"
 #include "reuse/block_key.h"
@@ -150,6 +151,20 @@ void check_fits(const LlamaModel& model, const Sample& sample, const SessionToke
   }
 }
 
+// KVzip's reconstruction forwards (harness/reconstruction.h), run before the context's end
+// when the method scores that way: the spans start after the chat head, and the template's
+// query tail closes the prompt, as the authors take both from the chat template.
+void reconstruct_context(const LlamaModel& model, KvCache& cache,
+                         const std::vector<int32_t>& context) {
+  if (!cache.policy() || !cache.policy()->scores_by_reconstruction()) return;
+  const ChatLayout layout = chat_layout(model);
+  const std::vector<int32_t> head = encode_segment(model.tokenizer(), layout.head, true);
+  const bool has_head =
+      head.size() <= context.size() && std::equal(head.begin(), head.end(), context.begin());
+  score_by_reconstruction(model, cache, context,
+                          has_head ? static_cast<int64_t>(head.size()) : 0, layout.query_tail);
+}
+
 // The shared context: in chunks of the policy's context_block() under a streamed prefill
 // (a store never larger than what is kept plus one chunk), else in one forward (the model
 // chunks it, but nothing is planned before the end). Then end_context(): the policy
@@ -168,6 +183,7 @@ void feed_context(const LlamaModel& model, KvCache& cache, const std::vector<int
                     cache);
     }
   }
+  reconstruct_context(model, cache, context);
   cache.end_context();
 }
 
@@ -181,6 +197,7 @@ KvCache context_cache(const LlamaModel& model, const ResolvedSpec& spec,
   if (shared && shared->serves(spec.canonical)) {
     double shared_ms = 0;
     KvCache cache = shared->fork(spec.canonical, &shared_ms);
+    reconstruct_context(model, cache, context);
     cache.end_context();
     *elsewhere_ms += shared_ms;
     result.shared_prefill = true;

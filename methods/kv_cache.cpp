@@ -86,6 +86,18 @@ void KvCache::reserve_more(int64_t n_tokens) {
   bytes_peak_ = std::max(bytes_peak_, bytes_resident());
 }
 
+KvCache KvCache::scoring_copy(int64_t begin, int64_t end) const {
+  assert(policy_ && policy_->scores_by_reconstruction() && !context_ended_);
+  KvCache copy = clone();
+  copy.policy_->reconstructing(begin, end, next_position_);
+  return copy;
+}
+
+void KvCache::adopt_scoring(KvCache&& scratch) {
+  policy_ = std::move(scratch.policy_);
+  bytes_peak_ = std::max(bytes_peak_, scratch.bytes_peak_);
+}
+
 KvCache KvCache::clone() const {
   std::vector<std::unique_ptr<LayerKv>> layers;
   for (const auto& layer : layers_) layers.push_back(layer->clone());

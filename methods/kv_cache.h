@@ -153,6 +153,13 @@ class KvCache {
   // largest one.
   void reserve_more(int64_t n_tokens);
 
+  // KVzip's scoring forward (harness/reconstruction.h), which is not part of the sequence:
+  // scoring_copy is a clone whose policy is told that the forward fed next repeats context
+  // positions [begin, end) (TokenPolicy::reconstructing); adopt_scoring takes back its
+  // policy, which observed that forward, and its peak (the prompt's KV was really held).
+  KvCache scoring_copy(int64_t begin, int64_t end) const;
+  void adopt_scoring(KvCache&& scratch);
+
   // Every later append is shown to `tap` first (nullptr: none). Not copied by clone().
   void set_tap(KvTap* tap) { tap_ = tap; }
 

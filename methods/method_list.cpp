@@ -20,6 +20,7 @@ MethodInfo chelsea_method();
 MethodInfo expected_attention_method();
 MethodInfo caote_method();
 MethodInfo lagkv_method();
+MethodInfo kvzip_method();
 MethodInfo triattention_method();
 MethodInfo sage_kv_method();
 MethodInfo scope_method();
@@ -57,6 +58,7 @@ const std::vector<MethodInfo>& method_registry() {
       expected_attention_method(),
       caote_method(),
       lagkv_method(),
+      kvzip_method(),
       triattention_method(),
       sage_kv_method(),
       scope_method(),

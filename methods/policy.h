@@ -72,6 +72,15 @@ class TokenPolicy {
   // (methods/prefill_mode.h). At most kPrefillChunk, the rows a model forward feeds.
   virtual int64_t context_block() const { return 0; }
 
+  // Query-agnostic scoring by reconstruction (KVzip): true when the policy ranks the context
+  // by the attention of a forward that asks the model to repeat it. Before end_context the
+  // session feeds that prompt, one span of the context at a time, through a copy of the
+  // cache whose policy was first told the span (harness/reconstruction.h); the copy's
+  // policy, having observed it, then replaces this one (KvCache::adopt_scoring). The span is
+  // context positions [begin, end); the prompt's queries sit at positions >= n_context.
+  virtual bool scores_by_reconstruction() const { return false; }
+  virtual void reconstructing(int64_t /*begin*/, int64_t /*end*/, int64_t /*n_context*/) {}
+
   // True once `layer` is compressed for good (a policy that compresses once): observe and
   // plan are no longer called for it, so a packed store is not unpacked to show them.
   virtual bool done(int32_t /*layer*/) const { return false; }

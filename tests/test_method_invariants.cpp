@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "harness/model/llama_model.h"
+#include "harness/reconstruction.h"
 #include "methods/full_cache.h"
 #include "methods/registry.h"
 #include "tests/gguf_writer.h"
@@ -102,6 +103,7 @@ Run run(KvCache& cache, int64_t block) {
     logits = model.forward(std::vector<int32_t>(context.begin() + start, context.begin() + end),
                            cache);
   }
+  score_by_reconstruction(model, cache, context, 0, "\n");  // KVzip's forwards; else nothing
   cache.end_context();
   record(r, cache, logits);
   for (int i = 0; i < kDecode; ++i) record(r, cache, model.decode(tokens[kContext + i], cache));

@@ -78,6 +78,7 @@ const std::vector<std::string> kSpecs = {
     "h2o:budget=64+mikv:bits=4",
     "zipcache",
     "zipcache:gap=4",
+    "kvzip:budget=64",
 };
 
 }  // namespace

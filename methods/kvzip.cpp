@@ -1,0 +1,195 @@
+// KVzip: query-agnostic scores from context reconstruction. After the shared context, the
+// model is asked to repeat it (harness/reconstruction.h feeds the prompt through a copy of
+// the cache, span by span); each context token scores the largest softmax attention any
+// query of that forward pays it, over the GQA group's query heads and every query row. The
+// softmax of each row runs over the chat head, the span being repeated and the prompt
+// itself (causally), not over the rest of the context. The chat head (system prompt and
+// user header, before the first span) is never evicted. Then every layer keeps its budget
+// per KV head by top-k, once, at ContextEnd; later tokens are kept.
+//
+// Authors' settings (snu-mllab/KVzip 5d84729: attention/score.py KVScore._get_score,
+// model/wrapper.py self_task and scoring, attention/kvcache.py prune; arXiv 2505.23416):
+// - evict_range starts after the system prompt, which is kept and is the softmax's "sink";
+// - spans of 2000 context tokens; later spans' prompt ends with the previous span's last 8
+//   tokens; scores in the model dtype, softmax not in fp32;
+// - level "pair" (default): one threshold over all layers and heads (ragged heads);
+//   "pair-uniform": each layer's heads keep int(n * ratio) by top-k.
+// kvpress KVzipPress (8bb29b9) ports it with spans of 2048 and 4 sinks in place of the
+// system prompt, whose other tokens then score 0 and go first.
+// Here: "pair-uniform" (a layer's stores hold the same count per head), scores in fp32, the
+// budget counts the kept chat head.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <vector>
+
+#include "methods/budget.h"
+#include "methods/plan_helpers.h"
+#include "methods/registry.h"
+
+namespace kvbench {
+namespace {
+
+class KvzipPolicy : public TokenPolicy {
+ public:
+  KvzipPolicy(const Budget& budget, const KvShape& shape)
+      : limits_(budget, shape.n_layers),
+        n_kv_heads_(shape.n_kv_heads),
+        scores_(static_cast<size_t>(shape.n_layers)),
+        compressed_(static_cast<size_t>(shape.n_layers), false) {}
+
+  std::unique_ptr<TokenPolicy> clone() const override {
+    return std::make_unique<KvzipPolicy>(*this);
+  }
+
+  bool scores_by_reconstruction() const override { return true; }
+
+  void reconstructing(int64_t begin, int64_t end, int64_t n_context) override {
+    if (n_context_ != n_context) {  // the first span: the chat head before it scores 1
+      n_context_ = n_context;
+      head_ = begin;
+      for (std::vector<float>& s : scores_) {
+        s.assign(static_cast<size_t>(n_kv_heads_ * n_context), 0.f);
+        for (int32_t h = 0; h < n_kv_heads_; ++h) {
+          std::fill_n(s.begin() + h * n_context, head_, 1.f);
+        }
+      }
+    }
+    // The span is scored anew (kvpress assigns it once): the max over its prompt's rows,
+    // which may come in several forward chunks, starting from 0.
+    begin_ = begin;
+    end_ = end;
+    for (std::vector<float>& s : scores_) {
+      for (int32_t h = 0; h < n_kv_heads_; ++h) {
+        std::fill(s.begin() + h * n_context + begin, s.begin() + h * n_context + end, 0.f);
+      }
+    }
+  }
+
+  // Only the reconstruction prompt's queries score (those past the context); the
+  // context's own prefill and any other forward are not looked at.
+  void observe(int32_t layer, const AttentionQuery& query, const DenseKv& kv) override {
+    if (end_ <= begin_ || query.q_positions[0] < n_context_) return;
+    const int32_t d = kv.head_dim;
+    const int32_t group = query.n_heads / kv.n_kv_heads;
+    std::vector<int32_t> context_slots, prompt_slots;
+    std::vector<float> logits;
+    for (int32_t h = 0; h < kv.n_kv_heads; ++h) {
+      // The keys a row reads: the chat head and the span (any order), then the prompt's own
+      // slots by position, of which a row reads those up to its own position.
+      const int32_t* pos = kv.positions + h * kv.capacity;
+      context_slots.clear();
+      prompt_slots.clear();
+      for (int64_t t = 0; t < kv.n_tokens; ++t) {
+        if (pos[t] < head_ || (pos[t] >= begin_ && pos[t] < end_)) {
+          context_slots.push_back(static_cast<int32_t>(t));
+        } else if (pos[t] >= n_context_) {
+          prompt_slots.push_back(static_cast<int32_t>(t));
+        }
+      }
+      std::sort(prompt_slots.begin(), prompt_slots.end(),
+                [pos](int32_t a, int32_t b) { return pos[a] < pos[b]; });
+      const float* k = kv.k + h * kv.capacity * d;
+      float* head_scores = scores_[layer].data() + h * n_context_;
+      size_t n_prompt = 0;
+      for (int32_t i = 0; i < query.n_queries; ++i) {
+        while (n_prompt < prompt_slots.size() &&
+               pos[prompt_slots[n_prompt]] <= query.q_positions[i]) {
+          ++n_prompt;
+        }
+        const size_t n_keys = context_slots.size() + n_prompt;
+        logits.resize(n_keys);
+        for (int32_t g = 0; g < group; ++g) {
+          const float* q =
+              query.q + (static_cast<int64_t>(i) * query.n_heads + h * group + g) * d;
+          float top = -std::numeric_limits<float>::infinity();
+          for (size_t j = 0; j < n_keys; ++j) {
+            const int32_t slot = j < context_slots.size()
+                                     ? context_slots[j]
+                                     : prompt_slots[j - context_slots.size()];
+            const float* key = k + static_cast<int64_t>(slot) * d;
+            float dot = 0.f;
+            for (int32_t c = 0; c < d; ++c) dot += q[c] * key[c];
+            logits[j] = dot * query.scale;
+            top = std::max(top, logits[j]);
+          }
+          double sum = 0;
+          for (size_t j = 0; j < n_keys; ++j) sum += std::exp(static_cast<double>(logits[j] - top));
+          for (size_t j = 0; j < context_slots.size(); ++j) {
+            const int32_t p = pos[context_slots[j]];
+            if (p < head_) continue;  // the chat head keeps its 1
+            const double a = std::exp(static_cast<double>(logits[j] - top)) / sum;
+            head_scores[p] = std::max(head_scores[p], static_cast<float>(a));
+          }
+        }
+      }
+    }
+  }
+
+  bool plan(int32_t layer, const DenseKv& kv, CachePhase phase, RetainPlan& plan) override {
+    if (phase != CachePhase::ContextEnd) return false;
+    compressed_[layer] = true;
+    const int64_t n = kv.n_tokens;
+    const int64_t limit = limits_.resolve(layer, phase, n);
+    const bool evict = limit >= 0 && n > limit;
+    if (evict) {
+      // A context never evicted before ContextEnd: slot t holds position t, every head.
+      if (n_context_ != n) {
+        throw std::logic_error("kvzip: the context was not reconstructed before its end");
+      }
+      plan_top_k_per_head(scores_[layer].data(), n_kv_heads_, n, limit, plan);
+    }
+    std::vector<float>().swap(scores_[layer]);  // compressed for good: scores go
+    return evict;
+  }
+
+  int64_t bytes_resident(int32_t layer) const override { return vector_bytes(scores_[layer]); }
+  bool done(int32_t layer) const override { return compressed_[layer]; }
+
+ private:
+  LayerLimits limits_;
+  int32_t n_kv_heads_;
+  std::vector<std::vector<float>> scores_;  // per layer [n_kv_heads, n_context], by position
+  std::vector<bool> compressed_;
+  int64_t n_context_ = 0;          // context tokens, once a reconstruction began
+  int64_t head_ = 0;               // the chat head before the first span: kept
+  int64_t begin_ = 0, end_ = 0;    // the span the next forward repeats
+};
+
+}  // namespace
+
+// Registered as `kvzip` (methods/method_list.cpp).
+MethodInfo kvzip_method() {
+  MethodInfo info;
+  info.name = "kvzip";
+  info.kind = MethodKind::Eviction;
+  info.stage =
+      "2: once, at the end of the shared context, after forwards that repeat it (counted in "
+      "TTFT); later tokens are kept uncompressed";
+  info.summary =
+      "per KV head, the context tokens the model attends to most while asked to repeat the "
+      "context (max over the GQA group and the prompt's rows): query-agnostic";
+  info.paper =
+      "KVzip: Query-Agnostic KV Cache Compression with Context Reconstruction (Kim et al., "
+      "2025), arXiv 2505.23416";
+  info.choices = {
+      "rule, prompts and spans (2000 tokens) as the authors' snu-mllab/KVzip; the chat head "
+      "(system prompt, user header) is kept and is the softmax's sink, as there (kvpress "
+      "keeps 4 sinks and scores the rest of the head 0)",
+      "every layer keeps its budget in each KV head (the authors' level=pair-uniform); their "
+      "default level=pair thresholds all layers and heads at once, which needs ragged heads",
+      "the budget counts the kept chat head; scores and softmax in fp32",
+      "the prompt runs on a copy of the cache, then dropped (the authors score without "
+      "storing it); its bytes count in the peak, and its forwards in the prefill time",
+  };
+  info.params = budget_params(kDefaultBudget);
+  info.check = [](const MethodParams& params) { check_budget(params); };
+  info.make_policy = [](const MethodParams& params, const KvShape& shape) {
+    return std::unique_ptr<TokenPolicy>(
+        new KvzipPolicy(budget_from(params), shape));
+  };
+  return info;
+}
+
+}  // namespace kvbench
