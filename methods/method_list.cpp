@@ -24,6 +24,7 @@ MethodInfo kvzip_method();
 MethodInfo triattention_method();
 MethodInfo sage_kv_method();
 MethodInfo scope_method();
+MethodInfo lazy_eviction_method();
 MethodInfo graphkv_method();
 MethodInfo compresskv_method();
 MethodInfo fp16_method();
@@ -62,6 +63,7 @@ const std::vector<MethodInfo>& method_registry() {
       triattention_method(),
       sage_kv_method(),
       scope_method(),
+      lazy_eviction_method(),
       graphkv_method(),
       compresskv_method(),
       fp16_method(),
