@@ -22,6 +22,7 @@ MethodInfo caote_method();
 MethodInfo lagkv_method();
 MethodInfo kvzip_method();
 MethodInfo triattention_method();
+MethodInfo epicache_method();
 MethodInfo sage_kv_method();
 MethodInfo scope_method();
 MethodInfo lazy_eviction_method();
@@ -61,6 +62,7 @@ const std::vector<MethodInfo>& method_registry() {
       lagkv_method(),
       kvzip_method(),
       triattention_method(),
+      epicache_method(),
       sage_kv_method(),
       scope_method(),
       lazy_eviction_method(),
