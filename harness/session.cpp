@@ -165,6 +165,17 @@ void reconstruct_context(const LlamaModel& model, KvCache& cache,
                           has_head ? static_cast<int64_t>(head.size()) : 0, layout.query_tail);
 }
 
+// Shows the cache's policy the context's tokens as text (TokenPolicy::context_text), for a
+// policy that cuts the context into segments (ShotKV). A cache without a policy is skipped.
+void show_context_text(const Tokenizer& tokenizer, KvCache& cache,
+                       const std::vector<int32_t>& context) {
+  if (!cache.policy()) return;
+  std::vector<std::string> texts;
+  texts.reserve(context.size());
+  for (int32_t id : context) texts.push_back(tokenizer.token_text(id));
+  cache.show_context_text(texts);
+}
+
 // The shared context: in chunks of the policy's context_block() under a streamed prefill
 // (a store never larger than what is kept plus one chunk), else in one forward (the model
 // chunks it, but nothing is planned before the end). Then end_context(): the policy
@@ -183,6 +194,7 @@ void feed_context(const LlamaModel& model, KvCache& cache, const std::vector<int
                     cache);
     }
   }
+  show_context_text(model.tokenizer(), cache, context);
   reconstruct_context(model, cache, context);
   cache.end_context();
 }
@@ -197,6 +209,7 @@ KvCache context_cache(const LlamaModel& model, const ResolvedSpec& spec,
   if (shared && shared->serves(spec.canonical)) {
     double shared_ms = 0;
     KvCache cache = shared->fork(spec.canonical, &shared_ms);
+    show_context_text(model.tokenizer(), cache, context);
     reconstruct_context(model, cache, context);
     cache.end_context();
     *elsewhere_ms += shared_ms;

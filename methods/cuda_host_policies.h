@@ -38,6 +38,9 @@ class HostPolicyOnDevice : public TokenPolicy {
   int64_t bytes_resident(int32_t layer) const override { return inner_->bytes_resident(layer); }
   int64_t context_block() const override { return inner_->context_block(); }
   bool done(int32_t layer) const override { return inner_->done(layer); }
+  void context_text(const std::vector<std::string>& token_texts) override {
+    inner_->context_text(token_texts);
+  }
   bool scores_by_reconstruction() const override { return inner_->scores_by_reconstruction(); }
   void reconstructing(int64_t begin, int64_t end, int64_t n_context) override {
     inner_->reconstructing(begin, end, n_context);

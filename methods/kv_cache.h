@@ -160,6 +160,11 @@ class KvCache {
   KvCache scoring_copy(int64_t begin, int64_t end) const;
   void adopt_scoring(KvCache&& scratch);
 
+  // Shows the policy the context's tokens as text (TokenPolicy::context_text).
+  void show_context_text(const std::vector<std::string>& token_texts) {
+    if (policy_) policy_->context_text(token_texts);
+  }
+
   // Every later append is shown to `tap` first (nullptr: none). Not copied by clone().
   void set_tap(KvTap* tap) { tap_ = tap; }
 

@@ -28,6 +28,7 @@ MethodInfo scope_method();
 MethodInfo lazy_eviction_method();
 MethodInfo graphkv_method();
 MethodInfo compresskv_method();
+MethodInfo shotkv_method();
 MethodInfo fp16_method();
 MethodInfo bf16_method();
 MethodInfo fp8_method();
@@ -68,6 +69,7 @@ const std::vector<MethodInfo>& method_registry() {
       lazy_eviction_method(),
       graphkv_method(),
       compresskv_method(),
+      shotkv_method(),
       fp16_method(),
       bf16_method(),
       fp8_method(),

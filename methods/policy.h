@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "kernels/layouts.h"
@@ -80,6 +81,11 @@ class TokenPolicy {
   // context positions [begin, end); the prompt's queries sit at positions >= n_context.
   virtual bool scores_by_reconstruction() const { return false; }
   virtual void reconstructing(int64_t /*begin*/, int64_t /*end*/, int64_t /*n_context*/) {}
+
+  // The shared context's tokens as text (token_texts[i]: the decoded bytes of the token at
+  // context position i), told before end_context to a policy that cuts the context into
+  // segments it keeps or drops whole (ShotKV's shots); most policies ignore it.
+  virtual void context_text(const std::vector<std::string>& /*token_texts*/) {}
 
   // True once `layer` is compressed for good (a policy that compresses once): observe and
   // plan are no longer called for it, so a packed store is not unpacked to show them.
