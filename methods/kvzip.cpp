@@ -56,7 +56,7 @@ class KvzipPolicy : public TokenPolicy {
         }
       }
     }
-    // The span is scored anew (kvpress assigns it once): the max over its prompt's rows,
+    // The span is scored anew (the authors assign it once): the max over its prompt's rows,
     // which may come in several forward chunks, starting from 0.
     begin_ = begin;
     end_ = end;
