@@ -44,9 +44,7 @@ class SageKvPolicy : public TokenPolicy {
   // KV head. The context's last chunk leaves the last prompt token's attention here.
   void observe(int32_t layer, const AttentionQuery& query, const DenseKv& kv) override {
     if (window_start_[layer] != kUnselected) return;
-    const AttentionQuery last = last_query_row(query, kv.head_dim);
-    std::vector<float> per_head(static_cast<size_t>(query.n_heads) * kv.n_tokens, 0.f);
-    attention_scores_cpu(last, kv, per_head.data());
+    const std::vector<float> per_head = last_row_scores_cpu(query, kv);
     observe_scores(layer, per_head.data(), query.n_heads, kv.n_tokens);
   }
 

@@ -30,9 +30,7 @@ class TovaPolicy : public TokenPolicy {
       scores_[layer].clear();  // under a token budget plan evicts nothing: skip the work
       return;
     }
-    const AttentionQuery last = last_query_row(query, kv.head_dim);
-    std::vector<float> per_head(static_cast<size_t>(query.n_heads) * kv.n_tokens, 0.f);
-    attention_scores_cpu(last, kv, per_head.data());
+    const std::vector<float> per_head = last_row_scores_cpu(query, kv);
     observe_scores(layer, per_head.data(), query.n_heads, kv.n_tokens);
   }
 

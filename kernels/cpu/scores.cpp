@@ -208,6 +208,12 @@ void attention_scores_cpu(const AttentionQuery& query, const DenseKv& kv, float*
   }
 }
 
+std::vector<float> last_row_scores_cpu(const AttentionQuery& query, const DenseKv& kv) {
+  std::vector<float> scores(static_cast<size_t>(query.n_heads) * kv.n_tokens, 0.f);
+  attention_scores_cpu(last_query_row(query, kv.head_dim), kv, scores.data());
+  return scores;
+}
+
 void attention_scores_reference(const AttentionQuery& query, const DenseKv& kv, float* scores) {
   const int64_t n = kv.n_tokens;
   std::vector<double> acc(static_cast<size_t>(query.n_heads * n), 0.0);

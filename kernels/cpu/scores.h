@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/layouts.h"
 
@@ -16,6 +17,11 @@ namespace kvbench {
 // H2O can accumulate across forwards; query.out is not touched. A query that sees no stored
 // key adds nothing. The fp32 summation order depends on the thread count.
 void attention_scores_cpu(const AttentionQuery& query, const DenseKv& kv, float* scores);
+
+// The attention the chunk's last query row gives each stored slot, per query head:
+// [query.n_heads, kv.n_tokens] (what TOVA, SAGE-KV and LazyEviction score by; on a GPU,
+// TokenPolicy::ScoredRows::Last computes the same there).
+std::vector<float> last_row_scores_cpu(const AttentionQuery& query, const DenseKv& kv);
 
 // Plain double-precision reference of attention_scores_cpu, for tests.
 void attention_scores_reference(const AttentionQuery& query, const DenseKv& kv, float* scores);
