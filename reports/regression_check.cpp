@@ -134,6 +134,17 @@ std::vector<Regression> find_regressions(const std::vector<Aggregate>& current,
                                          const Tolerances& tol) {
   std::map<Key, const Aggregate*> now;
   for (const Aggregate& a : current) now[key_of(a)] = &a;
+  // The full cache's row of each task and mode, in the baseline and in the db: a method's
+  // speed is gated relative to it, so a machine faster or slower as a whole (shared,
+  // noisy hosts) moves both sides alike. The full row itself is gated as measured.
+  const auto full_rows = [](const std::vector<Aggregate>& rows) {
+    std::map<std::pair<std::string, std::string>, const Aggregate*> full;
+    for (const Aggregate& a : rows) {
+      if (a.method == "full") full[{a.task, a.mode}] = &a;
+    }
+    return full;
+  };
+  const auto base_full = full_rows(baseline), now_full = full_rows(current);
   std::vector<Regression> out;
   for (const Aggregate& b : baseline) {
     auto add = [&](const char* metric, double base, double cur, double limit) {
@@ -159,12 +170,25 @@ std::vector<Regression> find_regressions(const std::vector<Aggregate>& current,
     }
     const double kv_limit = b.kv_bytes * (1 + tol.memory);
     if (c.kv_bytes > kv_limit + 0.5) add("KV bytes", b.kv_bytes, c.kv_bytes, kv_limit);
+    // The baseline's speed carried over to this machine: times the db's full row over the
+    // baseline's, where both have one (and b is not it).
+    double machine = 1.0;
+    const auto bf = base_full.find({b.task, b.mode});
+    const auto cf = now_full.find({b.task, b.mode});
+    const bool relative = b.method != "full" && bf != base_full.end() && cf != now_full.end();
     if (b.decode_tokens_per_s > 0) {
-      const double limit = b.decode_tokens_per_s * (1 - tol.speed);
+      if (relative && bf->second->decode_tokens_per_s > 0 && cf->second->decode_tokens_per_s > 0) {
+        machine = cf->second->decode_tokens_per_s / bf->second->decode_tokens_per_s;
+      }
+      const double limit = b.decode_tokens_per_s * machine * (1 - tol.speed);
       if (c.decode_tokens_per_s < limit) add("decode tok/s", b.decode_tokens_per_s, c.decode_tokens_per_s, limit);
     }
     if (b.ttft_ms > 0) {
-      const double limit = b.ttft_ms * (1 + tol.speed);
+      machine = 1.0;
+      if (relative && bf->second->ttft_ms > 0 && cf->second->ttft_ms > 0) {
+        machine = cf->second->ttft_ms / bf->second->ttft_ms;
+      }
+      const double limit = b.ttft_ms * machine * (1 + tol.speed);
       if (c.ttft_ms > limit) add("TTFT ms", b.ttft_ms, c.ttft_ms, limit);
     }
   }
