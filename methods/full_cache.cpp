@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cstring>
+#include <stdexcept>
 
 #include "kernels/cpu/attention.h"
 #include "methods/registry.h"
@@ -12,13 +13,70 @@ namespace kvbench {
 DenseLayerKv::DenseLayerKv(int32_t n_kv_heads, int32_t head_dim) : rows_(n_kv_heads, head_dim) {}
 
 void DenseLayerKv::reserve(int64_t n_tokens) {
-  if (n_tokens > rows_.capacity) rows_.reallocate(n_tokens);
+  if (!ragged()) {
+    if (n_tokens > rows_.capacity) rows_.reallocate(n_tokens);
+    return;
+  }
+  // Room for as many more tokens in every head as the longest head is asked for.
+  const int64_t more = n_tokens - this->n_tokens();
+  for (HeadRows& head : heads_) {
+    if (head.n_tokens + more > head.capacity) head.reallocate(head.n_tokens + more);
+  }
 }
 
 void DenseLayerKv::append(const float* k, const float* v, const int32_t* positions, int64_t n_new) {
-  const int64_t need = rows_.n_tokens + n_new;
-  if (need > rows_.capacity) rows_.reallocate(grown_capacity(rows_.capacity, need, evicted_));
-  rows_.append(k, v, positions, n_new);
+  if (!ragged()) {
+    const int64_t need = rows_.n_tokens + n_new;
+    if (need > rows_.capacity) rows_.reallocate(grown_capacity(rows_.capacity, need, evicted_));
+    rows_.append(k, v, positions, n_new);
+    return;
+  }
+  const int32_t n_heads = static_cast<int32_t>(heads_.size());
+  for (int32_t h = 0; h < n_heads; ++h) {
+    HeadRows& head = heads_[h];
+    const int64_t need = head.n_tokens + n_new;
+    if (need > head.capacity) head.reallocate(grown_capacity(head.capacity, need, true));
+    head.append(k, v, positions, n_new, h, n_heads);
+  }
+}
+
+int64_t DenseLayerKv::n_tokens() const {
+  if (!ragged()) return rows_.n_tokens;
+  int64_t most = 0;
+  for (const HeadRows& head : heads_) most = std::max(most, head.n_tokens);
+  return most;
+}
+
+int64_t DenseLayerKv::head_tokens(int32_t head) const {
+  return ragged() ? heads_[head].n_tokens : rows_.n_tokens;
+}
+
+int64_t DenseLayerKv::bytes_resident() const {
+  int64_t bytes = rows_.bytes();
+  for (const HeadRows& head : heads_) bytes += head.bytes();
+  return bytes;
+}
+
+void DenseLayerKv::split_heads(RetainPlan& plan) {
+  const int32_t n_heads = rows_.n_kv_heads, dim = rows_.head_dim;
+  const size_t row_bytes = dim * sizeof(float);
+  heads_.reserve(n_heads);
+  for (int32_t h = 0; h < n_heads; ++h) {
+    const int64_t n_keep = plan.kept(h);
+    const int32_t* keep = plan.slots.data() + plan.head_offset(h);
+    HeadRows head(1, dim);
+    head.reallocate(n_keep);
+    for (int64_t j = 0; j < n_keep; ++j) {  // in slot order: new slot j holds keep[j]
+      assert(keep[j] >= 0 && keep[j] < rows_.n_tokens && (j == 0 || keep[j] > keep[j - 1]));
+      const size_t from = static_cast<size_t>(h) * rows_.capacity + keep[j];
+      std::memcpy(&head.k[j * dim], &rows_.k[from * dim], row_bytes);
+      std::memcpy(&head.v[j * dim], &rows_.v[from * dim], row_bytes);
+      head.positions[j] = rows_.positions[from];
+    }
+    head.n_tokens = n_keep;
+    heads_.push_back(std::move(head));
+  }
+  rows_ = HeadRows(n_heads, dim);  // gives the rectangle's memory back
 }
 
 void place_kept_slots(int32_t* keep, int64_t n_keep, int64_t settled) {
@@ -82,14 +140,48 @@ void retain_rows_in_place(float* k, float* v, int32_t* positions, int32_t n_kv_h
 }
 
 void DenseLayerKv::retain(RetainPlan& plan) {
-  retain_rows_in_place(rows_.k.data(), rows_.v.data(), rows_.positions.data(), rows_.n_kv_heads,
-                       rows_.head_dim, rows_.capacity, rows_.n_tokens, plan);
-  rows_.n_tokens = plan.n_keep;
   evicted_ = true;
-  if (retain_shrinks(rows_.capacity, rows_.n_tokens)) rows_.reallocate(rows_.n_tokens);
+  if (plan.ragged() && !ragged()) {
+    if (!plan.k.empty()) throw std::invalid_argument("DenseLayerKv::retain: a ragged plan merges");
+    split_heads(plan);
+    return;
+  }
+  if (!ragged()) {
+    retain_rows_in_place(rows_.k.data(), rows_.v.data(), rows_.positions.data(), rows_.n_kv_heads,
+                         rows_.head_dim, rows_.capacity, rows_.n_tokens, plan);
+    rows_.n_tokens = plan.n_keep;
+    if (retain_shrinks(rows_.capacity, rows_.n_tokens)) rows_.reallocate(rows_.n_tokens);
+    return;
+  }
+  // Heads of their own: each applies its row of the plan as a one-head store would, and
+  // plan.slots takes each head's placement.
+  const int32_t dim = rows_.head_dim;
+  std::vector<int32_t> placed;
+  placed.reserve(plan.slots.size());
+  for (int32_t h = 0; h < static_cast<int32_t>(heads_.size()); ++h) {
+    HeadRows& head = heads_[h];
+    RetainPlan one;
+    one.n_keep = plan.kept(h);
+    one.slots.assign(plan.slots.begin() + plan.head_offset(h),
+                     plan.slots.begin() + plan.head_offset(h) + one.n_keep);
+    if (!plan.k.empty()) {  // a uniform merging plan: this head's rows
+      const auto first = static_cast<ptrdiff_t>(plan.head_offset(h) * dim);
+      one.k.assign(plan.k.begin() + first, plan.k.begin() + first + one.n_keep * dim);
+      one.v.assign(plan.v.begin() + first, plan.v.begin() + first + one.n_keep * dim);
+    }
+    retain_rows_in_place(head.k.data(), head.v.data(), head.positions.data(), 1, dim,
+                         head.capacity, head.n_tokens, one);
+    head.n_tokens = one.n_keep;
+    if (retain_shrinks(head.capacity, head.n_tokens)) head.reallocate(head.n_tokens);
+    placed.insert(placed.end(), one.slots.begin(), one.slots.end());
+  }
+  plan.slots = std::move(placed);
 }
 
-DenseKv DenseLayerKv::view() const { return rows_.view(); }
+DenseKv DenseLayerKv::view() const {
+  if (ragged()) throw std::logic_error("DenseLayerKv::view: the heads hold different counts");
+  return rows_.view();
+}
 
 std::unique_ptr<LayerKv> DenseLayerKv::clone() const {
   return std::make_unique<DenseLayerKv>(*this);
@@ -97,6 +189,17 @@ std::unique_ptr<LayerKv> DenseLayerKv::clone() const {
 
 int64_t DenseLayerKv::attend(const AttentionQuery& query, const PageSelection* pages) const {
   const int64_t token_bytes = 2LL * rows_.head_dim * sizeof(float) + sizeof(int32_t);
+  if (ragged()) {
+    if (pages) throw std::logic_error("DenseLayerKv::attend: pages over heads of their own");
+    std::vector<DenseKv> heads;
+    int64_t slots = 0;
+    for (const HeadRows& head : heads_) {
+      heads.push_back(head.view());
+      slots += head.n_tokens;
+    }
+    attention_ragged_cpu(query, heads.data(), static_cast<int32_t>(heads.size()));
+    return token_bytes * slots;
+  }
   if (!pages) {
     attention_dense_cpu(query, view());
     return token_bytes * rows_.n_kv_heads * rows_.n_tokens;

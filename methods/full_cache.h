@@ -41,16 +41,24 @@ class DenseLayerKv : public LayerKv {
   void append(const float* k, const float* v, const int32_t* positions, int64_t n_new) override;
   int64_t attend(const AttentionQuery& query, const PageSelection* pages) const override;
   void retain(RetainPlan& plan) override;
+  // Throws std::logic_error once the heads hold different counts: no rectangle shows them
+  // (the policies that plan ragged compress once, and never look again).
   DenseKv view() const override;
   std::unique_ptr<LayerKv> clone() const override;
-  int64_t n_tokens() const override { return rows_.n_tokens; }
-  int64_t bytes_resident() const override { return rows_.bytes(); }
+  int64_t n_tokens() const override;  // ragged: the largest head's
+  int64_t head_tokens(int32_t head) const override;
+  bool holds_ragged_heads() const override { return true; }
+  int64_t bytes_resident() const override;
 
   int64_t capacity() const { return rows_.capacity; }
+  bool ragged() const { return !heads_.empty(); }
 
  private:
-  HeadRows rows_;
-  bool evicted_ = false;  // a plan has dropped slots: growth is by kEvictionSlack
+  void split_heads(RetainPlan& plan);  // the first ragged plan: one buffer per KV head
+
+  HeadRows rows_;                // every KV head, equal counts (until a ragged plan)
+  std::vector<HeadRows> heads_;  // after one: KV head h alone in heads_[h], sized to its count
+  bool evicted_ = false;         // a plan has dropped slots: growth is by kEvictionSlack
 };
 
 // Where a retain plan puts one head's kept slots. keep: the kept slots, ascending; on

@@ -26,11 +26,13 @@ void HeadRows::reallocate(int64_t new_capacity) {
 }
 
 void HeadRows::append(const float* new_k, const float* new_v, const int32_t* new_positions,
-                      int64_t n_new) {
+                      int64_t n_new, int32_t first_head, int32_t src_heads) {
   assert(n_tokens + n_new <= capacity);
+  if (src_heads == 0) src_heads = n_kv_heads;
+  assert(first_head + n_kv_heads <= src_heads);
   for (int64_t t = 0; t < n_new; ++t) {
     for (int32_t h = 0; h < n_kv_heads; ++h) {
-      const size_t src = (static_cast<size_t>(t) * n_kv_heads + h) * head_dim;
+      const size_t src = (static_cast<size_t>(t) * src_heads + first_head + h) * head_dim;
       const size_t slot = static_cast<size_t>(h) * capacity + n_tokens + t;
       std::memcpy(&k[slot * head_dim], new_k + src, head_dim * sizeof(float));
       std::memcpy(&v[slot * head_dim], new_v + src, head_dim * sizeof(float));

@@ -22,9 +22,11 @@ struct HeadRows {
   // Moves the rows into buffers of exactly `capacity` (>= n_tokens) rows per head, so
   // shrinking really returns the memory.
   void reallocate(int64_t new_capacity);
-  // Appends n_new tokens in the projection layout (k, v: [n_new, n_kv_heads, head_dim]);
-  // the room must be there (capacity >= n_tokens + n_new).
-  void append(const float* new_k, const float* new_v, const int32_t* new_positions, int64_t n_new);
+  // Appends n_new tokens in the projection layout (k, v: [n_new, src_heads, head_dim]), this
+  // store's heads taken from source heads first_head.. (a ragged layer holds each KV head in
+  // a HeadRows of its own); the room must be there (capacity >= n_tokens + n_new).
+  void append(const float* new_k, const float* new_v, const int32_t* new_positions, int64_t n_new,
+              int32_t first_head = 0, int32_t src_heads = 0);
   DenseKv view() const {
     return DenseKv{k.data(), v.data(), positions.data(), n_kv_heads, head_dim, capacity, n_tokens};
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <stdexcept>
 
 #include "methods/policy.h"
 
@@ -57,6 +58,16 @@ void KvCache::end_context() {
   compress(CachePhase::ContextEnd);
 }
 
+namespace {
+// Tokens a store holds per KV head: their mean where heads hold their own counts.
+int64_t held_per_head(const LayerKv& store, int32_t heads) {
+  if (!store.holds_ragged_heads()) return store.n_tokens_held();
+  int64_t sum = 0;
+  for (int32_t h = 0; h < heads; ++h) sum += store.head_tokens(h);
+  return heads > 0 ? (sum + heads - 1) / heads : 0;
+}
+}  // namespace
+
 void KvCache::compress(CachePhase phase) {
   RetainPlan plan;
   for (int32_t l = 0; l < shape_.n_layers; ++l) {
@@ -65,11 +76,15 @@ void KvCache::compress(CachePhase phase) {
     // evicts chunk by chunk.
     const bool planning = policy_ && !policy_->done(l) &&
                           (phase != CachePhase::ContextChunk || policy_->context_block() > 0);
+    plan.head_keep.clear();
     if (planning && policy_->plan(l, store.view(), phase, plan)) {
-      assert(static_cast<int64_t>(plan.slots.size()) == plan.n_keep * shape_.n_kv_heads);
-      const int64_t held = store.n_tokens_held();
+      if (plan.ragged() && !store.holds_ragged_heads()) {
+        throw std::invalid_argument("a ragged retain plan for a store that holds equal heads");
+      }
+      assert(static_cast<int64_t>(plan.slots.size()) == plan.head_offset(shape_.n_kv_heads));
+      const int64_t held = held_per_head(store, shape_.n_kv_heads);
       store.retain(plan);
-      tokens_evicted_ += held - store.n_tokens_held();
+      tokens_evicted_ += held - held_per_head(store, shape_.n_kv_heads);
       policy_->retained(l, plan);
     }
     if (phase != CachePhase::ContextChunk) store.settle();
@@ -166,7 +181,13 @@ CacheStats KvCache::stats() const {
   CacheStats stats;
   for (int32_t l = 0; l < shape_.n_layers; ++l) {
     const int64_t bytes = layer_bytes(l);
-    stats.tokens_per_layer.push_back(layers_[l]->n_tokens_held());
+    int64_t sum = 0;
+    for (int32_t h = 0; h < shape_.n_kv_heads; ++h) {
+      stats.tokens_per_head.push_back(layers_[l]->head_tokens(h));
+      sum += stats.tokens_per_head.back();
+    }
+    const int64_t heads = std::max<int64_t>(1, shape_.n_kv_heads);
+    stats.tokens_per_layer.push_back((sum + heads - 1) / heads);
     stats.bytes_per_layer.push_back(bytes);
     stats.bytes_resident += bytes;
   }

@@ -44,8 +44,10 @@ struct TierBytes {
 // What a cache holds and did, measured from its storage: the one way a method reports
 // itself. Counters (evicted, hits, misses, bytes_moved) run from the cache's creation.
 struct CacheStats {
-  std::vector<int64_t>
-      tokens_per_layer;  // tokens held per layer (per KV head; heads hold equal counts)
+  // Tokens held per layer, per KV head: where the heads of a layer hold different counts
+  // (head-wise budgets, methods/allocation.h) their mean, rounded up.
+  std::vector<int64_t> tokens_per_layer;
+  std::vector<int64_t> tokens_per_head;  // [n_layers, n_kv_heads] tokens each KV head holds
   std::vector<int64_t> bytes_per_layer;  // bytes held per layer: KV, positions, policy scores
   std::vector<TierBytes> tiers;          // bytes resident per tier; they sum to bytes_resident
   int64_t bytes_resident = 0;            // sum of bytes_per_layer
@@ -101,6 +103,12 @@ class LayerKv {
   // Tokens attention reads: n_tokens, or more where the store keeps what a plan drops at
   // lower precision (MiKV) instead of freeing it.
   virtual int64_t n_tokens_held() const { return n_tokens(); }
+  // Tokens KV head `head` holds: n_tokens_held() in every head, except in a store whose heads
+  // hold their own counts after a ragged plan (RetainPlan::head_keep), where n_tokens() is
+  // the largest of them.
+  virtual int64_t head_tokens(int32_t /*head*/) const { return n_tokens_held(); }
+  // Whether retain applies ragged plans (RetainPlan::head_keep): the dense fp32 store does.
+  virtual bool holds_ragged_heads() const { return false; }
   virtual int64_t bytes_resident() const = 0;  // bytes this layer's storage really holds
   // The memory tier those bytes live in: "ram" (host memory) or "device" (GPU memory).
   virtual const char* tier() const { return "ram"; }

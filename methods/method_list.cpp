@@ -9,6 +9,7 @@ MethodInfo streamingllm_method();
 MethodInfo h2o_method();
 MethodInfo snapkv_method();
 MethodInfo pyramidkv_method();
+MethodInfo adakv_method();
 MethodInfo chunkkv_method();
 MethodInfo windowkv_method();
 MethodInfo tova_method();
@@ -50,6 +51,7 @@ const std::vector<MethodInfo>& method_registry() {
       h2o_method(),
       snapkv_method(),
       pyramidkv_method(),
+      adakv_method(),
       chunkkv_method(),
       windowkv_method(),
       tova_method(),

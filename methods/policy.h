@@ -23,6 +23,20 @@ struct RetainPlan {
   // dropped beside it): k[(h * n_keep + j) * head_dim] replaces the key of slot
   // slots[h * n_keep + j] as planned (before the store moves it), v likewise.
   std::vector<float> k, v;  // [n_kv_heads, n_keep, head_dim]
+  // Empty: every KV head keeps n_keep slots. Otherwise KV head h keeps head_keep[h] slots
+  // (head-wise budgets: methods/allocation.h), listed ascending from slots[head_offset(h)],
+  // and n_keep is the largest of them. Only a store whose heads hold their own counts
+  // (LayerKv::holds_ragged_heads) applies such a plan; it carries no merged rows.
+  std::vector<int64_t> head_keep;  // [n_kv_heads]
+
+  bool ragged() const { return !head_keep.empty(); }
+  int64_t kept(int32_t head) const { return ragged() ? head_keep[head] : n_keep; }
+  int64_t head_offset(int32_t head) const {
+    if (!ragged()) return static_cast<int64_t>(head) * n_keep;
+    int64_t offset = 0;
+    for (int32_t h = 0; h < head; ++h) offset += head_keep[h];
+    return offset;
+  }
 };
 
 // Rows a model forward feeds at most at once (LlamaModel::prefill_chunk): longer inputs

@@ -58,15 +58,20 @@ MethodInfo pyramidkv_method() {
                 "the deepest layer keeps about (budget - window) / beta prefix tokens");
   info.params.push_back(beta);
   info.check = check_snapkv_params;
-  info.make_policy = [](const MethodParams& params, const KvShape& shape) {
+  info.make_allocated_policy = [](const MethodParams& params, const KvShape& shape,
+                                  std::shared_ptr<const HeadAllocation> allocation) {
     const int32_t n_layers = shape.n_layers;
     const int64_t beta = params.get_int("beta");
     PrefixKeep prefix_keep = [n_layers, beta](int32_t layer, int64_t n_context, int64_t budget,
                                               int64_t window) {
       return pyramid_prefix_keep(layer, n_layers, beta, n_context, budget, window);
     };
-    return std::unique_ptr<TokenPolicy>(
-        new SnapKvPolicy(snapkv_config_from(params), n_layers, std::move(prefix_keep)));
+    return std::unique_ptr<TokenPolicy>(new SnapKvPolicy(
+        snapkv_config_from(params), n_layers, std::move(prefix_keep), std::move(allocation)));
+  };
+  info.make_policy = [make = info.make_allocated_policy](const MethodParams& params,
+                                                         const KvShape& shape) {
+    return make(params, shape, nullptr);
   };
   return info;
 }

@@ -75,6 +75,15 @@ std::string check_value(const ParamInfo& p, const std::string& value) {
 }
 
 // The kinds a spec composes (MethodKind): `info` joins the components before it (`seen`).
+// The eviction methods an allocation method can split the budget of, for error messages.
+std::string allocating_methods() {
+  std::vector<std::string> names;
+  for (const auto& m : method_registry()) {
+    if (m.make_allocated_policy) names.push_back(m.name);
+  }
+  return join_names(names);
+}
+
 void check_composition(const std::string& text, const std::map<MethodKind, const MethodInfo*>& seen,
                        const MethodInfo& info, size_t n_components) {
   if (info.kind == MethodKind::Full) {
@@ -85,11 +94,12 @@ void check_composition(const std::string& text, const std::map<MethodKind, const
   }
   const auto same = seen.find(info.kind);
   if (same != seen.end()) {
-    const char* what = info.kind == MethodKind::Eviction    ? "eviction or merging"
-                       : info.kind == MethodKind::Storage   ? "storage"
-                       : info.kind == MethodKind::Retrieval ? "retrieval"
-                       : info.kind == MethodKind::Reuse     ? "reuse"
-                                                            : "tiers";
+    const char* what = info.kind == MethodKind::Eviction     ? "eviction or merging"
+                       : info.kind == MethodKind::Storage    ? "storage"
+                       : info.kind == MethodKind::Retrieval  ? "retrieval"
+                       : info.kind == MethodKind::Reuse      ? "reuse"
+                       : info.kind == MethodKind::Allocation ? "allocation"
+                                                             : "tiers";
     fail_spec(text, "'" + same->second->name + "' and '" + info.name +
                         "' cannot compose: a cache takes at most one " + what + " method");
   }
@@ -103,6 +113,21 @@ void check_composition(const std::string& text, const std::map<MethodKind, const
       (seen.count(MethodKind::Eviction) || seen.count(MethodKind::Retrieval))) {
     fail_spec(text, "'" + info.name + "' chooses its own precision for every token from "
                         "attention, so it takes no eviction or retrieval method before it");
+  }
+  const auto allocation = seen.find(MethodKind::Allocation);
+  if (allocation != seen.end() && info.kind == MethodKind::Eviction &&
+      !info.make_allocated_policy) {
+    fail_spec(text, "'" + allocation->second->name + "' splits the budget of an eviction method "
+                        "that ranks per KV head, and '" + info.name + "' takes none (those that "
+                        "do: " + allocating_methods() + ")");
+  }
+  if (info.kind == MethodKind::Allocation && seen.count(MethodKind::Eviction)) {
+    fail_spec(text, "'" + info.name + "' comes before the eviction method whose budget it splits "
+                        "(" + info.name + "+snapkv:ratio=0.25)");
+  }
+  if (allocation != seen.end() && info.kind == MethodKind::Storage) {
+    fail_spec(text, "'" + allocation->second->name + "' leaves each KV head its own count, which "
+                        "only the fp32 store holds; '" + info.name + "' cannot store it");
   }
   const bool evicts = info.kind == MethodKind::Eviction || seen.count(MethodKind::Eviction);
   const bool retrieves = info.kind == MethodKind::Retrieval || seen.count(MethodKind::Retrieval);
@@ -289,6 +314,12 @@ ResolvedSpec resolve_method_spec(const std::string& text) {
                         "' says where prefix blocks are stored and needs 'prefix' (cacheblend "
                         "keeps its documents in memory)");
   }
+  if (seen.count(MethodKind::Allocation) && !seen.count(MethodKind::Eviction)) {
+    fail_spec(text, "'" + seen[MethodKind::Allocation]->name + "' splits the budget of an "
+                        "eviction method: give one after it (" +
+                        seen[MethodKind::Allocation]->name + "+snapkv:ratio=0.25; those that "
+                        "take one: " + allocating_methods() + ")");
+  }
   const auto storage = seen.find(MethodKind::Storage);
   if (storage != seen.end() && storage->second->needs_eviction &&
       !seen.count(MethodKind::Eviction)) {
@@ -320,8 +351,13 @@ ResolvedSpec resolve_method_spec(const std::string& text) {
 
 CacheParts make_cache_parts(const ResolvedSpec& spec, const KvShape& shape) {
   CacheParts parts;
+  std::shared_ptr<const HeadAllocation> allocation;  // comes before its eviction method
   for (const auto& [info, params] : spec.components) {
-    if (info->kind == MethodKind::Eviction) parts.policy = info->make_policy(params, shape);
+    if (info->kind == MethodKind::Allocation) allocation = info->make_allocation(params);
+    if (info->kind == MethodKind::Eviction) {
+      parts.policy = allocation ? info->make_allocated_policy(params, shape, allocation)
+                                : info->make_policy(params, shape);
+    }
     if (info->kind == MethodKind::Retrieval) parts.reader = info->make_reader(params, shape);
     if (info->kind == MethodKind::Storage) {
       parts.layers = info->make_layers(params, shape);

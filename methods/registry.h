@@ -18,6 +18,10 @@
 #include "methods/spec.h"
 
 namespace kvbench {
+class HeadAllocation;  // methods/allocation.h
+}
+
+namespace kvbench {
 
 // Text: any value (a path, host:port); Bytes: a size such as 64MB, 1GB or 4096 (binary
 // multiples: KB = 1024).
@@ -89,6 +93,8 @@ enum class MethodKind {
   Reuse,      // KV kept across requests (stage 4: prefix blocks, CacheBlend's chunks); the
               // session drives it, the cache of a sequence does not change
   Tiers,      // where reused KV is stored: device, CPU, disk, Redis (needs a Reuse method)
+  Allocation,  // how many tokens each KV head of a layer keeps (AdaKV), in front of an
+               // eviction method that ranks per KV head: adakv+snapkv
 };
 
 struct MethodInfo {
@@ -121,6 +127,12 @@ struct MethodInfo {
   std::function<std::vector<std::unique_ptr<LayerKv>>(const MethodParams&, const KvShape&)>
       make_layers;
   std::function<std::unique_ptr<ReadPolicy>(const MethodParams&, const KvShape&)> make_reader;
+  // An allocation method's rule (methods/allocation.h), and an eviction method that takes
+  // one: its policy built to split each layer's budget over the KV heads by that rule.
+  std::function<std::shared_ptr<const HeadAllocation>(const MethodParams&)> make_allocation;
+  std::function<std::unique_ptr<TokenPolicy>(const MethodParams&, const KvShape&,
+                                             std::shared_ptr<const HeadAllocation>)>
+      make_allocated_policy;
 };
 
 // Every registered method, in listing order (methods/method_list.cpp).

@@ -24,9 +24,11 @@
 
 namespace kvbench {
 
-SnapKvPolicy::SnapKvPolicy(const SnapKvConfig& config, int32_t n_layers, PrefixKeep prefix_keep)
+SnapKvPolicy::SnapKvPolicy(const SnapKvConfig& config, int32_t n_layers, PrefixKeep prefix_keep,
+                           std::shared_ptr<const HeadAllocation> allocation)
     : config_(config),
       prefix_keep_(std::move(prefix_keep)),
+      allocation_(std::move(allocation)),
       limits_(config.budget, n_layers),
       windows_(n_layers, config.window) {}
 
@@ -57,7 +59,14 @@ bool SnapKvPolicy::plan(int32_t layer, const DenseKv& kv, CachePhase phase, Reta
   // position order, so the window's own tokens are the last `window` slots), pooled.
   const std::vector<float> ranked =
       snapkv_ranking(held.kv_head_scores(kv), kv.n_kv_heads, n, window, config_);
-  plan_top_k_per_head(ranked.data(), kv.n_kv_heads, n, keep_prefix + window, plan);
+  if (!allocation_) {
+    plan_top_k_per_head(ranked.data(), kv.n_kv_heads, n, keep_prefix + window, plan);
+    return true;
+  }
+  std::vector<int64_t> keep =
+      allocation_->head_counts(ranked.data(), n, kv.n_kv_heads, n_prefix, keep_prefix);
+  for (int64_t& k : keep) k += window;
+  plan_top_k_ragged(ranked.data(), kv.n_kv_heads, n, keep, plan);
   return true;
 }
 
@@ -134,6 +143,11 @@ MethodInfo snapkv_method() {
   info.make_policy = [](const MethodParams& params, const KvShape& shape) {
     return std::unique_ptr<TokenPolicy>(
         new SnapKvPolicy(snapkv_config_from(params), shape.n_layers));
+  };
+  info.make_allocated_policy = [](const MethodParams& params, const KvShape& shape,
+                                  std::shared_ptr<const HeadAllocation> allocation) {
+    return std::unique_ptr<TokenPolicy>(new SnapKvPolicy(snapkv_config_from(params),
+                                                         shape.n_layers, {}, std::move(allocation)));
   };
   return info;
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/cpu/scores.h"
+#include "methods/allocation.h"
 #include "methods/budget.h"
 #include "methods/plan_helpers.h"
 #include "methods/policy.h"
@@ -34,8 +35,11 @@ using PrefixKeep =
 // once, at ContextEnd; tokens after the context are appended uncompressed.
 class SnapKvPolicy : public TokenPolicy {
  public:
-  // prefix_keep empty: SnapKV's budget - window in every layer.
-  SnapKvPolicy(const SnapKvConfig& config, int32_t n_layers, PrefixKeep prefix_keep = {});
+  // prefix_keep empty: SnapKV's budget - window in every layer. allocation (AdaKV): the
+  // layer's prefix keep, n_kv_heads times over, split unevenly over its KV heads (each keeps
+  // the window besides); nullptr: every head keeps the same count.
+  SnapKvPolicy(const SnapKvConfig& config, int32_t n_layers, PrefixKeep prefix_keep = {},
+               std::shared_ptr<const HeadAllocation> allocation = nullptr);
 
   std::unique_ptr<TokenPolicy> clone() const override;
   void observe(int32_t layer, const AttentionQuery& query, const DenseKv& kv) override;
@@ -46,6 +50,7 @@ class SnapKvPolicy : public TokenPolicy {
  private:
   SnapKvConfig config_;
   PrefixKeep prefix_keep_;
+  std::shared_ptr<const HeadAllocation> allocation_;
   LayerLimits limits_;
   ContextWindows windows_;
 };

@@ -115,10 +115,18 @@ Run run(KvCache& cache, int64_t block) {
   return r;
 }
 
-std::vector<const MethodInfo*> eviction_methods() {
-  std::vector<const MethodInfo*> out;
+// Every eviction method, and each one an allocation method can split the budget of behind
+// that method ("adakv+"): the spec's prefix and the eviction method.
+std::vector<std::pair<std::string, const MethodInfo*>> eviction_methods() {
+  std::vector<std::pair<std::string, const MethodInfo*>> out;
   for (const MethodInfo& m : method_registry()) {
-    if (m.kind == MethodKind::Eviction) out.push_back(&m);
+    if (m.kind != MethodKind::Eviction) continue;
+    out.emplace_back("", &m);
+    for (const MethodInfo& a : method_registry()) {
+      if (a.kind == MethodKind::Allocation && m.make_allocated_policy) {
+        out.emplace_back(a.name + "+", &m);
+      }
+    }
   }
   return out;
 }
@@ -147,11 +155,11 @@ TEST_CASE("invariant: full from the registry is the plain model path, bit for bi
 }
 
 TEST_CASE("invariant: a budget of at least the context changes nothing", "[unit]") {
-  for (const MethodInfo* m : eviction_methods()) {
+  for (const auto& [prefix, m] : eviction_methods()) {
     for (const std::string budget : {"budget=2000", "ratio=1"}) {
       // ratio=1 keeps the whole context, but decode-time evictors then hold that many.
       if (budget == "ratio=1" && evicts_during_decode(m->name)) continue;
-      const std::string spec = spec_for(*m, budget);
+      const std::string spec = prefix + spec_for(*m, budget);
       INFO(spec);
       KvCache cache = make_cache(spec, tiny_model().kv_shape());
       // The full cache fed in the same blocks: chunking changes fp32 rounding, not the method.
@@ -165,9 +173,9 @@ TEST_CASE("invariant: a budget of at least the context changes nothing", "[unit]
 }
 
 TEST_CASE("invariant: never above the budget once compressed", "[unit]") {
-  for (const MethodInfo* m : eviction_methods()) {
+  for (const auto& [prefix, m] : eviction_methods()) {
     for (const int budget : {24, 100}) {
-      const std::string spec = spec_for(*m, "budget=" + std::to_string(budget));
+      const std::string spec = prefix + spec_for(*m, "budget=" + std::to_string(budget));
       INFO(spec);
       KvCache cache = make_cache(spec, tiny_model().kv_shape());
       const Run got = run(cache, context_block(cache));
@@ -196,15 +204,17 @@ TEST_CASE("invariant: bytes resident fall in proportion to the tokens dropped", 
   KvCache full = make_full_cache(tiny_model().kv_shape());
   const CacheStats full_stats = run(full, kContext).stats.front();
   const double per_token = static_cast<double>(full_stats.bytes_resident) / (kLayers * kContext);
-  for (const MethodInfo* m : eviction_methods()) {
-    const std::string spec = spec_for(*m, "ratio=0.25");
+  for (const auto& [prefix, m] : eviction_methods()) {
+    const std::string spec = prefix + spec_for(*m, "ratio=0.25");
     INFO(spec);
     KvCache cache = make_cache(spec, tiny_model().kv_shape());
     const Run got = run(cache, context_block(cache));
     const CacheStats& s = got.stats.front();  // right after the context was compressed
     const int64_t store_bytes = got.store_bytes.front();
-    int64_t kept = 0;
-    for (int64_t k : s.tokens_per_layer) kept += k;
+    // Tokens per layer and KV head, summed over layers (heads of their own counted exactly).
+    double kept = 0;
+    const double heads = static_cast<double>(s.tokens_per_head.size()) / kLayers;
+    for (int64_t k : s.tokens_per_head) kept += static_cast<double>(k) / heads;
     CHECK(kept <= kLayers * (kContext / 4 + 1));
     // The store holds exactly what it keeps: no slack left behind by the drop...
     CHECK(store_bytes == Approx(per_token * kept).epsilon(1e-9));
@@ -215,8 +225,8 @@ TEST_CASE("invariant: bytes resident fall in proportion to the tokens dropped", 
 }
 
 TEST_CASE("invariant: a clone decodes without touching the original", "[unit]") {
-  for (const MethodInfo* m : eviction_methods()) {
-    const std::string spec = spec_for(*m, "budget=40");
+  for (const auto& [prefix, m] : eviction_methods()) {
+    const std::string spec = prefix + spec_for(*m, "budget=40");
     INFO(spec);
     KvCache a = make_cache(spec, tiny_model().kv_shape());
     KvCache b = make_cache(spec, tiny_model().kv_shape());

@@ -89,9 +89,10 @@ TEST_CASE("every registered method documents itself and resolves with its defaul
     // The canonical text resolves to itself: what the results db stores can be re-run.
     // (tiers says where prefix blocks go, so it resolves beside prefix; mikv keeps what an
     // eviction method drops, so it resolves behind one.)
-    const std::string base = m.kind == MethodKind::Tiers ? "prefix+" + m.name
-                             : m.needs_eviction          ? "snapkv+" + m.name
-                                                         : m.name;
+    const std::string base = m.kind == MethodKind::Tiers        ? "prefix+" + m.name
+                             : m.needs_eviction                 ? "snapkv+" + m.name
+                             : m.kind == MethodKind::Allocation ? m.name + "+snapkv"
+                                                                : m.name;
     std::vector<std::string> specs = {base};
     for (const ParamInfo& p : m.params) {
       if (p.name == "ratio") specs.push_back(base + ":ratio=0.5");

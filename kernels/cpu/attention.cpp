@@ -97,9 +97,11 @@ void attend_tile(const AttentionQuery& query, const DenseKv& kv, const Plan& pla
   const int dim = kv.head_dim;
   const int rows = (q1 - q0) * plan.group;
   const QueryRange queries = begin_rows(query, kv, plan, kvh, q0, q1, w);
-  const float* k_head = kv.k + static_cast<int64_t>(kvh) * kv.capacity * dim;
-  const float* v_head = kv.v + static_cast<int64_t>(kvh) * kv.capacity * dim;
-  const int32_t* pos_head = kv.positions + static_cast<int64_t>(kvh) * kv.capacity;
+  // A one-head view is KV head kvh itself (attention_ragged_cpu's heads).
+  const int64_t head = kv.n_kv_heads == 1 ? 0 : static_cast<int64_t>(kvh) * kv.capacity;
+  const float* k_head = kv.k + head * dim;
+  const float* v_head = kv.v + head * dim;
+  const int32_t* pos_head = kv.positions + head;
   for (int64_t k0 = t0; k0 < t1; k0 += kKeyTile) {
     const int nk = static_cast<int>(std::min<int64_t>(kKeyTile, t1 - k0));
     attend_keys(dim, rows, queries, k_head + k0 * dim, v_head + k0 * dim, pos_head + k0, nk, w);
@@ -342,6 +344,24 @@ void attention_dense_cpu(const AttentionQuery& query, const DenseKv& kv) {
     const int64_t t0 = split * plan.split_len;
     const int64_t t1 = std::min(kv.n_tokens, t0 + plan.split_len);
     attend_tile(query, kv, plan, kvh, q0, q1, t0, t1, w);
+  });
+}
+
+void attention_ragged_cpu(const AttentionQuery& query, const DenseKv* heads, int32_t n_kv_heads) {
+  assert(n_kv_heads > 0 && query.n_heads % n_kv_heads == 0);
+  if (query.n_queries <= 0) return;
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  // The layer's shape for the plan: work items per head, splits over the longest head.
+  DenseKv shape{nullptr, nullptr, nullptr, n_kv_heads, heads[0].head_dim, 0, 0};
+  for (int32_t h = 0; h < n_kv_heads; ++h) {
+    assert(heads[h].n_kv_heads == 1 && heads[h].head_dim == shape.head_dim);
+    shape.n_tokens = std::max(shape.n_tokens, heads[h].n_tokens);
+  }
+  const Plan plan = make_plan(query, shape, threads);
+  run_items(query, shape, plan, threads, [&](int kvh, int q0, int q1, int split, Scratch& w) {
+    const int64_t t0 = split * plan.split_len;
+    const int64_t t1 = std::min(heads[kvh].n_tokens, t0 + plan.split_len);
+    attend_tile(query, heads[kvh], plan, kvh, q0, q1, t0, t1, w);
   });
 }
 

@@ -15,6 +15,12 @@ void attention_dense_cpu(const AttentionQuery& query, const DenseKv& kv);
 // Plain two-pass softmax reference with the same layouts, for tests.
 void attention_dense_reference(const AttentionQuery& query, const DenseKv& kv);
 
+// As attention_dense_cpu over a layer whose KV heads hold different numbers of tokens
+// (head-wise budgets: RetainPlan::head_keep): heads[h] is KV head h alone (n_kv_heads 1), in
+// buffers of its own with its own capacity and n_tokens. Equals attention_dense_cpu over
+// the same rows with each head's absent slots masked out.
+void attention_ragged_cpu(const AttentionQuery& query, const DenseKv* heads, int32_t n_kv_heads);
+
 // As attention_dense_cpu, reading only the selected pages of each KV head (Quest's
 // gathered attention): slots outside them are neither read nor attended.
 void attention_pages_cpu(const AttentionQuery& query, const DenseKv& kv,
