@@ -34,6 +34,20 @@ std::string unit_key(const SweepTask& task, const Sample& sample, const std::str
   return task.label() + "|" + sample.id + "|" + mode + "|" + method;
 }
 
+// CacheStats::tokens_per_head ([n_layers * n_kv_heads], by layer) as one row per layer.
+std::vector<std::vector<int64_t>> head_tokens_by_layer(const CacheStats& stats) {
+  std::vector<std::vector<int64_t>> out;
+  const size_t layers = stats.tokens_per_layer.size();
+  if (layers == 0 || stats.tokens_per_head.size() % layers != 0) return out;
+  const size_t heads = stats.tokens_per_head.size() / layers;
+  if (heads == 0) return out;
+  for (size_t l = 0; l < layers; ++l) {
+    const auto first = stats.tokens_per_head.begin() + static_cast<std::ptrdiff_t>(l * heads);
+    out.emplace_back(first, first + static_cast<std::ptrdiff_t>(heads));
+  }
+  return out;
+}
+
 TurnRow turn_row(const TurnRecord& t, bool fidelity, std::optional<double> score) {
   TurnRow row;
   row.turn = t.turn;
@@ -247,6 +261,10 @@ SweepProgress run_sweep(const LlamaModel& model, const SweepConfig& config, cons
       record.prefill = s.prefill;
       record.shared_prefill = s.shared_prefill;
       record.prefilled_tokens = s.prefilled_tokens;
+      if (!s.turns.empty()) {  // the report's heat map: the cache as the first turn left it
+        record.head_tokens = head_tokens_by_layer(s.turns[0].cache);
+        record.head_tokens_seen = s.turns[0].cache.tokens_seen;
+      }
       for (size_t i = 0; i < s.turns.size(); ++i) {
         std::optional<double> score;
         if (!unit.scores.empty()) score = unit.scores[i];

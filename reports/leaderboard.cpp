@@ -16,6 +16,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/input_error.h"
+#include "reports/head_map.h"
+#include "reports/html_text.h"
 
 namespace kvbench {
 
@@ -63,48 +65,11 @@ std::string md_escape(const std::string& s) {
   return out;
 }
 
-// HTML text and attribute values (also inside SVG). "://" is written "&#58;//" so that a
-// db string never puts a URL into the file's text (it reads the same).
-std::string h(const std::string& s) {
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size(); ++i) {
-    const char c = s[i];
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      case ':':
-        if (s.compare(i + 1, 2, "//") == 0) {
-          out += "&#58;";
-        } else {
-          out += c;
-        }
-        break;
-      default: out += c;
-    }
-  }
-  return out;
-}
+// HTML text and attribute values (also inside SVG): reports/html_text.h.
+std::string h(const std::string& s) { return html_escape(s); }
 
-// At most `n` characters (UTF-8 aware), with an ellipsis when cut.
-std::string truncate(const std::string& s, size_t n) {
-  size_t chars = 0, i = 0;
-  for (; i < s.size(); ++i) {
-    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) {
-      if (chars == n - 1) break;
-      ++chars;
-    }
-  }
-  if (i >= s.size()) return s;
-  // Would the rest fit in one more character?
-  size_t rest = 0;
-  for (size_t j = i; j < s.size(); ++j) rest += (static_cast<unsigned char>(s[j]) & 0xC0) != 0x80;
-  if (rest <= 1) return s;
-  return s.substr(0, i) + "\xE2\x80\xA6";
-}
+// At most `n` characters: reports/html_text.h.
+std::string truncate(const std::string& s, size_t n) { return truncate_text(s, n); }
 
 // The spec without its budget=/ratio= parameters: what stays the same along a budget sweep.
 std::string strip_budget(const std::string& spec) {
@@ -517,6 +482,9 @@ std::string render_leaderboard_markdown(const std::vector<RunRecord>& runs,
                  fmt(r.reused, 1, 100), fmt(r.decode, 1), fmt(r.kl, 4), fmt(r.top1, 1, 100)});
   }
 
+  o << "\nKept tokens per layer and KV head, for one sample: "
+       "[leaderboard.html](leaderboard.html#kept-per-head).\n";
+
   o << "\n## Accuracy by turn (%)\n\n";
   const size_t k = max_turns(b);
   if (k == 0) {
@@ -796,6 +764,7 @@ td.wide{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:.95em;overfl
 tr:nth-child(even) td{background:#f8f8f8}
 tr.full td{background:#eef4fb}
 svg{background:#fff;border:1px solid #ddd;display:block;margin:.6em 0}
+div.maps{display:flex;flex-wrap:wrap;gap:8px;align-items:flex-start}div.maps svg{margin:0}
 svg text{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;fill:#222}
 svg .tick{font-size:11px;fill:#444}svg .axis{font-size:12px}svg .legend{font-size:12px}
 svg .grid{stroke:#e6e6e6;stroke-width:1}svg .axisline{stroke:#666;stroke-width:1}
@@ -823,7 +792,8 @@ std::string tr_open(const Row& r) { return r.is_full() ? "<tr class=\"full\">" :
 }  // namespace
 
 std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
-                                    const std::vector<Aggregate>& rows) {
+                                    const std::vector<Aggregate>& rows,
+                                    const std::vector<HeadMap>& head_maps) {
   const Board b = build_board(rows);
   const Coverage c = coverage(runs);
   const FamilyColours fc(b.rows);
@@ -1015,6 +985,24 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
     << ref_cache(b) << "'s.</p>\n"
     << bar_chart("mean KV memory per method", mem);
 
+  // Kept tokens per layer and head: one sample, one small map per method.
+  o << "<h2 id=\"kept-per-head\">Kept tokens per layer and head</h2>\n";
+  if (head_maps.empty()) {
+    o << "<p class=\"note\">No unit recorded its tokens per KV head (a db written before "
+         "schema v5).</p>\n";
+  } else {
+    const HeadMap& m = head_maps.front();
+    o << "<p class=\"note\">After the first turn of one sample (task " << h(m.task)
+      << ", sample " << h(m.sample_id) << ", " << h(m.mode)
+      << "): the tokens each KV head of each layer kept, over the tokens the cache had seen "
+         "by then (context, query and first answer). Rows: layers, 0 at the top; columns: "
+         "KV heads. A method whose heads keep equal counts shows uniform rows; head-wise "
+         "budgets vary along a row, layer budgets down the columns. Hover a cell for its "
+         "count.</p>\n<div class=\"maps\">\n";
+    for (const HeadMap& map : head_maps) o << head_map_svg(map);
+    o << "</div>\n";
+  }
+
   // Accuracy by turn.
   o << "<h2>Accuracy by turn (%)</h2>\n";
   const size_t k = max_turns(b);
@@ -1113,7 +1101,7 @@ void write_reports(const std::string& db_path, const std::string& out_dir,
   if (units.empty()) throw InputError("DB: no results to report (" + db_path + ")");
   const std::vector<Aggregate> rows = aggregate_units(units, reference);
   const std::string md = render_leaderboard_markdown(runs, rows);
-  const std::string html = render_leaderboard_html(runs, rows);
+  const std::string html = render_leaderboard_html(runs, rows, first_sample_head_maps(units));
 
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "reports/aggregate.h"
+#include "reports/head_map.h"
 #include "results/results_db.h"
 
 namespace kvbench {
@@ -19,10 +20,12 @@ std::string render_leaderboard_markdown(const std::vector<RunRecord>& runs,
                                         const std::vector<Aggregate>& rows);
 
 // leaderboard.html: the same tables plus inline SVG charts: accuracy (with its interval as
-// an error bar) vs KV bytes relative to the full cache per method, multi-turn accuracy by
-// turn index, TTFT and memory per method.
+// an error bar) vs KV bytes relative to the full cache per method, TTFT and memory per
+// method, the kept tokens per layer and KV head of one sample (`head_maps`, a note when
+// there are none), multi-turn accuracy by turn index.
 std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
-                                    const std::vector<Aggregate>& rows);
+                                    const std::vector<Aggregate>& rows,
+                                    const std::vector<HeadMap>& head_maps = {});
 
 // `kvbench report DB -o DIR`: reads the db (read-only), writes DIR/leaderboard.md and
 // DIR/leaderboard.html (creating DIR), each atomically (temp file + rename), KV bytes

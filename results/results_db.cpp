@@ -5,9 +5,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <functional>
@@ -303,6 +305,11 @@ ALTER TABLE units ADD COLUMN prefill TEXT NOT NULL DEFAULT '';
 ALTER TABLE units ADD COLUMN shared_prefill INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE units ADD COLUMN prefilled_tokens INTEGER NOT NULL DEFAULT 0;
 )sql",
+    // v5: tokens each KV head held after the first turn (the report's heat map)
+    R"sql(
+ALTER TABLE units ADD COLUMN head_tokens TEXT NOT NULL DEFAULT '';
+ALTER TABLE units ADD COLUMN head_tokens_seen INTEGER NOT NULL DEFAULT 0;
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kResultsSchemaVersion,
               "one migration per schema version");
@@ -489,6 +496,74 @@ void check_real(const std::string& path, const UnitRecord& unit, int32_t turn,
   }
 }
 
+// UnitRecord::head_tokens as its column holds it: a JSON array of one array per layer
+// ("[[12,12],[10,14]]"), so that plain SQL reads it with json_extract; "" when empty.
+std::string encode_head_tokens(const std::string& path, const UnitRecord& unit) {
+  std::string out;
+  if (unit.head_tokens.empty()) return out;
+  out += '[';
+  for (size_t l = 0; l < unit.head_tokens.size(); ++l) {
+    const std::vector<int64_t>& layer = unit.head_tokens[l];
+    if (layer.empty() || layer.size() != unit.head_tokens[0].size()) {
+      throw std::invalid_argument(one_line(path) + ": unit " + one_line(unit.key) +
+                                  ": head_tokens needs the same number of heads (at least one) "
+                                  "in every layer");
+    }
+    out += l ? ",[" : "[";
+    for (size_t h = 0; h < layer.size(); ++h) {
+      if (h) out += ',';
+      out += std::to_string(layer[h]);
+    }
+    out += ']';
+  }
+  out += ']';
+  return out;
+}
+
+// The inverse of encode_head_tokens (whitespace allowed, as SQL's json() may leave it);
+// nullopt for text that is not an array of equal-length arrays of integers.
+std::optional<std::vector<std::vector<int64_t>>> decode_head_tokens(const std::string& text) {
+  std::vector<std::vector<int64_t>> out;
+  size_t i = 0;
+  const auto skip = [&] {
+    while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+  };
+  const auto eat = [&](char c) {
+    skip();
+    if (i < text.size() && text[i] == c) {
+      ++i;
+      return true;
+    }
+    return false;
+  };
+  skip();
+  if (i == text.size()) return out;  // "": not recorded
+  if (!eat('[')) return std::nullopt;
+  do {
+    if (!eat('[')) return std::nullopt;
+    std::vector<int64_t> layer;
+    do {
+      skip();
+      const size_t start = i;
+      if (i < text.size() && text[i] == '-') ++i;
+      while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+      errno = 0;
+      char* end = nullptr;
+      const std::string digits = text.substr(start, i - start);
+      const long long v = std::strtoll(digits.c_str(), &end, 10);
+      if (digits.empty() || digits == "-" || errno == ERANGE || *end != '\0') return std::nullopt;
+      layer.push_back(v);
+    } while (eat(','));
+    if (!eat(']')) return std::nullopt;
+    if (!out.empty() && layer.size() != out[0].size()) return std::nullopt;
+    out.push_back(std::move(layer));
+  } while (eat(','));
+  if (!eat(']')) return std::nullopt;
+  skip();
+  if (i != text.size()) return std::nullopt;
+  return out;
+}
+
 // Inserts the unit and its turns; the caller holds the transaction. `finished_at` empty:
 // now.
 void insert_unit(sqlite3* db, const std::string& path, const Stmt::OnError& on_error,
@@ -501,6 +576,7 @@ void insert_unit(sqlite3* db, const std::string& path, const Stmt::OnError& on_e
     check_real(path, unit, t.turn, "decode_tokens_per_s", t.decode_tokens_per_s);
     check_real(path, unit, t.turn, "tokens_kept", t.tokens_kept);
   }
+  const std::string head_tokens = encode_head_tokens(path, unit);
   {
     Stmt exists(db, "SELECT 1 FROM units WHERE unit_key = ?1", on_error);
     exists.bind(1, unit.key);
@@ -513,8 +589,8 @@ void insert_unit(sqlite3* db, const std::string& path, const Stmt::OnError& on_e
   Stmt u(db,
          "INSERT INTO units (run_id, unit_key, task, sample_id, method, budget, mode, seed, "
          "context_tokens, context_prefill_ms, finished_at, prefill, shared_prefill, "
-         "prefilled_tokens) "
-         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+         "prefilled_tokens, head_tokens, head_tokens_seen) "
+         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
          on_error);
   u.bind(1, run_id)
       .bind(2, unit.key)
@@ -529,7 +605,9 @@ void insert_unit(sqlite3* db, const std::string& path, const Stmt::OnError& on_e
       .bind(11, finished_at.empty() ? now_utc() : finished_at)
       .bind(12, unit.prefill)
       .bind(13, static_cast<int64_t>(unit.shared_prefill))
-      .bind(14, unit.prefilled_tokens);
+      .bind(14, unit.prefilled_tokens)
+      .bind(15, head_tokens)
+      .bind(16, unit.head_tokens_seen);
   u.run();
   const int64_t unit_id = sqlite3_last_insert_rowid(db);
 
@@ -592,14 +670,15 @@ struct StoredUnit {
   std::string finished_at;
 };
 
-std::vector<StoredUnit> read_units(sqlite3* db, const Stmt::OnError& on_error) {
+std::vector<StoredUnit> read_units(sqlite3* db, const std::string& path,
+                                   const Stmt::OnError& on_error) {
   std::vector<StoredUnit> units;
   std::map<int64_t, size_t> index_of;  // units.id -> position
   {
     Stmt s(db,
            "SELECT id, run_id, unit_key, task, sample_id, method, budget, mode, seed, "
            "context_tokens, context_prefill_ms, finished_at, prefill, shared_prefill, "
-           "prefilled_tokens FROM units ORDER BY id",
+           "prefilled_tokens, head_tokens, head_tokens_seen FROM units ORDER BY id",
            on_error);
     while (s.step()) {
       StoredUnit su;
@@ -618,6 +697,14 @@ std::vector<StoredUnit> read_units(sqlite3* db, const Stmt::OnError& on_error) {
       u.prefill = s.text(12);
       u.shared_prefill = s.int64(13) != 0;
       u.prefilled_tokens = s.int64(14);
+      auto head_tokens = decode_head_tokens(s.text(15));
+      if (!head_tokens) {
+        throw InputError(one_line(path) + ": not a kvbench results db of this version (unit " +
+                         one_line(u.key) +
+                         ": head_tokens is not an array of equal-length arrays of integers)");
+      }
+      u.head_tokens = std::move(*head_tokens);
+      u.head_tokens_seen = s.int64(16);
       index_of[s.int64(0)] = units.size();
       units.push_back(std::move(su));
     }
@@ -726,7 +813,7 @@ void ResultsDb::write_unit(int64_t run_id, const UnitRecord& unit) {
 
 std::vector<UnitRecord> ResultsDb::units() const {
   std::vector<UnitRecord> out;
-  for (StoredUnit& su : read_units(db_, db_errors(path_, db_))) out.push_back(std::move(su.unit));
+  for (StoredUnit& su : read_units(db_, path_, db_errors(path_, db_))) out.push_back(std::move(su.unit));
   return out;
 }
 
@@ -793,7 +880,7 @@ void merge_results(const std::vector<std::string>& inputs, const std::string& ou
           insert_run(out.get(), on_error, run, std::nullopt);
           run_ids[run.id] = sqlite3_last_insert_rowid(out.get());
         }
-        for (const StoredUnit& su : read_units(input.db.get(), db_errors(input.path, input.db.get()))) {
+        for (const StoredUnit& su : read_units(input.db.get(), input.path, db_errors(input.path, input.db.get()))) {
           const auto it = run_ids.find(su.unit.run_id);
           if (it == run_ids.end()) {
             throw InputError(one_line(input.path) + ": unit " + one_line(su.unit.key) +

@@ -4,7 +4,8 @@
 // per (run, task, sample, turn, method spec, budget, mode, seed) holding every metric the
 // session driver records, the prediction, the reference and the score. A finished
 // (sample, method) unit is written in one transaction, so a killed sweep leaves whole
-// units or nothing. Only bound parameters reach SQL. Framework-free: no model, no JSON.
+// units or nothing. Only bound parameters reach SQL. Framework-free: no model, no JSON
+// library (UnitRecord::head_tokens' JSON array is written and read here by hand).
 #pragma once
 
 #include <cstdint>
@@ -18,7 +19,7 @@ struct sqlite3;
 
 namespace kvbench {
 
-constexpr int kResultsSchemaVersion = 4;
+constexpr int kResultsSchemaVersion = 5;
 
 struct RunRecord {
   int64_t id = 0;  // assigned by begin_run
@@ -85,6 +86,11 @@ struct UnitRecord {
   std::string prefill;
   bool shared_prefill = false;   // forked from the sample's one prefill for all methods
   int64_t prefilled_tokens = 0;  // context tokens the unit ran through the model itself
+  // Tokens each KV head held after the unit's first turn (its context compressed, the first
+  // answer appended), [layer][kv head], and the tokens the cache had seen by then: what the
+  // report's heat map divides. Empty and 0 for a db written before schema v5.
+  std::vector<std::vector<int64_t>> head_tokens;
+  int64_t head_tokens_seen = 0;
   std::vector<TurnRow> turns;
 };
 

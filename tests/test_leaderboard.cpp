@@ -17,6 +17,7 @@
 
 #include "common/input_error.h"
 #include "reports/aggregate.h"
+#include "reports/head_map.h"
 #include "reports/leaderboard.h"
 
 using namespace kvbench;
@@ -108,6 +109,15 @@ std::vector<UnitRecord> fixed_units() {
     const bool h2o_streamed = unit.method.rfind("h2o", 0) == 0 && unit.task == "retr_kv";
     unit.prefill = h2o_streamed ? "stream:128" : "dense";
     unit.shared_prefill = !h2o_streamed;
+  }
+  // Tokens per layer and KV head after the first turn, of 1000 seen (2 layers x 2 heads):
+  // the full cache keeps all, SnapKV its budget in every head, H2O ragged heads.
+  for (UnitRecord& unit : u) {
+    unit.head_tokens_seen = 1000;
+    const int64_t b = unit.budget.empty() ? 1000 : std::stoll(unit.budget.substr(7));
+    unit.head_tokens = unit.method.rfind("h2o", 0) == 0
+                           ? std::vector<std::vector<int64_t>>{{b + 64, b - 64}, {b, b}}
+                           : std::vector<std::vector<int64_t>>{{b, b}, {b, b}};
   }
   return u;
 }
@@ -320,6 +330,9 @@ TEST_CASE("leaderboard: hostile db strings are escaped", "[reports]") {
            {turn(1, 1.0, 10, 10, 400, 400), turn(2, 1.0, 10, 10, 400, 400)}),
       unit("x|y\nz`[w](v)\\", "full", "", "multi-turn", {turn(1, 1.0, 10, 10, 400, 400)}),
   };
+  units[0].head_tokens = {{1, 2}};
+  units[0].head_tokens_seen = 4;
+  units[0].sample_id = "<b>s</b> https://x";
   std::vector<RunRecord> runs = fixed_runs();
   runs[0].model_path = "https://evil.example/m.gguf\"><script>x</script>";
   runs[0].command_line = "kvbench run --x '<img src=http://evil.example/a.png>'";
@@ -352,7 +365,9 @@ TEST_CASE("leaderboard: hostile db strings are escaped", "[reports]") {
   }
 
   SECTION("HTML escapes every db string and loads nothing") {
-    const std::string html = render_leaderboard_html(runs, rows);
+    const std::string html = render_leaderboard_html(runs, rows, first_sample_head_maps(units));
+    CHECK(html.find("Kept tokens per layer and head") != std::string::npos);
+    CHECK(html.find("<rect class=\"cell\"") != std::string::npos);
     CHECK(html.find("<script") == std::string::npos);
     CHECK(html.find("&lt;script&gt;") != std::string::npos);
     CHECK(html.find("<img") == std::string::npos);
@@ -368,7 +383,8 @@ TEST_CASE("leaderboard: hostile db strings are escaped", "[reports]") {
     // Every '<' left opens one of the renderer's own tags, and no tag loads anything.
     const std::set<std::string> allowed = {
         "!DOCTYPE", "html", "head", "meta", "title", "style", "body", "h1", "h2", "p", "b", "br",
-        "table", "tr", "th", "td", "wbr", "svg", "g", "line", "polyline", "circle", "rect", "text"};
+        "table", "tr", "th", "td", "wbr", "svg", "g", "line", "polyline", "circle", "rect", "text",
+        "div"};
     for (size_t p = rest.find('<'); p != std::string::npos; p = rest.find('<', p + 1)) {
       const size_t end = rest.find('>', p);
       REQUIRE(end != std::string::npos);
@@ -384,9 +400,14 @@ TEST_CASE("leaderboard: hostile db strings are escaped", "[reports]") {
 }
 
 TEST_CASE("leaderboard HTML is balanced and has its charts", "[reports]") {
-  const std::string html = render_leaderboard_html(fixed_runs(), aggregate_units(fixed_units()));
+  const std::string html = render_leaderboard_html(fixed_runs(), aggregate_units(fixed_units()),
+                                                   first_sample_head_maps(fixed_units()));
   CHECK(html.rfind("<!DOCTYPE html>", 0) == 0);
-  CHECK(count(html, "<svg") == 4);  // accuracy vs budget, TTFT, memory, by turn
+  // accuracy vs budget, TTFT, memory, by turn, and a kept-token map for each of multihop_vt's
+  // 5 multi-turn methods
+  CHECK(count(html, "<svg") == 4 + 5);
+  CHECK(count(html, "<rect class=\"cell\"") == 5 * 4);
+  CHECK(count(html, "<div") == count(html, "</div>"));
   CHECK(count(html, "<svg") == count(html, "</svg>"));
   CHECK(count(html, "<table") == count(html, "</table>"));
   CHECK(count(html, "<table") == 4);  // runs, accuracy, cost, by turn
@@ -435,7 +456,10 @@ TEST_CASE("write_reports: a results db to leaderboard.md and leaderboard.html", 
     auto db = ResultsDb::open(db_path, true);
     const auto rows = aggregate_units(db->units());
     CHECK(md == render_leaderboard_markdown(db->runs(), rows));
-    CHECK(html == render_leaderboard_html(db->runs(), rows));
+    CHECK(html == render_leaderboard_html(db->runs(), rows, first_sample_head_maps(db->units())));
+    CHECK(html.find("Kept tokens per layer and head") != std::string::npos);
+    CHECK(html.find("task multihop_vt, sample s, multi-turn") != std::string::npos);
+    CHECK(html.find("layer 0, KV head 0: 192 of 1000 tokens (19.2%)") != std::string::npos);
   }
   CHECK(md.find("| full | – | multi-turn | 83.3 ±25.0 | 100.0 ±28.1 | 91.7 ±12.5 |") != std::string::npos);
   CHECK_FALSE(fs::exists(out / "leaderboard.md.tmp"));
@@ -514,4 +538,129 @@ TEST_CASE("write_reports: a run config's excluded_tasks become the Left out sect
   CHECK(md.find("**Left out**") > md.find("## Accuracy (%)"));
   CHECK(md.find("**Left out**") < md.find("## Cost and fidelity"));
   fs::remove_all(dir);
+}
+
+namespace {
+
+struct Cell {
+  int layer = -1, head = -1;
+  std::string fill;
+};
+
+// The heat map's cells in document order.
+std::vector<Cell> cells_of(const std::string& svg) {
+  std::vector<Cell> out;
+  const std::string open = "<rect class=\"cell\"";
+  auto attr = [](const std::string& tag, const std::string& name) {
+    const size_t p = tag.find(" " + name + "=\"");
+    if (p == std::string::npos) return std::string();
+    const size_t from = p + name.size() + 3;
+    return tag.substr(from, tag.find('"', from) - from);
+  };
+  for (size_t p = svg.find(open); p != std::string::npos; p = svg.find(open, p + 1)) {
+    const std::string tag = svg.substr(p, svg.find('>', p) - p);
+    out.push_back({std::stoi(attr(tag, "data-layer")), std::stoi(attr(tag, "data-head")),
+                   attr(tag, "fill")});
+  }
+  return out;
+}
+
+// Relative luminance of "#rrggbb" (sRGB weights, no gamma: enough to order fills).
+double luminance(const std::string& fill) {
+  REQUIRE(fill.size() == 7);
+  const auto channel = [&](int i) { return std::stoi(fill.substr(1 + 2 * i, 2), nullptr, 16); };
+  return 0.2126 * channel(0) + 0.7152 * channel(1) + 0.0722 * channel(2);
+}
+
+}  // namespace
+
+TEST_CASE("head map: 2 layers x 2 heads render row-major cells, darker where more is kept",
+          "[reports]") {
+  HeadMap map;
+  map.method = "adakv+snapkv:ratio=0.5";
+  map.task = "retr_kv";
+  map.sample_id = "retr_kv-0";
+  map.mode = "multi-turn";
+  map.tokens_seen = 200;
+  map.kept = {{200, 50}, {100, 0}};  // fractions 1, 0.25 / 0.5, 0
+  const std::string svg = head_map_svg(map);
+  CHECK(svg.rfind("<svg", 0) == 0);
+  CHECK(count(svg, "<svg") == count(svg, "</svg>"));
+  CHECK(count(svg, "<text") == count(svg, "</text>"));
+  CHECK(count(svg, "<title>") == count(svg, "</title>"));
+  CHECK(svg.find("adakv+snapkv:ratio=0.5 \xC2\xB7 retr_kv \xC2\xB7 sample retr_kv-0") !=
+        std::string::npos);  // the title line
+
+  const std::vector<Cell> cells = cells_of(svg);
+  REQUIRE(cells.size() == 4);
+  const std::vector<std::pair<int, int>> order = {{0, 0}, {0, 1}, {1, 0}, {1, 1}};
+  for (size_t i = 0; i < 4; ++i) {
+    CHECK(cells[i].layer == order[i].first);
+    CHECK(cells[i].head == order[i].second);
+  }
+  CHECK(cells[0].fill == kept_fraction_colour(1.0));
+  CHECK(cells[1].fill == kept_fraction_colour(0.25));
+  CHECK(cells[2].fill == kept_fraction_colour(0.5));
+  CHECK(cells[3].fill == kept_fraction_colour(0.0));
+  // More kept, darker: layer 0 head 0 (all) < layer 1 head 0 (half) < layer 0 head 1 (a
+  // quarter) < layer 1 head 1 (none).
+  CHECK(luminance(cells[0].fill) < luminance(cells[2].fill));
+  CHECK(luminance(cells[2].fill) < luminance(cells[1].fill));
+  CHECK(luminance(cells[1].fill) < luminance(cells[3].fill));
+  CHECK(svg.find("layer 0, KV head 1: 50 of 200 tokens (25.0%)") != std::string::npos);
+  CHECK(svg.find("layer 1, KV head 1: 0 of 200 tokens (0.0%)") != std::string::npos);
+  CHECK(svg.find("kept 43.8% on average") != std::string::npos);  // 350 / (4 * 200)
+  // The legend: ten steps, lightest at the bottom, and its labels.
+  CHECK(count(svg, "class=\"scale\"") == 10);
+  CHECK(svg.find(">kept/seen</text>") != std::string::npos);
+  CHECK(svg.find(">0.5</text>") != std::string::npos);
+
+  // The scale is monotone and clamped.
+  for (int i = 0; i < 20; ++i) {
+    INFO(i);
+    CHECK(luminance(kept_fraction_colour((i + 1) / 20.0)) < luminance(kept_fraction_colour(i / 20.0)));
+  }
+  CHECK(kept_fraction_colour(-1) == kept_fraction_colour(0));
+  CHECK(kept_fraction_colour(2) == kept_fraction_colour(1));
+  CHECK(kept_fraction_colour(std::nan("")) == kept_fraction_colour(0));
+}
+
+TEST_CASE("head map: one sample of the first task, full first, units without maps skipped",
+          "[reports]") {
+  auto with_map = [](const std::string& task, const std::string& sample, const std::string& method,
+                     const std::string& mode, int64_t kept) {
+    UnitRecord u;
+    u.task = task;
+    u.sample_id = sample;
+    u.method = method;
+    u.mode = mode;
+    u.head_tokens = {{kept, kept}};
+    u.head_tokens_seen = 10;
+    return u;
+  };
+  std::vector<UnitRecord> units = {
+      with_map("retr_kv", "r-0", "snapkv:ratio=0.5", "multi-turn", 5),
+      with_map("multihop_vt", "m-1", "snapkv:ratio=0.5", "multi-turn", 5),
+      with_map("multihop_vt", "m-0", "snapkv:ratio=0.5", "multi-turn", 5),
+      with_map("multihop_vt", "m-1", "adakv+snapkv:ratio=0.5", "multi-turn", 5),
+      with_map("multihop_vt", "m-1", "full", "multi-turn", 10),
+      with_map("multihop_vt", "m-1", "h2o:ratio=0.5", "multi-request", 5),
+  };
+  UnitRecord old = with_map("aaa_task", "a-0", "full", "multi-turn", 1);
+  old.head_tokens.clear();  // written before schema v5
+  units.insert(units.begin(), old);
+  const std::vector<HeadMap> maps = first_sample_head_maps(units);
+  REQUIRE(maps.size() == 3);
+  CHECK(maps[0].method == "full");
+  CHECK(maps[1].method == "adakv+snapkv:ratio=0.5");
+  CHECK(maps[2].method == "snapkv:ratio=0.5");
+  for (const HeadMap& m : maps) {
+    CHECK(m.task == "multihop_vt");
+    CHECK(m.sample_id == "m-1");  // the first of its samples written
+    CHECK(m.mode == "multi-turn");
+    CHECK(m.tokens_seen == 10);
+  }
+  CHECK(first_sample_head_maps({old}).empty());
+  const std::string html = render_leaderboard_html({}, {}, {});
+  CHECK(html.find("No unit recorded its tokens per KV head") != std::string::npos);
 }

@@ -81,6 +81,8 @@ UnitRecord make_unit(const std::string& key, const std::string& method = "snapkv
   u.seed = 7;
   u.context_tokens = 512;
   u.context_prefill_ms = 45.5;
+  u.head_tokens = {{300, 212}, {256, 256}, {40, 472}};  // 3 layers x 2 KV heads, ragged
+  u.head_tokens_seen = 600;
   for (int i = 1; i <= turns; ++i) u.turns.push_back(make_turn(i, 0.5 * i));
   return u;
 }
@@ -133,6 +135,8 @@ void require_same_unit(const UnitRecord& a, const UnitRecord& b) {
   CHECK(a.seed == b.seed);
   CHECK(a.context_tokens == b.context_tokens);
   CHECK(same_bits(a.context_prefill_ms, b.context_prefill_ms));
+  CHECK(a.head_tokens == b.head_tokens);
+  CHECK(a.head_tokens_seen == b.head_tokens_seen);
   REQUIRE(a.turns.size() == b.turns.size());
   for (size_t i = 0; i < a.turns.size(); ++i) require_same_turn(a.turns[i], b.turns[i]);
 }
@@ -257,6 +261,9 @@ TEST_CASE("results db: units round-trip exactly, NULLs as nullopt", "[results]")
   odd.seed = std::numeric_limits<uint64_t>::max();
   odd.context_tokens = std::numeric_limits<int64_t>::max();
   odd.context_prefill_ms = std::nextafter(1.0, 2.0);
+  odd.head_tokens = {{std::numeric_limits<int64_t>::max()}, {std::numeric_limits<int64_t>::min()},
+                     {0}};
+  odd.head_tokens_seen = std::numeric_limits<int64_t>::max();
   TurnRow& t = odd.turns[0];
   t.query = "line one\nline two\r\n\xe4\xb8\xad\xe6\x96\x87 '; DROP TABLE results; --";
   t.prediction = std::string("half a character \xe4\xb8 then \xff\xfe bytes");
@@ -277,6 +284,8 @@ TEST_CASE("results db: units round-trip exactly, NULLs as nullopt", "[results]")
 
   UnitRecord plain = make_unit("u2", "full", 3);
   plain.seed = 0;
+  plain.head_tokens.clear();  // not recorded: stays empty
+  plain.head_tokens_seen = 0;
   int64_t run_id = 0;
   {
     auto db = ResultsDb::open(path);
@@ -382,13 +391,13 @@ TEST_CASE("results db: a unit whose write fails half-way leaves no rows", "[resu
         0);
 }
 
-TEST_CASE("results db: WAL mode, schema version 4, the three tables", "[results]") {
+TEST_CASE("results db: WAL mode, schema version 5, the three tables", "[results]") {
   const std::string path = temp_path("schema.db");
   auto db = ResultsDb::open(path);
   Raw raw(path);
   CHECK(raw.text("PRAGMA journal_mode") == "wal");
   CHECK(raw.integer("PRAGMA user_version") == kResultsSchemaVersion);
-  CHECK(kResultsSchemaVersion == 4);
+  CHECK(kResultsSchemaVersion == 5);
   for (const char* table : {"runs", "units", "results"}) {
     INFO(table);
     CHECK(raw.integer(std::string("SELECT count(*) FROM sqlite_master WHERE type = 'table' "
@@ -647,7 +656,8 @@ TEST_CASE("results db: a version 1 db migrates to the current version and keeps 
       "DROP COLUMN reuse_load_ms; ALTER TABLE results DROP COLUMN reuse_tiers; ALTER TABLE "
       "results DROP COLUMN reuse_faults; ALTER TABLE units DROP COLUMN prefill; ALTER TABLE "
       "units DROP COLUMN shared_prefill; ALTER TABLE units DROP COLUMN prefilled_tokens; "
-      "PRAGMA user_version = 1");
+      "ALTER TABLE units DROP COLUMN head_tokens; ALTER TABLE units DROP COLUMN "
+      "head_tokens_seen; PRAGMA user_version = 1");
   CHECK(Raw(path).integer("SELECT count(*) FROM pragma_table_info('results') "
                           "WHERE name = 'kv_read_per_step'") == 0);
   auto db = ResultsDb::open(path);
@@ -660,6 +670,7 @@ TEST_CASE("results db: a version 1 db migrates to the current version and keeps 
   CHECK(units[0].turns[0].reuse_tiers.empty());
   CHECK(units[0].prefill.empty());  // unknown before v4
   CHECK_FALSE(units[0].shared_prefill);
+  CHECK(units[0].head_tokens.empty());  // unknown before v5
   const int64_t run = db->begin_run(make_run());
   UnitRecord u = make_unit("u2");
   u.turns[0].kv_read_per_step = 12345;
@@ -672,6 +683,83 @@ TEST_CASE("results db: a version 1 db migrates to the current version and keeps 
   CHECK(back.prefill == "stream:128");
   CHECK(back.shared_prefill);
   CHECK(back.prefilled_tokens == 777);
+}
+
+TEST_CASE("results db: head tokens per layer and KV head, one JSON array per unit",
+          "[results]") {
+  const std::string path = temp_path("head_tokens.db");
+  int64_t run = 0;
+  {
+    auto db = ResultsDb::open(path);
+    run = db->begin_run(make_run());
+    db->write_unit(run, make_unit("u1"));
+    // Layers of different head counts are refused before anything is written.
+    UnitRecord uneven = make_unit("uneven");
+    uneven.head_tokens = {{1, 2}, {3}};
+    CHECK_THROWS_WITH(db->write_unit(run, uneven), Catch::Contains("head_tokens"));
+    uneven.head_tokens = {{}};
+    CHECK_THROWS_AS(db->write_unit(run, uneven), std::invalid_argument);
+    CHECK(db->finished_unit_keys() == std::set<std::string>{"u1"});
+  }
+  {
+    // In the units row, next to the unit it belongs to: plain SQL reads it with json_extract.
+    Raw raw(path);
+    CHECK(raw.text("SELECT head_tokens FROM units") == "[[300,212],[256,256],[40,472]]");
+    CHECK(raw.integer("SELECT json_extract(head_tokens, '$[2][1]') FROM units") == 472);
+    CHECK(raw.integer("SELECT json_array_length(head_tokens) FROM units") == 3);
+    CHECK(raw.integer("SELECT head_tokens_seen FROM units") == 600);
+    // What SQL's json() writes reads back the same (whitespace allowed).
+    raw.exec("UPDATE units SET head_tokens = '[ [300, 212], [256,256] ,[40,472] ] '");
+  }
+  CHECK(ResultsDb::open(path, true)->units()[0].head_tokens ==
+        std::vector<std::vector<int64_t>>{{300, 212}, {256, 256}, {40, 472}});
+  // A corrupt value is an InputError naming the db and the unit.
+  for (const char* bad : {"[[1,2],[3]]", "[1,2]", "[[1,x]]", "[[1,2]", "[[]]", "[[1]] x",
+                          "[[99999999999999999999]]", "[[-]]"}) {
+    INFO(bad);
+    Raw(path).exec(std::string("UPDATE units SET head_tokens = '") + bad + "'");
+    try {
+      ResultsDb::open(path, true)->units();
+      FAIL("no error");
+    } catch (const InputError& e) {
+      CHECK(std::string(e.what()).rfind(path + ": ", 0) == 0);
+      CHECK(std::string(e.what()).find("unit u1: head_tokens") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("results db: a version 4 db killed mid-sweep migrates and resumes", "[results]") {
+  const std::string path = temp_path("migrate_v4.db");
+  {
+    auto db = ResultsDb::open(path);
+    const int64_t run = db->begin_run(make_run());  // never finished: killed
+    db->write_unit(run, make_unit("u1"));
+  }
+  Raw(path).exec(
+      "ALTER TABLE units DROP COLUMN head_tokens; ALTER TABLE units DROP COLUMN "
+      "head_tokens_seen; PRAGMA user_version = 4");
+  // Read-only, an older schema asks to be migrated (as for every version before).
+  require_open_error(path, true, "open it once for writing");
+  auto db = ResultsDb::open(path);
+  CHECK(Raw(path).integer("PRAGMA user_version") == 5);
+  CHECK(db->finished_unit_keys() == std::set<std::string>{"u1"});
+  CHECK(db->runs()[0].finished_at.empty());
+  const int64_t run = db->begin_run(make_run());
+  db->write_unit(run, make_unit("u2"));
+  const auto units = db->units();
+  REQUIRE(units.size() == 2);
+  CHECK(units[0].head_tokens.empty());  // written before v5
+  CHECK(units[0].head_tokens_seen == 0);
+  CHECK(units[1].head_tokens == make_unit("u2").head_tokens);
+  CHECK(units[1].head_tokens_seen == 600);
+  // And through merge, both kinds of unit.
+  const std::string merged = temp_path("migrate_v4_merged.db");
+  std::remove(merged.c_str());
+  merge_results({path}, merged);
+  const auto back = ResultsDb::open(merged, true)->units();
+  REQUIRE(back.size() == 2);
+  require_same_unit(back[0], units[0]);
+  require_same_unit(back[1], units[1]);
 }
 
 }  // namespace

@@ -226,6 +226,30 @@ TEST_CASE("sweep: every unit once, resumed runs skip, shards partition the units
   size_t whole_rows = 0;
   const auto expected = table_of(whole, &whole_rows);
   CHECK(whole_rows == units * 2);
+  // Every unit recorded its cache as the first turn left it, per layer and KV head (the
+  // report's heat map): the full cache keeps every token seen, the others at most that.
+  {
+    const KvShape shape = tiny_model().kv_shape();
+    size_t full_units = 0;
+    for (const UnitRecord& u : ResultsDb::open(whole, true)->units()) {
+      INFO(u.key);
+      REQUIRE(u.head_tokens.size() == static_cast<size_t>(shape.n_layers));
+      CHECK(u.head_tokens[0].size() == static_cast<size_t>(shape.n_kv_heads));
+      CHECK(u.head_tokens_seen > 0);
+      const bool full = u.method == "full";
+      full_units += full;
+      int64_t kept = 0;
+      for (const auto& layer : u.head_tokens) {
+        for (int64_t k : layer) {
+          CHECK(k <= u.head_tokens_seen);
+          if (full) CHECK(k == u.head_tokens_seen);
+          kept += k;
+        }
+      }
+      if (u.budget == "budget=32") CHECK(kept < u.head_tokens_seen * shape.n_layers * shape.n_kv_heads);
+    }
+    CHECK(full_units == 4);  // 2 tasks x 2 seeds
+  }
   for (const auto& [key, value] : expected) {
     REQUIRE(value.score);  // scored by the task
     if (std::get<0>(key).find("|full") != std::string::npos) {
