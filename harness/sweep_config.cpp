@@ -55,29 +55,41 @@ std::string budget_text(const json& v) {
 }
 
 // The budget part of a resolved eviction spec ("budget=1024" or "ratio=0.25"), "" for full.
+// The component a sweep's budget goes to: the first that takes one ("snapkv" in
+// "snapkv+kivi:bits=2" and in "adakv+snapkv"), or -1.
+int budget_component(const ResolvedSpec& spec) {
+  for (size_t i = 0; i < spec.components.size(); ++i) {
+    for (const ParamInfo& p : spec.components[i].first->params) {
+      if (p.name == "budget") return static_cast<int>(i);
+    }
+  }
+  return -1;
+}
+
 std::string budget_of(const ResolvedSpec& spec) {
-  if (spec.components.empty()) return "";
-  const MethodParams& p = spec.components[0].second;
+  const int i = budget_component(spec);
+  if (i < 0) return "";
+  const MethodParams& p = spec.components[i].second;
   if (p.has("ratio")) return "ratio=" + p.get("ratio");
   if (p.has("budget")) return "budget=" + p.get("budget");
   return "";
 }
 
-bool takes_budget(const ResolvedSpec& spec) {
-  if (spec.components.empty()) return false;
-  for (const ParamInfo& p : spec.components[0].first->params) {
-    if (p.name == "budget") return true;
+// The budget written into component `index` of the spec text ("snapkv+kivi:bits=2" becomes
+// "snapkv:budget=128+kivi:bits=2", "adakv+snapkv" becomes "adakv+snapkv:budget=128").
+std::string with_budget(const std::string& method, const std::string& budget, int index) {
+  std::string out;
+  size_t start = 0;
+  for (int i = 0;; ++i) {
+    const size_t plus = method.find('+', start);
+    std::string component = method.substr(start, plus == std::string::npos ? plus : plus - start);
+    if (i == index) {
+      component += (component.find(':') == std::string::npos ? ":" : ",") + budget;
+    }
+    out += (i > 0 ? "+" : "") + component;
+    if (plus == std::string::npos) return out;
+    start = plus + 1;
   }
-  return false;
-}
-
-// The budget goes to the first component, the one that takes it ("snapkv+kivi:bits=2"
-// becomes "snapkv:budget=128+kivi:bits=2").
-std::string with_budget(const std::string& method, const std::string& budget) {
-  const size_t plus = method.find('+');
-  const std::string first = method.substr(0, plus);
-  const std::string rest = plus == std::string::npos ? "" : method.substr(plus);
-  return first + (first.find(':') == std::string::npos ? ":" : ",") + budget + rest;
 }
 
 SweepTask parse_task(const json& v, const std::string& source, size_t index) {
@@ -297,16 +309,19 @@ std::vector<SweepMethod> sweep_methods(const SweepConfig& config) {
   };
   for (const std::string& method : config.methods) {
     const ResolvedSpec base = resolve_method_spec(method);
-    if (base.is_full() || config.budgets.empty() || !takes_budget(base)) {
+    const int at = budget_component(base);
+    if (base.is_full() || config.budgets.empty() || at < 0) {
       add(base);
       continue;
     }
-    const MethodParams& given = base.components[0].second;
+    const MethodParams& given = base.components[at].second;
     if (given.given("budget") || given.given("ratio")) {
       throw InputError("method '" + method + "' sets its own budget; the sweep's budgets apply to "
                        "methods given without one");
     }
-    for (const std::string& budget : config.budgets) add(resolve_method_spec(with_budget(method, budget)));
+    for (const std::string& budget : config.budgets) {
+      add(resolve_method_spec(with_budget(method, budget, at)));
+    }
   }
   return out;
 }

@@ -179,7 +179,9 @@ void DenseLayerKv::retain(RetainPlan& plan) {
 }
 
 DenseKv DenseLayerKv::view() const {
-  if (ragged()) throw std::logic_error("DenseLayerKv::view: the heads hold different counts");
+  if (ragged()) {
+    return DenseKv{nullptr, nullptr, nullptr, rows_.n_kv_heads, rows_.head_dim, 0, n_tokens()};
+  }
   return rows_.view();
 }
 

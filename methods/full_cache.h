@@ -41,8 +41,10 @@ class DenseLayerKv : public LayerKv {
   void append(const float* k, const float* v, const int32_t* positions, int64_t n_new) override;
   int64_t attend(const AttentionQuery& query, const PageSelection* pages) const override;
   void retain(RetainPlan& plan) override;
-  // Throws std::logic_error once the heads hold different counts: no rectangle shows them
-  // (the policies that plan ragged compress once, and never look again).
+  // Once the heads hold different counts no rectangle shows them: the view is the shape
+  // alone (k, v and positions null, n_tokens the largest head's), as a device store shows a
+  // host policy. A policy that plans ragged and plans again later (DuoAttention's streaming
+  // heads) follows its slots itself, by the placement retain hands back in the plan.
   DenseKv view() const override;
   std::unique_ptr<LayerKv> clone() const override;
   int64_t n_tokens() const override;  // ragged: the largest head's

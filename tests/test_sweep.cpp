@@ -116,11 +116,15 @@ TEST_CASE("sweep config: methods x budgets, full once, canonical JSON", "[unit]"
   CHECK(methods[2].budget == "ratio=0.5");
   CHECK(canonical_config_json(c) == canonical_config_json(parse_sweep_config(kSmall, "other.json")));
   CHECK(canonical_config_json(c).find("\"snapkv:") != std::string::npos);
-  // A composition takes the budget in its first component; one without a budget once.
+  // A composition takes the budget in its first component that takes one (adakv+snapkv's
+  // snapkv); one without a budget once.
   SweepConfig composed = c;
-  composed.methods = {"snapkv+kivi:bits=2", "kivi:bits=4"};
+  composed.methods = {"snapkv+kivi:bits=2", "kivi:bits=4", "adakv:floor=0.5+snapkv"};
   const auto with_kivi = sweep_methods(composed);
-  REQUIRE(with_kivi.size() == 3);
+  REQUIRE(with_kivi.size() == 5);
+  CHECK(with_kivi[3].spec == "adakv:floor=0.5+snapkv:budget=32,window=32,kernel=5,pool=avg");
+  CHECK(with_kivi[3].budget == "budget=32");
+  CHECK(with_kivi[4].budget == "ratio=0.5");
   CHECK(with_kivi[0].spec ==
         "snapkv:budget=32,window=32,kernel=5,pool=avg+kivi:bits=2,residual=128,tail=kivi");
   CHECK(with_kivi[0].budget == "budget=32");
