@@ -189,6 +189,13 @@ std::unique_ptr<LayerKv> DenseLayerKv::clone() const {
   return std::make_unique<DenseLayerKv>(*this);
 }
 
+DenseKv DenseLayerKv::head_view(int32_t head) const {
+  if (ragged()) return heads_[head].view();
+  const int64_t at = static_cast<int64_t>(head) * rows_.capacity;
+  return DenseKv{rows_.k.data() + at * rows_.head_dim, rows_.v.data() + at * rows_.head_dim,
+                 rows_.positions.data() + at, 1, rows_.head_dim, rows_.capacity, rows_.n_tokens};
+}
+
 int64_t DenseLayerKv::attend(const AttentionQuery& query, const PageSelection* pages) const {
   const int64_t token_bytes = 2LL * rows_.head_dim * sizeof(float) + sizeof(int32_t);
   if (ragged()) {

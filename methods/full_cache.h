@@ -54,6 +54,8 @@ class DenseLayerKv : public LayerKv {
 
   int64_t capacity() const { return rows_.capacity; }
   bool ragged() const { return !heads_.empty(); }
+  // KV head `head` alone (n_kv_heads 1), ragged or not: what it holds, for tests and tools.
+  DenseKv head_view(int32_t head) const;
 
  private:
   void split_heads(RetainPlan& plan);  // the first ragged plan: one buffer per KV head

@@ -9,6 +9,8 @@ MethodInfo streamingllm_method();
 MethodInfo h2o_method();
 MethodInfo snapkv_method();
 MethodInfo pyramidkv_method();
+MethodInfo cake_method();
+MethodInfo d2o_method();
 MethodInfo adakv_method();
 MethodInfo chunkkv_method();
 MethodInfo windowkv_method();
@@ -51,6 +53,8 @@ const std::vector<MethodInfo>& method_registry() {
       h2o_method(),
       snapkv_method(),
       pyramidkv_method(),
+      cake_method(),
+      d2o_method(),
       adakv_method(),
       chunkkv_method(),
       windowkv_method(),

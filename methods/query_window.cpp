@@ -46,6 +46,23 @@ std::vector<float> QueryWindow::head_scores(const DenseKv& kv) const {
   return scores;
 }
 
+std::vector<float> QueryWindow::row_scores(const DenseKv& kv) const {
+  if (n_rows_ == 0) return {};
+  const int64_t per_row = static_cast<int64_t>(n_heads_) * kv.n_tokens;
+  const int64_t row = static_cast<int64_t>(n_heads_) * kv.head_dim;
+  std::vector<float> scores(static_cast<size_t>(n_rows_ * per_row), 0.f);
+  for (int64_t i = 0; i < n_rows_; ++i) {
+    AttentionQuery one{};  // one row at a time: its softmax alone, not the rows' sum
+    one.q = q_.data() + i * row;
+    one.q_positions = positions_.data() + i;
+    one.n_queries = 1;
+    one.n_heads = n_heads_;
+    one.scale = scale_;
+    attention_scores_cpu(one, kv, scores.data() + i * per_row);
+  }
+  return scores;
+}
+
 std::vector<float> QueryWindow::kv_head_scores(const DenseKv& kv) const {
   const int64_t n = kv.n_tokens;
   const int32_t n_kv = kv.n_kv_heads;

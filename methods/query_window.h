@@ -24,6 +24,10 @@ class QueryWindow {
   // The same per query head, before the group average (CompressKV picks heads):
   // [n_heads, kv.n_tokens]; empty when no row is held.
   std::vector<float> head_scores(const DenseKv& kv) const;
+  // The same per held row, before the sum over rows (CAKE's entropy and variance across
+  // the window's rows): [n_rows, n_heads, kv.n_tokens], rows in ring order; empty when no
+  // row is held.
+  std::vector<float> row_scores(const DenseKv& kv) const;
   int64_t bytes_resident() const;
 
  private:

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "methods/full_cache.h"
 #include "methods/kv_cache.h"
 
 namespace kvbench::testing {
@@ -12,6 +13,13 @@ namespace kvbench::testing {
 // Original positions held by KV head `head` of `layer`, ascending (retain may reorder
 // slots, so slot order says nothing).
 inline std::vector<int32_t> kept(const KvCache& cache, int32_t layer, int32_t head) {
+  // A dense store shows each head alone, also once its heads hold their own counts.
+  if (const auto* dense = dynamic_cast<const DenseLayerKv*>(&cache.layer(layer))) {
+    const DenseKv kv = dense->head_view(head);
+    std::vector<int32_t> positions(kv.positions, kv.positions + kv.n_tokens);
+    std::sort(positions.begin(), positions.end());
+    return positions;
+  }
   const DenseKv kv = cache.layer(layer).view();
   std::vector<int32_t> positions(kv.positions + head * kv.capacity,
                                  kv.positions + head * kv.capacity + kv.n_tokens);

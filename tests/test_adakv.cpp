@@ -13,6 +13,7 @@
 #include "methods/full_cache.h"
 #include "methods/registry.h"
 #include "tests/cache_feed.h"
+#include "tests/kept_positions.h"
 
 using namespace kvbench;
 
@@ -245,4 +246,23 @@ TEST_CASE("adakv composes only in front of an eviction method that ranks per KV 
   CHECK_THROWS_WITH(resolve_method_spec("adakv+snapkv+kivi"), Catch::Contains("fp32 store"));
   CHECK_THROWS_AS(resolve_method_spec("adakv:floor=1.5+snapkv"), InputError);
   CHECK_THROWS_WITH(resolve_method_spec("adakv+adakv+snapkv"), Catch::Contains("at most one"));
+}
+
+TEST_CASE("a ragged layer shows each head alone, with the positions it kept", "[unit][adakv]") {
+  std::mt19937 rng(9);
+  const KvShape shape{1, kKvHeads, kDim};
+  const testing::Chunk all = testing::random_chunk(10, shape, kHeads, rng);
+  std::vector<int32_t> positions(10);
+  std::iota(positions.begin(), positions.end(), 0);
+  auto store = std::make_unique<DenseLayerKv>(kKvHeads, kDim);
+  store->append(all.k.data(), all.v.data(), positions.data(), 10);
+  RetainPlan plan = ragged_plan({{0, 3, 5, 9}, {1, 2, 3, 4, 6, 7, 8}});
+  store->retain(plan);
+  std::vector<std::unique_ptr<LayerKv>> layers;
+  layers.push_back(std::move(store));
+  const KvCache cache(shape, std::move(layers));
+  CHECK(testing::kept(cache, 0, 0) == std::vector<int32_t>{0, 3, 5, 9});
+  CHECK(testing::kept(cache, 0, 1) == std::vector<int32_t>{1, 2, 3, 4, 6, 7, 8});
+  CHECK(cache.stats().tokens_per_head == std::vector<int64_t>{4, 7});
+  CHECK(cache.stats().tokens_per_layer == std::vector<int64_t>{6});  // 5.5, rounded up
 }

@@ -57,6 +57,8 @@ const std::vector<std::string> kSpecs = {
     "h2o:budget=64",
     "snapkv:budget=64,window=8",
     "pyramidkv:budget=64,window=8",
+    "cake:budget=64,window=8",
+    "d2o:budget=64",
     "adakv+snapkv:budget=64,window=8",
     "adakv:floor=0.5+pyramidkv:budget=64,window=8",
     "tova:budget=64",
