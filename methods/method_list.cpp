@@ -32,6 +32,8 @@ MethodInfo lazy_eviction_method();
 MethodInfo graphkv_method();
 MethodInfo compresskv_method();
 MethodInfo shotkv_method();
+MethodInfo simlayerkv_method();
+MethodInfo lacache_method();
 MethodInfo fp16_method();
 MethodInfo bf16_method();
 MethodInfo fp8_method();
@@ -76,6 +78,8 @@ const std::vector<MethodInfo>& method_registry() {
       graphkv_method(),
       compresskv_method(),
       shotkv_method(),
+      simlayerkv_method(),
+      lacache_method(),
       fp16_method(),
       bf16_method(),
       fp8_method(),

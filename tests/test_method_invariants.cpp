@@ -54,7 +54,7 @@ std::vector<int32_t> context_tokens() {
 // Methods that evict after every forward, so they hold their budget during decode too.
 bool evicts_during_decode(const std::string& name) {
   static const std::set<std::string> names = {"streamingllm", "h2o", "tova", "sage_kv",
-                                              "lazy_eviction", "d2o"};
+                                              "lazy_eviction", "lacache", "d2o"};
   return names.count(name) > 0;
 }
 
@@ -69,6 +69,11 @@ std::string spec_for(const MethodInfo& m, const std::string& budget) {
   for (const ParamInfo& p : m.params) {
     if (p.name == "skip") spec += ",skip=0";
     if (p.name == "window") spec += ",window=8";
+    // SimLayerKV's non-lazy layers keep the whole context by design: threshold 0 makes
+    // every layer lazy (the authors' StreamingLLM setting), so the budget applies to all.
+    if (m.name == "simlayerkv" && p.name == "threshold") spec += ",threshold=0";
+    // LaCache's default span (16) covers all 4 layers here, which leaves no ladder.
+    if (m.name == "lacache" && p.name == "span") spec += ",span=2";
     // A streamed prefill needs a token budget; the dense one is covered by the others.
     if (p.name == "prefill" && budget.rfind("budget=", 0) == 0) spec += ",prefill=stream,chunk=64";
   }

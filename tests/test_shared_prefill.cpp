@@ -59,6 +59,8 @@ const std::vector<std::string> kSpecs = {
     "pyramidkv:budget=64,window=8",
     "cake:budget=64,window=8",
     "d2o:budget=64",
+    "simlayerkv:budget=64,threshold=0.1",
+    "lacache:budget=64,span=2",
     "adakv+snapkv:budget=64,window=8",
     "adakv:floor=0.5+pyramidkv:budget=64,window=8",
     "tova:budget=64",
