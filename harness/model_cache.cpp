@@ -13,6 +13,11 @@ void check_runs_on(const ResolvedSpec& spec, ModelDevice device) {
   // On a GPU the KV lives in device stores (dense or KIVI's); policies and read policies
   // plan on host copies (methods/cuda_host_policies.h). Reuse keeps host memory.
   for (const auto& [info, params] : spec.components) {
+    if (info->kind == MethodKind::Allocation || info->ragged_heads) {
+      throw InputError("method '" + info->name + "' in '" + spec.canonical +
+                       "' does not run on --device cuda yet: its KV heads of their own are "
+                       "held by the CPU's fp32 store only");
+    }
     if (info->kind == MethodKind::Reuse || info->kind == MethodKind::Tiers) {
       throw InputError("method '" + info->name + "' in '" + spec.canonical +
                        "' does not run on --device cuda yet: the full cache, eviction "

@@ -242,11 +242,14 @@ std::vector<int32_t> teacher_force(const LlamaModel& model, KvCache& cache,
   return top1;
 }
 
+// Tokens held per layer and KV head, the mean over both (heads of their own counted exactly).
 double mean_tokens(const CacheStats& stats) {
-  if (stats.tokens_per_layer.empty()) return 0;
+  const std::vector<int64_t>& counts =
+      stats.tokens_per_head.empty() ? stats.tokens_per_layer : stats.tokens_per_head;
+  if (counts.empty()) return 0;
   double total = 0;
-  for (int64_t n : stats.tokens_per_layer) total += static_cast<double>(n);
-  return total / static_cast<double>(stats.tokens_per_layer.size());
+  for (int64_t n : counts) total += static_cast<double>(n);
+  return total / static_cast<double>(counts.size());
 }
 
 void fill_fidelity(TurnRecord& record, const TurnReference& reference) {

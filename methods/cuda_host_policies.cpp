@@ -139,7 +139,7 @@ KvCache make_cuda_cache(const ResolvedSpec& spec, const KvShape& shape) {
   CacheParts parts = make_cache_parts(spec, shape);
   std::vector<std::unique_ptr<LayerKv>> layers = make_cuda_dense_layers(shape);
   for (const auto& [info, params] : spec.components) {
-    if (info->kind == MethodKind::Allocation) {  // the device stores hold equal heads
+    if (info->kind == MethodKind::Allocation || info->ragged_heads) {  // equal heads there
       throw InputError("method '" + info->name + "' does not run on --device cuda yet (its "
                        "heads of their own are held by the CPU's fp32 store only)");
     }

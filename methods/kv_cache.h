@@ -33,6 +33,10 @@ struct KvShape {
   // turns the keys it is handed back by their positions): the frequency of each pair
   // (2i, 2i + 1), as ModelConfig::rope_inv_freq. Empty where no model gave it.
   std::vector<float> rope_inv_freq = {};  // [head_dim / 2]
+  // How much each KV head retrieves from far back in the context, for a method that keeps
+  // whole heads (duo_attention): the attention its query heads pay to a needle in a probe of
+  // the model (harness/head_probe.h), higher more retrieval-like. Empty where no probe ran.
+  std::vector<float> head_retrieval = {};  // [n_layers * n_kv_heads]
 };
 
 // Bytes a cache holds in one storage tier: "ram" (host memory) or "device" (GPU memory).

@@ -34,6 +34,7 @@ MethodInfo compresskv_method();
 MethodInfo shotkv_method();
 MethodInfo simlayerkv_method();
 MethodInfo lacache_method();
+MethodInfo duo_attention_method();
 MethodInfo fp16_method();
 MethodInfo bf16_method();
 MethodInfo fp8_method();
@@ -80,6 +81,7 @@ const std::vector<MethodInfo>& method_registry() {
       shotkv_method(),
       simlayerkv_method(),
       lacache_method(),
+      duo_attention_method(),
       fp16_method(),
       bf16_method(),
       fp8_method(),

@@ -129,6 +129,12 @@ void check_composition(const std::string& text, const std::map<MethodKind, const
     fail_spec(text, "'" + allocation->second->name + "' leaves each KV head its own count, which "
                         "only the fp32 store holds; '" + info.name + "' cannot store it");
   }
+  const auto eviction = seen.find(MethodKind::Eviction);
+  if (eviction != seen.end() && eviction->second->ragged_heads &&
+      info.kind == MethodKind::Storage) {
+    fail_spec(text, "'" + eviction->second->name + "' leaves each KV head its own count, which "
+                        "only the fp32 store holds; '" + info.name + "' cannot store it");
+  }
   const bool evicts = info.kind == MethodKind::Eviction || seen.count(MethodKind::Eviction);
   const bool retrieves = info.kind == MethodKind::Retrieval || seen.count(MethodKind::Retrieval);
   if (evicts && retrieves) {

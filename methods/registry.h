@@ -118,6 +118,12 @@ struct MethodInfo {
   // A storage method that keeps what an eviction method in front plans to drop (MiKV): it
   // means nothing without one, so a spec must give one.
   bool needs_eviction = false;
+  // An eviction method whose plans give each KV head its own count (RetainPlan::head_keep,
+  // duo_attention): only the fp32 store holds them, so no storage method follows it.
+  bool ragged_heads = false;
+  // A method that ranks whole KV heads by KvShape::head_retrieval: the driver probes the
+  // model for it (harness/head_probe.h) before building such a cache.
+  bool needs_head_retrieval = false;
   // Extra cross-parameter checks (e.g. budget xor ratio); throws InputError. May be empty.
   std::function<void(const MethodParams&)> check;
   // Builds one sequence's policy (Eviction), stores (Storage) or read policy (Retrieval). A

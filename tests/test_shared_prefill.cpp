@@ -29,6 +29,10 @@ const LlamaModel& tiny_model() {
     testing::write_tiny_llama_gguf(path, spec);
     auto m = LlamaModel::load(path);
     m->prefill_chunk = 64;  // a context of several forwards: stores grow chunk by chunk
+    // duo_attention's head map, fixed and synthetic (no probe runs on this random model).
+    std::vector<float> heads(static_cast<size_t>(spec.n_layer) * spec.n_head_kv);
+    for (size_t i = 0; i < heads.size(); ++i) heads[i] = static_cast<float>(i * 37 % 11);
+    m->set_head_retrieval(heads);
     return m;
   }();
   return *model;
@@ -61,6 +65,7 @@ const std::vector<std::string> kSpecs = {
     "d2o:budget=64",
     "simlayerkv:budget=64,threshold=0.1",
     "lacache:budget=64,span=2",
+    "duo_attention:budget=64,sink=4,recent=16",
     "adakv+snapkv:budget=64,window=8",
     "adakv:floor=0.5+pyramidkv:budget=64,window=8",
     "tova:budget=64",

@@ -13,6 +13,7 @@
 #include "harness/model/llama_model.h"
 #include "harness/model/tokenizer.h"
 #include "harness/model_cache.h"
+#include "harness/head_probe.h"
 #include "methods/registry.h"
 
 namespace kvbench {
@@ -33,6 +34,7 @@ void run_generate(const ModelOptions& model_options, const GenerateArgs& args) {
   apply_thread_option(model_options);
   auto model = LlamaModel::load(resolve_model_path(model_options), model_device(model_options),
                                 model_dtype(model_options));
+  prepare_head_retrieval(*model, resolve_model_path(model_options), {method});
   const std::string jinja = model->file().get_string("tokenizer.chat_template", "");
   const ChatFormat format = detect_chat_format(jinja);
   std::string text = args.prompt;

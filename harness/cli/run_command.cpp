@@ -21,6 +21,7 @@
 #include "harness/model/model_config.h"
 #include "harness/model_cache.h"
 #include "harness/sweep.h"
+#include "harness/head_probe.h"
 #include "methods/registry.h"
 #include "tasks/task_catalog.h"
 
@@ -84,10 +85,11 @@ void run_run_command(const ModelOptions& model_options, const RunArgs& args,
   evaluation.session.max_new_tokens = args.max_new;
   evaluation.fidelity = !args.no_fidelity;
   std::vector<std::string> methods;
+  std::vector<ResolvedSpec> specs;
   for (const std::string& m : args.methods) {
-    const ResolvedSpec spec = resolve_method_spec(m);
-    check_runs_on(spec, model_device(model_options));
-    methods.push_back(spec.canonical);
+    specs.push_back(resolve_method_spec(m));
+    check_runs_on(specs.back(), model_device(model_options));
+    methods.push_back(specs.back().canonical);
   }
   const auto knobs = parse_knobs(args.knobs);
 
@@ -124,6 +126,7 @@ void run_run_command(const ModelOptions& model_options, const RunArgs& args,
 
   auto model = LlamaModel::load(resolve_model_path(model_options), model_device(model_options),
                                 model_dtype(model_options));
+  prepare_head_retrieval(*model, resolve_model_path(model_options), specs);
   const int64_t window = model->config().context_length;
   GeneratorOptions defaults;
   for (const std::string& task : generated) {

@@ -17,6 +17,7 @@
 #include "harness/model/llama_model.h"
 #include "harness/model_cache.h"
 #include "harness/session.h"
+#include "harness/head_probe.h"
 #include "methods/registry.h"
 
 namespace kvbench {
@@ -58,6 +59,7 @@ void run_session_command(const ModelOptions& model_options, const SessionArgs& a
   }
   auto model = LlamaModel::load(resolve_model_path(model_options), model_device(model_options),
                                 model_dtype(model_options));
+  prepare_head_retrieval(*model, resolve_model_path(model_options), specs);
   EvaluationOptions evaluation;
   evaluation.session = options;
   evaluation.fidelity = !args.no_fidelity;

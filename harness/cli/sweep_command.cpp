@@ -12,6 +12,7 @@
 #include "harness/cli/commands.h"
 #include "harness/calibration.h"
 #include "common/input_error.h"
+#include "harness/head_probe.h"
 #include "harness/model/known_models.h"
 #include "harness/model/llama_model.h"
 #include "harness/model_cache.h"
@@ -150,6 +151,9 @@ void run_sweep_into(const ModelOptions& model_options, SweepConfig config, const
   }
   auto model = LlamaModel::load(model_path, model_device(options),
                                 model_dtype(options));
+  std::vector<ResolvedSpec> specs;
+  for (const std::string& method : config.methods) specs.push_back(resolve_method_spec(method));
+  prepare_head_retrieval(*model, model_path, specs);  // duo_attention's probe
   run.kvbench_version = KVBENCH_VERSION;
   run.git_sha = trimmed_output("git -C '" KVBENCH_SOURCE_DIR
                                "' describe --always --dirty --abbrev=12 2>/dev/null");

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <string>
 
 #include "harness/model/dequant.h"
@@ -215,6 +216,7 @@ struct LlamaModel::Impl {
   std::vector<Layer> layers;
   std::vector<float> output_norm;
   Linear lm_head;
+  std::vector<float> head_retrieval;  // KvShape::head_retrieval, once a probe gave it
 
   void embed(const int32_t* tokens, int64_t n, float* x) const {
     const int64_t row_bytes = ggml_row_bytes(token_embd->type, config.n_embd);
@@ -490,7 +492,17 @@ const GgufFile& LlamaModel::file() const { return *impl_->file; }
 
 KvShape LlamaModel::kv_shape() const {
   const ModelConfig& c = impl_->config;
-  return KvShape{c.n_layers, c.n_kv_heads, c.head_dim, c.rope_inv_freq};
+  return KvShape{c.n_layers, c.n_kv_heads, c.head_dim, c.rope_inv_freq, impl_->head_retrieval};
+}
+
+void LlamaModel::set_head_retrieval(std::vector<float> scores) {
+  const ModelConfig& c = impl_->config;
+  if (scores.size() != static_cast<size_t>(c.n_layers) * c.n_kv_heads) {
+    throw std::invalid_argument("set_head_retrieval: " + std::to_string(scores.size()) +
+                                " scores for " + std::to_string(c.n_layers) + " layers of " +
+                                std::to_string(c.n_kv_heads) + " KV heads");
+  }
+  impl_->head_retrieval = std::move(scores);
 }
 
 ModelDevice LlamaModel::device() const { return impl_->device; }

@@ -36,7 +36,10 @@ class LlamaModel {
   const ModelConfig& config() const;
   const Tokenizer& tokenizer() const;
   const GgufFile& file() const;
+  // The cache shape; it carries the KV heads' retrieval scores once they are set (a probe of
+  // this model, harness/head_probe.h), which methods that keep whole heads need.
   KvShape kv_shape() const;
+  void set_head_retrieval(std::vector<float> scores);  // [n_layers * n_kv_heads]
   ModelDevice device() const;
   ModelDtype dtype() const;
   // Bytes the weights take in device memory (about half in bf16); 0 on the CPU.

@@ -1,0 +1,203 @@
+#include "harness/head_probe.h"
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include <unistd.h>
+
+#include "common/input_error.h"
+#include "common/sha256.h"
+#include "harness/model/tokenizer.h"
+#include "kernels/cpu/scores.h"
+#include "methods/full_cache.h"
+#include "methods/registry.h"
+
+namespace kvbench {
+namespace {
+
+using nlohmann::json;
+
+// Changes whenever the probe's texts or scoring change, so older cache files are not read.
+constexpr const char* kProbeVersion = "needle-v1";
+
+constexpr int kProbes = 4;
+constexpr int kFillerSentences = 36;  // about 450 tokens of context with the needle
+
+const char* const kFiller[] = {
+    "The grass is green.", "The sky is blue.", "The sun is yellow.", "Here we go.",
+    "There and back again.", "The river runs past the old mill.",
+    "A quiet wind moves over the hills.", "The market opens early on Mondays.",
+    "Children walk to school along the lane.", "The baker lights the oven before dawn.",
+};
+
+// Observes the forwards of one probe: while `recording`, adds per (layer, query head) the
+// attention mass the queries put on the needle's positions [begin, end).
+class NeedleAttention : public TokenPolicy {
+ public:
+  NeedleAttention(int32_t n_layers, int32_t begin, int32_t end)
+      : begin_(begin), end_(end), mass_(static_cast<size_t>(n_layers)) {}
+
+  std::unique_ptr<TokenPolicy> clone() const override {
+    return std::make_unique<NeedleAttention>(*this);
+  }
+  void observe(int32_t layer, const AttentionQuery& query, const DenseKv& kv) override {
+    if (!recording) return;
+    std::vector<float> scores(static_cast<size_t>(query.n_heads) * kv.n_tokens, 0.f);
+    attention_scores_cpu(query, kv, scores.data());
+    std::vector<double>& mass = mass_[layer];
+    mass.assign(static_cast<size_t>(query.n_heads), 0.0);
+    const int32_t group = query.n_heads / kv.n_kv_heads;
+    for (int32_t h = 0; h < query.n_heads; ++h) {
+      const int32_t* positions = kv.positions + (h / group) * kv.capacity;
+      for (int64_t t = 0; t < kv.n_tokens; ++t) {
+        if (positions[t] >= begin_ && positions[t] < end_) mass[h] += scores[h * kv.n_tokens + t];
+      }
+      mass[h] /= query.n_queries;
+    }
+  }
+  bool plan(int32_t, const DenseKv&, CachePhase, RetainPlan&) override { return false; }
+
+  bool recording = false;
+  const std::vector<double>& mass(int32_t layer) const { return mass_[layer]; }
+
+ private:
+  int32_t begin_, end_;
+  std::vector<std::vector<double>> mass_;  // [layer][query head]
+};
+
+std::vector<int32_t> tokens_of(const Tokenizer& tokenizer, const std::string& text, bool first) {
+  std::vector<int32_t> tokens = tokenizer.encode(text, false);
+  if (!first && !tokens.empty() && tokens.front() == tokenizer.bos_id()) {
+    tokens.erase(tokens.begin());
+  }
+  return tokens;
+}
+
+std::string filler(std::mt19937& rng, int n) {
+  std::uniform_int_distribution<size_t> pick(0, std::size(kFiller) - 1);
+  std::string text;
+  for (int i = 0; i < n; ++i) text += std::string(kFiller[pick(rng)]) + " ";
+  return text;
+}
+
+std::filesystem::path cache_dir() {
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) {
+    return std::filesystem::path(xdg) / "kvbench" / "heads";
+  }
+  const char* home = std::getenv("HOME");
+  return std::filesystem::path(home && *home ? home : ".") / ".cache" / "kvbench" / "heads";
+}
+
+}  // namespace
+
+std::vector<float> probe_retrieval_heads(const LlamaModel& model) {
+  if (model.device() != ModelDevice::Cpu) {
+    throw InputError("the retrieval-head probe runs on the CPU only");
+  }
+  const KvShape shape = model.kv_shape();
+  const Tokenizer& tokenizer = model.tokenizer();
+  std::mt19937 rng(21);
+  std::uniform_int_distribution<int> digits(10000, 99999);
+  std::vector<double> total(static_cast<size_t>(shape.n_layers) * shape.n_kv_heads, 0.0);
+  for (int p = 0; p < kProbes; ++p) {
+    const std::string key = std::to_string(digits(rng));
+    const int before = kFillerSentences * (p + 1) / (kProbes + 1);  // depth 20%, 40%, ...
+    std::vector<int32_t> tokens = tokens_of(tokenizer, filler(rng, before), true);
+    const auto needle_begin = static_cast<int32_t>(tokens.size());
+    for (int32_t t : tokens_of(tokenizer, "The pass key is " + key + ". Remember it. ", false)) {
+      tokens.push_back(t);
+    }
+    const auto needle_end = static_cast<int32_t>(tokens.size());
+    for (int32_t t : tokens_of(tokenizer, filler(rng, kFillerSentences - before), false)) {
+      tokens.push_back(t);
+    }
+    for (int32_t t : tokens_of(tokenizer, "\nWhat is the pass key? The pass key is", false)) {
+      tokens.push_back(t);
+    }
+    // The rows that read the answer out: the question's last token and the answer's.
+    std::vector<int32_t> answer = {tokens.back()};
+    tokens.pop_back();
+    for (int32_t t : tokens_of(tokenizer, " " + key, false)) answer.push_back(t);
+
+    auto observer = std::make_unique<NeedleAttention>(shape.n_layers, needle_begin, needle_end);
+    NeedleAttention& needle = *observer;
+    KvCache cache(shape, make_dense_layers(shape), std::move(observer));
+    cache.reserve(static_cast<int64_t>(tokens.size() + answer.size()));
+    model.forward(tokens, cache);
+    needle.recording = true;
+    model.forward(answer, cache);
+    for (int32_t l = 0; l < shape.n_layers; ++l) {
+      const std::vector<double>& mass = needle.mass(l);
+      const int32_t group = static_cast<int32_t>(mass.size()) / shape.n_kv_heads;
+      for (size_t h = 0; h < mass.size(); ++h) {
+        total[l * shape.n_kv_heads + h / group] += mass[h] / group / kProbes;
+      }
+    }
+  }
+  return std::vector<float>(total.begin(), total.end());
+}
+
+std::vector<float> cached_retrieval_heads(const LlamaModel& model, const std::string& model_path) {
+  const KvShape shape = model.kv_shape();
+  const size_t heads = static_cast<size_t>(shape.n_layers) * shape.n_kv_heads;
+  const std::string sha = sha256_file(model_path);
+  const std::filesystem::path path = cache_dir() / (sha + ".json");
+  if (std::ifstream in(path); in) {
+    try {
+      const json root = json::parse(in);
+      if (root.at("probe").get<std::string>() == kProbeVersion &&
+          root.at("model_sha256").get<std::string>() == sha) {
+        std::vector<float> scores = root.at("scores").get<std::vector<float>>();
+        if (scores.size() == heads) return scores;
+      }
+    } catch (const json::exception&) {
+      // a torn or older file: probe again and overwrite it
+    }
+  }
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<float> scores = probe_retrieval_heads(model);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::fprintf(stderr, "head probe: %zu KV heads scored in %.1f s", heads, seconds);
+  const json root = {{"probe", kProbeVersion},
+                     {"model_sha256", sha},
+                     {"n_layers", shape.n_layers},
+                     {"n_kv_heads", shape.n_kv_heads},
+                     {"scores", scores}};
+  std::error_code error;
+  std::filesystem::create_directories(path.parent_path(), error);
+  const std::filesystem::path tmp = path.string() + ".tmp" + std::to_string(::getpid());
+  bool saved = false;
+  if (std::ofstream out(tmp); out << root.dump() << "\n" && out.flush()) {
+    out.close();
+    saved = std::rename(tmp.c_str(), path.c_str()) == 0;
+  }
+  if (saved) {
+    std::fprintf(stderr, ", cached in %s\n", path.c_str());
+  } else {
+    std::filesystem::remove(tmp, error);
+    std::fprintf(stderr, "; could not cache them in %s\n", path.c_str());
+  }
+  return scores;
+}
+
+void prepare_head_retrieval(LlamaModel& model, const std::string& model_path,
+                            const std::vector<ResolvedSpec>& specs) {
+  if (!model.kv_shape().head_retrieval.empty()) return;
+  for (const ResolvedSpec& spec : specs) {
+    for (const auto& component : spec.components) {
+      if (component.first->needs_head_retrieval) {
+        model.set_head_retrieval(cached_retrieval_heads(model, model_path));
+        return;
+      }
+    }
+  }
+}
+
+}  // namespace kvbench

@@ -1,0 +1,32 @@
+// Which KV heads retrieve from far back in the context, found training-free with a needle
+// probe of the model: what duo_attention ranks its heads by (KvShape::head_retrieval), in
+// place of the gates the DuoAttention authors learn.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "harness/model/llama_model.h"
+
+namespace kvbench {
+
+struct ResolvedSpec;
+
+// [n_layers * n_kv_heads] scores, higher more retrieval-like. Four generated contexts of
+// about 450 tokens (filler sentences with a pass key at depths 20%, 40%, 60%, 80%; fixed
+// seed), each followed by the question and the teacher-forced answer: a KV head scores the
+// attention mass its query heads (their mean) put on the pass-key sentence from the rows
+// that read out the answer, averaged over the rows and the probes. Deterministic; CPU only.
+std::vector<float> probe_retrieval_heads(const LlamaModel& model);
+
+// The probe's scores for the model file at `model_path`, from the cache file
+// $XDG_CACHE_HOME/kvbench/heads/<sha256 of the file>.json (~/.cache when unset), else probed
+// and saved there (atomically; a cache that cannot be written is only a warning).
+std::vector<float> cached_retrieval_heads(const LlamaModel& model, const std::string& model_path);
+
+// Gives `model` its heads' scores when a spec needs them (MethodInfo::needs_head_retrieval)
+// and it has none yet, so every cache built from model.kv_shape() carries them.
+void prepare_head_retrieval(LlamaModel& model, const std::string& model_path,
+                            const std::vector<ResolvedSpec>& specs);
+
+}  // namespace kvbench
