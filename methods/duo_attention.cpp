@@ -91,6 +91,9 @@ bool DuoAttentionPolicy::plan(int32_t layer, const DenseKv& kv, CachePhase phase
                               RetainPlan& plan) {
   if (phase == CachePhase::ContextChunk) return false;
   if (!split_) split(kv.n_tokens);  // the first plan is at the end of the shared context
+  bool streams = false;
+  for (int32_t h = 0; h < n_kv_heads_; ++h) streams = streams || streaming(layer, h);
+  if (!streams) return false;  // a layer of retrieval heads keeps everything
   std::vector<std::vector<int32_t>> positions;
   if (ragged_[layer]) {
     positions = held_[layer];
