@@ -2,10 +2,10 @@
 // per (method, task, mode, budget). A regression is an accuracy whose 95% interval lies
 // wholly below the baseline's (less a tolerance), top-1 agreement lower, KV memory higher,
 // or decode speed / TTFT worse than the baseline by more than a tolerance, or a baseline
-// row the db does not have. Speed is compared relative to the full cache's row of the same
-// task and mode where the db and the baseline both have one (a machine twice as fast halves
-// every TTFT, so the gate asks whether a method got slower next to the full cache); the full
-// row itself, and rows without one, are compared as measured.
+// row the db does not have. Speed is compared after scaling the baseline by how fast this
+// db's machine ran, the median over a task and mode's rows of db / baseline (a machine twice
+// as fast halves every TTFT, so the gate asks whether a method got slower beside the others;
+// with fewer than three rows, as measured).
 #pragma once
 
 #include <optional>
