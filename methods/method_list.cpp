@@ -11,6 +11,7 @@ MethodInfo snapkv_method();
 MethodInfo pyramidkv_method();
 MethodInfo cake_method();
 MethodInfo d2o_method();
+MethodInfo uncomp_method();
 MethodInfo adakv_method();
 MethodInfo chunkkv_method();
 MethodInfo windowkv_method();
@@ -58,6 +59,7 @@ const std::vector<MethodInfo>& method_registry() {
       pyramidkv_method(),
       cake_method(),
       d2o_method(),
+      uncomp_method(),
       adakv_method(),
       chunkkv_method(),
       windowkv_method(),

@@ -208,6 +208,12 @@ TEST_CASE("invariant: never above the budget once compressed", "[unit]") {
           int64_t total = 0;
           for (int64_t k : kept) total += k;
           CHECK(total <= kLayers * limit);
+        } else if (m->name == "uncomp") {
+          // Layers and KV heads by entropy around the budget: the mean over all heads is
+          // held (each layer's count is its heads' mean rounded up).
+          int64_t total = 0;
+          for (int64_t k : got.stats[step].tokens_per_head) total += k;
+          CHECK(total <= static_cast<int64_t>(got.stats[step].tokens_per_head.size()) * limit);
         } else if (m->name == "duo_attention") {
           // Whole heads ranked over all layers: the mean over all heads is held, not each
           // layer's (retrieval heads also grow by a token per step, streaming heads do not).

@@ -63,6 +63,7 @@ const std::vector<std::string> kSpecs = {
     "pyramidkv:budget=64,window=8",
     "cake:budget=64,window=8",
     "d2o:budget=64",
+    "uncomp:budget=64,window=8",
     "simlayerkv:budget=64,threshold=0.1",
     "lacache:budget=64,span=2",
     "duo_attention:budget=64,sink=4,recent=16",
