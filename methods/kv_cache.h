@@ -37,6 +37,13 @@ struct KvShape {
   // whole heads (duo_attention): the attention its query heads pay to a needle in a probe of
   // the model (harness/head_probe.h), higher more retrieval-like. Empty where no probe ran.
   std::vector<float> head_retrieval = {};  // [n_layers * n_kv_heads]
+  int32_t n_heads = 0;  // query heads, n_kv_heads times the GQA group; 0 where no model gave it
+  // The model's output projection seen from each query head h: G_h = W_o_h^T W_o_h, where
+  // W_o_h is the head_dim columns of W_o that h's output goes through, so a value v of h's
+  // KV head moves the layer's output by ||W_o_h v|| = sqrt(v^T G_h v) (CriticalKV weighs
+  // tokens by it). [n_layers, n_heads, head_dim, head_dim]; shared, as every cache copies its
+  // shape. Null where no model gave it.
+  std::shared_ptr<const std::vector<float>> value_out_gram = nullptr;
 };
 
 // Bytes a cache holds in one storage tier: "ram" (host memory) or "device" (GPU memory).

@@ -13,6 +13,7 @@ MethodInfo cake_method();
 MethodInfo d2o_method();
 MethodInfo uncomp_method();
 MethodInfo adakv_method();
+MethodInfo criticalkv_method();
 MethodInfo chunkkv_method();
 MethodInfo windowkv_method();
 MethodInfo tova_method();
@@ -61,6 +62,7 @@ const std::vector<MethodInfo>& method_registry() {
       d2o_method(),
       uncomp_method(),
       adakv_method(),
+      criticalkv_method(),
       chunkkv_method(),
       windowkv_method(),
       tova_method(),

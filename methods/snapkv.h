@@ -47,6 +47,15 @@ class SnapKvPolicy : public TokenPolicy {
   int64_t bytes_resident(int32_t layer) const override;
   bool done(int32_t layer) const override { return windows_.closed(layer); }
 
+ protected:
+  // Turns SnapKV's ranking of a layer's n_tokens slots ([n_kv_heads, n_tokens], snapkv_ranking:
+  // the last `window` at FLT_MAX) into the one KV head h keeps its top prefix_keep[h] prefix
+  // tokens and the window by. SnapKV keeps it as is; CriticalKV (methods/criticalkv.cpp)
+  // reweights it by the values.
+  virtual void rerank(int32_t /*layer*/, const DenseKv& /*kv*/, int64_t /*window*/,
+                      const std::vector<int64_t>& /*prefix_keep*/,
+                      std::vector<float>& /*ranked*/) const {}
+
  private:
   SnapKvConfig config_;
   PrefixKeep prefix_keep_;

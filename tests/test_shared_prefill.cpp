@@ -69,6 +69,8 @@ const std::vector<std::string> kSpecs = {
     "duo_attention:budget=64,sink=4,recent=16",
     "adakv+snapkv:budget=64,window=8",
     "adakv:floor=0.5+pyramidkv:budget=64,window=8",
+    "criticalkv:budget=64,window=8",
+    "adakv+criticalkv:budget=64,window=8",
     "tova:budget=64",
     "knorm:budget=64",
     "keydiff:budget=64",
