@@ -9,11 +9,11 @@ MethodInfo streamingllm_method();
 MethodInfo h2o_method();
 MethodInfo snapkv_method();
 MethodInfo pyramidkv_method();
+MethodInfo adakv_method();
+MethodInfo criticalkv_method();
 MethodInfo cake_method();
 MethodInfo d2o_method();
 MethodInfo uncomp_method();
-MethodInfo adakv_method();
-MethodInfo criticalkv_method();
 MethodInfo chunkkv_method();
 MethodInfo windowkv_method();
 MethodInfo tova_method();
@@ -58,11 +58,11 @@ const std::vector<MethodInfo>& method_registry() {
       h2o_method(),
       snapkv_method(),
       pyramidkv_method(),
+      adakv_method(),
+      criticalkv_method(),
       cake_method(),
       d2o_method(),
       uncomp_method(),
-      adakv_method(),
-      criticalkv_method(),
       chunkkv_method(),
       windowkv_method(),
       tova_method(),
