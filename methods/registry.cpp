@@ -125,15 +125,16 @@ void check_composition(const std::string& text, const std::map<MethodKind, const
     fail_spec(text, "'" + info.name + "' comes before the eviction method whose budget it splits "
                         "(" + info.name + "+snapkv:ratio=0.25)");
   }
-  if (allocation != seen.end() && info.kind == MethodKind::Storage) {
-    fail_spec(text, "'" + allocation->second->name + "' leaves each KV head its own count, which "
-                        "only the fp32 store holds; '" + info.name + "' cannot store it");
-  }
+  // Heads of their own (an allocation method, or an eviction method that makes them) are
+  // held by the fp32 store only.
   const auto eviction = seen.find(MethodKind::Eviction);
-  if (eviction != seen.end() && eviction->second->ragged_heads &&
-      info.kind == MethodKind::Storage) {
-    fail_spec(text, "'" + eviction->second->name + "' leaves each KV head its own count, which "
-                        "only the fp32 store holds; '" + info.name + "' cannot store it");
+  const MethodInfo* ragged = allocation != seen.end() ? allocation->second
+                             : eviction != seen.end() && eviction->second->ragged_heads
+                                 ? eviction->second
+                                 : nullptr;
+  if (ragged && info.kind == MethodKind::Storage) {
+    fail_spec(text, "'" + ragged->name + "' leaves each KV head its own count, which only the "
+                        "fp32 store holds; '" + info.name + "' cannot store it");
   }
   const bool evicts = info.kind == MethodKind::Eviction || seen.count(MethodKind::Eviction);
   const bool retrieves = info.kind == MethodKind::Retrieval || seen.count(MethodKind::Retrieval);
