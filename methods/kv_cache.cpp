@@ -181,13 +181,10 @@ CacheStats KvCache::stats() const {
   CacheStats stats;
   for (int32_t l = 0; l < shape_.n_layers; ++l) {
     const int64_t bytes = layer_bytes(l);
-    int64_t sum = 0;
     for (int32_t h = 0; h < shape_.n_kv_heads; ++h) {
       stats.tokens_per_head.push_back(layers_[l]->head_tokens(h));
-      sum += stats.tokens_per_head.back();
     }
-    const int64_t heads = std::max<int64_t>(1, shape_.n_kv_heads);
-    stats.tokens_per_layer.push_back((sum + heads - 1) / heads);
+    stats.tokens_per_layer.push_back(held_per_head(*layers_[l], shape_.n_kv_heads));
     stats.bytes_per_layer.push_back(bytes);
     stats.bytes_resident += bytes;
   }
