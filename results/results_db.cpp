@@ -310,6 +310,14 @@ ALTER TABLE units ADD COLUMN prefilled_tokens INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE units ADD COLUMN head_tokens TEXT NOT NULL DEFAULT '';
 ALTER TABLE units ADD COLUMN head_tokens_seen INTEGER NOT NULL DEFAULT 0;
 )sql",
+    // v6: sparse prefill's attention FLOPs, retrieval recall, query setting, turn gaps
+    R"sql(
+ALTER TABLE units ADD COLUMN query_setting TEXT NOT NULL DEFAULT '';
+ALTER TABLE units ADD COLUMN turn_gap_s REAL NOT NULL DEFAULT 0;
+ALTER TABLE results ADD COLUMN attn_flops REAL NOT NULL DEFAULT 0;
+ALTER TABLE results ADD COLUMN attn_flops_dense REAL NOT NULL DEFAULT 0;
+ALTER TABLE results ADD COLUMN retrieval_recall REAL;
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kResultsSchemaVersion,
               "one migration per schema version");
@@ -569,7 +577,10 @@ std::optional<std::vector<std::vector<int64_t>>> decode_head_tokens(const std::s
 void insert_unit(sqlite3* db, const std::string& path, const Stmt::OnError& on_error,
                  int64_t run_id, const UnitRecord& unit, const std::string& finished_at) {
   check_real(path, unit, 0, "context_prefill_ms", unit.context_prefill_ms);
+  check_real(path, unit, 0, "turn_gap_s", unit.turn_gap_s);
   for (const TurnRow& t : unit.turns) {
+    check_real(path, unit, t.turn, "attn_flops", t.attn_flops);
+    check_real(path, unit, t.turn, "attn_flops_dense", t.attn_flops_dense);
     check_real(path, unit, t.turn, "ttft_ms", t.ttft_ms);
     check_real(path, unit, t.turn, "tpot_ms", t.tpot_ms);
     check_real(path, unit, t.turn, "prefill_tokens_per_s", t.prefill_tokens_per_s);
@@ -589,8 +600,9 @@ void insert_unit(sqlite3* db, const std::string& path, const Stmt::OnError& on_e
   Stmt u(db,
          "INSERT INTO units (run_id, unit_key, task, sample_id, method, budget, mode, seed, "
          "context_tokens, context_prefill_ms, finished_at, prefill, shared_prefill, "
-         "prefilled_tokens, head_tokens, head_tokens_seen) "
-         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+         "prefilled_tokens, head_tokens, head_tokens_seen, query_setting, turn_gap_s) "
+         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, "
+         "?18)",
          on_error);
   u.bind(1, run_id)
       .bind(2, unit.key)
@@ -607,7 +619,9 @@ void insert_unit(sqlite3* db, const std::string& path, const Stmt::OnError& on_e
       .bind(13, static_cast<int64_t>(unit.shared_prefill))
       .bind(14, unit.prefilled_tokens)
       .bind(15, head_tokens)
-      .bind(16, unit.head_tokens_seen);
+      .bind(16, unit.head_tokens_seen)
+      .bind(17, unit.query_setting)
+      .bind(18, unit.turn_gap_s);
   u.run();
   const int64_t unit_id = sqlite3_last_insert_rowid(db);
 
@@ -617,10 +631,11 @@ void insert_unit(sqlite3* db, const std::string& path, const Stmt::OnError& on_e
          "appended_tokens, ttft_ms, tpot_ms, prefill_tokens_per_s, decode_tokens_per_s, "
          "kv_bytes, kv_bytes_peak, tokens_kept, tokens_seen, tokens_evicted, hits, misses, "
          "bytes_moved, first_token_kl, top1_agreement, score, kv_read_per_step, tokens_reused, "
-         "reuse_bytes_loaded, reuse_load_ms, reuse_tiers, reuse_faults) "
+         "reuse_bytes_loaded, reuse_load_ms, reuse_tiers, reuse_faults, attn_flops, "
+         "attn_flops_dense, retrieval_recall) "
          "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, "
          "?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, "
-         "?35, ?36, ?37)",
+         "?35, ?36, ?37, ?38, ?39, ?40)",
          on_error);
   for (const TurnRow& t : unit.turns) {
     r.reset();
@@ -660,7 +675,10 @@ void insert_unit(sqlite3* db, const std::string& path, const Stmt::OnError& on_e
         .bind(34, t.reuse_bytes_loaded)
         .bind(35, t.reuse_load_ms)
         .bind(36, t.reuse_tiers)
-        .bind(37, t.reuse_faults);
+        .bind(37, t.reuse_faults)
+        .bind(38, t.attn_flops)
+        .bind(39, t.attn_flops_dense)
+        .bind(40, t.retrieval_recall);
     r.run();
   }
 }
@@ -678,7 +696,8 @@ std::vector<StoredUnit> read_units(sqlite3* db, const std::string& path,
     Stmt s(db,
            "SELECT id, run_id, unit_key, task, sample_id, method, budget, mode, seed, "
            "context_tokens, context_prefill_ms, finished_at, prefill, shared_prefill, "
-           "prefilled_tokens, head_tokens, head_tokens_seen FROM units ORDER BY id",
+           "prefilled_tokens, head_tokens, head_tokens_seen, query_setting, turn_gap_s FROM units "
+           "ORDER BY id",
            on_error);
     while (s.step()) {
       StoredUnit su;
@@ -705,6 +724,8 @@ std::vector<StoredUnit> read_units(sqlite3* db, const std::string& path,
       }
       u.head_tokens = std::move(*head_tokens);
       u.head_tokens_seen = s.int64(16);
+      u.query_setting = s.text(17);
+      u.turn_gap_s = s.real(18);
       index_of[s.int64(0)] = units.size();
       units.push_back(std::move(su));
     }
@@ -715,7 +736,8 @@ std::vector<StoredUnit> read_units(sqlite3* db, const std::string& path,
          "decode_tokens_per_s, kv_bytes, kv_bytes_peak, tokens_kept, tokens_seen, "
          "tokens_evicted, hits, misses, bytes_moved, first_token_kl, top1_agreement, score, "
          "kv_read_per_step, tokens_reused, reuse_bytes_loaded, reuse_load_ms, reuse_tiers, "
-         "reuse_faults FROM results ORDER BY unit_id, turn",
+         "reuse_faults, attn_flops, attn_flops_dense, retrieval_recall FROM results "
+         "ORDER BY unit_id, turn",
          on_error);
   while (s.step()) {
     const auto it = index_of.find(s.int64(0));
@@ -750,6 +772,9 @@ std::vector<StoredUnit> read_units(sqlite3* db, const std::string& path,
     t.reuse_load_ms = s.real(27);
     t.reuse_tiers = s.text(28);
     t.reuse_faults = s.text(29);
+    t.attn_flops = s.real(30);
+    t.attn_flops_dense = s.real(31);
+    t.retrieval_recall = s.opt_real(32);
     units[it->second].unit.turns.push_back(std::move(t));
   }
   return units;

@@ -19,7 +19,7 @@ struct sqlite3;
 
 namespace kvbench {
 
-constexpr int kResultsSchemaVersion = 5;
+constexpr int kResultsSchemaVersion = 6;
 
 struct RunRecord {
   int64_t id = 0;  // assigned by begin_run
@@ -64,6 +64,14 @@ struct TurnRow {
   // "name:hits/misses/KiB in/KiB out/faults/KiB resident/load ms".
   std::string reuse_tiers;
   std::string reuse_faults;  // what went wrong this turn (Redis gone, a corrupt block), "" if nothing
+  // Attention FLOPs of the prefill counted in ttft_ms (QK^T and PV: 4 * head_dim per query
+  // head and (query, key) pair read), and what a dense causal prefill of the same rows
+  // computes: a sparse prefill does less. 0 where not counted (before schema v6).
+  double attn_flops = 0;
+  double attn_flops_dense = 0;
+  // A retrieval read policy's recall of each decode query's true top keys, averaged over the
+  // turn's decode steps; null for other methods.
+  std::optional<double> retrieval_recall;
   std::optional<double> first_token_kl;   // null without a fidelity reference
   std::optional<double> top1_agreement;
   std::optional<double> score;            // null for a sample without a task
@@ -91,6 +99,10 @@ struct UnitRecord {
   // report's heat map divides. Empty and 0 for a db written before schema v5.
   std::vector<std::vector<int64_t>> head_tokens;
   int64_t head_tokens_seen = 0;
+  // "agnostic" (the context compressed before any question) or "aware" (the first turn's
+  // query inside the compressed span); "" for a db written before schema v6.
+  std::string query_setting;
+  double turn_gap_s = 0;  // simulated seconds between a unit's requests or turns (TTL reuse)
   std::vector<TurnRow> turns;
 };
 

@@ -66,6 +66,9 @@ TurnRow make_turn(int32_t turn, double salt) {
   t.first_token_kl = 0.01 * turn;
   t.top1_agreement = 1.0;
   t.score = turn % 2 == 0 ? 1.0 : 0.0;
+  t.attn_flops = 1.5e9 + salt;
+  t.attn_flops_dense = 3.0e9;
+  if (turn == 1) t.retrieval_recall = 0.875;  // null in later turns
   return t;
 }
 
@@ -83,6 +86,8 @@ UnitRecord make_unit(const std::string& key, const std::string& method = "snapkv
   u.context_prefill_ms = 45.5;
   u.head_tokens = {{300, 212}, {256, 256}, {40, 472}};  // 3 layers x 2 KV heads, ragged
   u.head_tokens_seen = 600;
+  u.query_setting = "aware";
+  u.turn_gap_s = 45.5;
   for (int i = 1; i <= turns; ++i) u.turns.push_back(make_turn(i, 0.5 * i));
   return u;
 }
@@ -123,6 +128,9 @@ void require_same_turn(const TurnRow& a, const TurnRow& b) {
   CHECK(same_opt(a.first_token_kl, b.first_token_kl));
   CHECK(same_opt(a.top1_agreement, b.top1_agreement));
   CHECK(same_opt(a.score, b.score));
+  CHECK(same_bits(a.attn_flops, b.attn_flops));
+  CHECK(same_bits(a.attn_flops_dense, b.attn_flops_dense));
+  CHECK(same_opt(a.retrieval_recall, b.retrieval_recall));
 }
 
 void require_same_unit(const UnitRecord& a, const UnitRecord& b) {
@@ -137,6 +145,8 @@ void require_same_unit(const UnitRecord& a, const UnitRecord& b) {
   CHECK(same_bits(a.context_prefill_ms, b.context_prefill_ms));
   CHECK(a.head_tokens == b.head_tokens);
   CHECK(a.head_tokens_seen == b.head_tokens_seen);
+  CHECK(a.query_setting == b.query_setting);
+  CHECK(same_bits(a.turn_gap_s, b.turn_gap_s));
   REQUIRE(a.turns.size() == b.turns.size());
   for (size_t i = 0; i < a.turns.size(); ++i) require_same_turn(a.turns[i], b.turns[i]);
 }
@@ -380,6 +390,9 @@ TEST_CASE("results db: a unit whose write fails half-way leaves no rows", "[resu
     UnitRecord nan = make_unit("nan");
     nan.turns[1].tpot_ms = std::nan("");
     CHECK_THROWS_WITH(db->write_unit(run, nan), Catch::Contains("tpot_ms"));
+    nan = make_unit("nan");
+    nan.turns[0].attn_flops = std::nan("");
+    CHECK_THROWS_WITH(db->write_unit(run, nan), Catch::Contains("attn_flops"));
     // The connection is usable and the key free after the rollback.
     db->write_unit(run, make_unit("bad"));
     CHECK(db->finished_unit_keys() == std::set<std::string>{"before", "bad"});
@@ -391,13 +404,13 @@ TEST_CASE("results db: a unit whose write fails half-way leaves no rows", "[resu
         0);
 }
 
-TEST_CASE("results db: WAL mode, schema version 5, the three tables", "[results]") {
+TEST_CASE("results db: WAL mode, schema version 6, the three tables", "[results]") {
   const std::string path = temp_path("schema.db");
   auto db = ResultsDb::open(path);
   Raw raw(path);
   CHECK(raw.text("PRAGMA journal_mode") == "wal");
   CHECK(raw.integer("PRAGMA user_version") == kResultsSchemaVersion);
-  CHECK(kResultsSchemaVersion == 5);
+  CHECK(kResultsSchemaVersion == 6);
   for (const char* table : {"runs", "units", "results"}) {
     INFO(table);
     CHECK(raw.integer(std::string("SELECT count(*) FROM sqlite_master WHERE type = 'table' "
@@ -657,7 +670,10 @@ TEST_CASE("results db: a version 1 db migrates to the current version and keeps 
       "results DROP COLUMN reuse_faults; ALTER TABLE units DROP COLUMN prefill; ALTER TABLE "
       "units DROP COLUMN shared_prefill; ALTER TABLE units DROP COLUMN prefilled_tokens; "
       "ALTER TABLE units DROP COLUMN head_tokens; ALTER TABLE units DROP COLUMN "
-      "head_tokens_seen; PRAGMA user_version = 1");
+      "head_tokens_seen; ALTER TABLE units DROP COLUMN query_setting; ALTER TABLE units DROP "
+      "COLUMN turn_gap_s; ALTER TABLE results DROP COLUMN attn_flops; ALTER TABLE results DROP "
+      "COLUMN attn_flops_dense; ALTER TABLE results DROP COLUMN retrieval_recall; "
+      "PRAGMA user_version = 1");
   CHECK(Raw(path).integer("SELECT count(*) FROM pragma_table_info('results') "
                           "WHERE name = 'kv_read_per_step'") == 0);
   auto db = ResultsDb::open(path);
@@ -671,6 +687,10 @@ TEST_CASE("results db: a version 1 db migrates to the current version and keeps 
   CHECK(units[0].prefill.empty());  // unknown before v4
   CHECK_FALSE(units[0].shared_prefill);
   CHECK(units[0].head_tokens.empty());  // unknown before v5
+  CHECK(units[0].query_setting.empty());  // unknown before v6
+  CHECK(units[0].turn_gap_s == 0);
+  CHECK(units[0].turns[0].attn_flops == 0);
+  CHECK_FALSE(units[0].turns[0].retrieval_recall.has_value());
   const int64_t run = db->begin_run(make_run());
   UnitRecord u = make_unit("u2");
   u.turns[0].kv_read_per_step = 12345;
@@ -737,11 +757,14 @@ TEST_CASE("results db: a version 4 db killed mid-sweep migrates and resumes", "[
   }
   Raw(path).exec(
       "ALTER TABLE units DROP COLUMN head_tokens; ALTER TABLE units DROP COLUMN "
-      "head_tokens_seen; PRAGMA user_version = 4");
+      "head_tokens_seen; ALTER TABLE units DROP COLUMN query_setting; ALTER TABLE units DROP "
+      "COLUMN turn_gap_s; ALTER TABLE results DROP COLUMN attn_flops; ALTER TABLE results DROP "
+      "COLUMN attn_flops_dense; ALTER TABLE results DROP COLUMN retrieval_recall; "
+      "PRAGMA user_version = 4");
   // Read-only, an older schema asks to be migrated (as for every version before).
   require_open_error(path, true, "open it once for writing");
   auto db = ResultsDb::open(path);
-  CHECK(Raw(path).integer("PRAGMA user_version") == 5);
+  CHECK(Raw(path).integer("PRAGMA user_version") == kResultsSchemaVersion);
   CHECK(db->finished_unit_keys() == std::set<std::string>{"u1"});
   CHECK(db->runs()[0].finished_at.empty());
   const int64_t run = db->begin_run(make_run());
@@ -750,6 +773,8 @@ TEST_CASE("results db: a version 4 db killed mid-sweep migrates and resumes", "[
   REQUIRE(units.size() == 2);
   CHECK(units[0].head_tokens.empty());  // written before v5
   CHECK(units[0].head_tokens_seen == 0);
+  CHECK(units[0].query_setting.empty());  // written before v6
+  CHECK(units[1].query_setting == "aware");
   CHECK(units[1].head_tokens == make_unit("u2").head_tokens);
   CHECK(units[1].head_tokens_seen == 600);
   // And through merge, both kinds of unit.
