@@ -62,6 +62,8 @@ class HostReaderOnDevice : public ReadPolicy {
   const PageSelection* select(int32_t layer, const AttentionQuery& query, int64_t n_tokens,
                               int64_t* bytes_read) override;
   int64_t bytes_resident(int32_t layer) const override { return inner_->bytes_resident(layer); }
+  void context_ended() override { inner_->context_ended(); }
+  Recall recall() const override { return inner_->recall(); }
 
  private:
   std::unique_ptr<ReadPolicy> inner_;

@@ -56,6 +56,7 @@ void KvCache::advance(int32_t n_tokens) {
 void KvCache::end_context() {
   context_ended_ = true;
   compress(CachePhase::ContextEnd);
+  if (reader_) reader_->context_ended();
 }
 
 namespace {

@@ -47,6 +47,7 @@ MethodInfo pca_kv_method();
 MethodInfo think_method();
 MethodInfo kvquant_keys_method();
 MethodInfo quest_method();
+MethodInfo retrieval_attention_method();
 MethodInfo prefix_method();
 MethodInfo tiers_method();
 MethodInfo cacheblend_method();
@@ -96,6 +97,7 @@ const std::vector<MethodInfo>& method_registry() {
       think_method(),
       kvquant_keys_method(),
       quest_method(),
+      retrieval_attention_method(),
       prefix_method(),
       tiers_method(),
       cacheblend_method(),

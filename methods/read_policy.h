@@ -27,6 +27,17 @@ class ReadPolicy {
 
   // Bytes of metadata held for `layer`, counted in the layer's bytes.
   virtual int64_t bytes_resident(int32_t layer) const = 0;
+
+  // The context is complete (KvCache::end_context): a reader that indexes it builds now.
+  virtual void context_ended() {}
+
+  // Recall of the true top keys, summed over the decode queries (steps, layers, query heads)
+  // selected so far: |keys read ∩ exact top-k by q.k| / k each. Zero count: not measured.
+  struct Recall {
+    double sum = 0;
+    int64_t count = 0;
+  };
+  virtual Recall recall() const { return {}; }
 };
 
 }  // namespace kvbench
