@@ -272,9 +272,18 @@ void answer_turn(const LlamaModel& model, KvCache& cache, const std::vector<floa
   // Bytes read by the decode steps, on whichever cache decodes.
   const auto decode_reading = [&](KvCache& on) {
     const int64_t read_before = on.stats().bytes_read_total;
+    const ReadPolicy::Recall recall_before =
+        on.reader() ? on.reader()->recall() : ReadPolicy::Recall{};
     d = decode(model, on, logits, decode_options);
     if (d.tokens_fed > 0) {
       record.kv_read_per_step = (on.stats().bytes_read_total - read_before) / d.tokens_fed;
+    }
+    if (on.reader()) {
+      const ReadPolicy::Recall recall = on.reader()->recall();
+      if (recall.count > recall_before.count) {
+        record.retrieval_recall = (recall.sum - recall_before.sum) /
+                                  static_cast<double>(recall.count - recall_before.count);
+      }
     }
   };
   const int64_t before = cache.next_position();

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,9 @@ struct TurnRecord {
   double tokens_kept = 0;     // mean tokens stored per layer after the turn
   int64_t kv_read_per_step = 0;  // KV bytes attention read per decode step of the answer
                                  // (Quest reads pages, KIVI packed blocks: less than held)
+  // A retrieval reader's recall of the true top keys over the answer's decode steps (layers,
+  // query heads), where it measures one (ReadPolicy::recall); else none.
+  std::optional<double> retrieval_recall;
   // Fidelity, measured only with a reference (SessionResult::fidelity), else 0:
   double first_token_kl = 0;  // KL(full || method) of the first answer token's distribution
   double top1_agreement = 0;  // fraction of reference-answer positions with the same argmax

@@ -65,6 +65,7 @@ TurnRow turn_row(const TurnRecord& t, bool fidelity, std::optional<double> score
   row.kv_bytes = t.kv_bytes;
   row.kv_bytes_peak = t.kv_bytes_peak;
   row.kv_read_per_step = t.kv_read_per_step;
+  row.retrieval_recall = t.retrieval_recall;
   row.tokens_kept = t.tokens_kept;
   row.tokens_seen = t.cache.tokens_seen;
   row.tokens_evicted = t.cache.tokens_evicted;
