@@ -18,7 +18,8 @@ void check_runs_on(const ResolvedSpec& spec, ModelDevice device) {
                        "' does not run on --device cuda yet: its KV heads of their own are "
                        "held by the CPU's fp32 store only");
     }
-    if (info->kind == MethodKind::Reuse || info->kind == MethodKind::Tiers) {
+    if (info->kind == MethodKind::Reuse || info->kind == MethodKind::Tiers ||
+        info->kind == MethodKind::Pinning) {
       throw InputError("method '" + info->name + "' in '" + spec.canonical +
                        "' does not run on --device cuda yet: the full cache, eviction "
                        "methods, quest and kivi do");

@@ -180,32 +180,38 @@ void show_context_text(const Tokenizer& tokenizer, KvCache& cache,
 // (a store never larger than what is kept plus one chunk), else in one forward (the model
 // chunks it, but nothing is planned before the end). Then end_context(): the policy
 // compresses.
-void feed_context(const LlamaModel& model, KvCache& cache, const std::vector<int32_t>& context) {
+// Returns the logits of the context's last token (query-aware: the first query's).
+std::vector<float> feed_context(const LlamaModel& model, KvCache& cache,
+                                const std::vector<int32_t>& context) {
+  std::vector<float> logits;
   const int64_t n = static_cast<int64_t>(context.size());
   const int64_t block = cache.policy() ? cache.policy()->context_block() : 0;
   if (block <= 0 || block >= n) {
     cache.reserve_more(n);
-    model.forward(context, cache);
+    logits = model.forward(context, cache);
   } else {
     for (int64_t start = 0; start < n; start += block) {
       const int64_t len = std::min(block, n - start);
       cache.reserve_more(len);
-      model.forward(std::vector<int32_t>(context.begin() + start, context.begin() + start + len),
-                    cache);
+      logits = model.forward(
+          std::vector<int32_t>(context.begin() + start, context.begin() + start + len), cache);
     }
   }
   show_context_text(model.tokenizer(), cache, context);
   reconstruct_context(model, cache, context);
   cache.end_context();
+  return logits;
 }
 
 // A fresh cache for `spec` holding the compressed context: forked from the sample's shared
 // prefill when it serves the method, else prefilled here. Adds to *elsewhere_ms the prefill
 // time spent outside this call (the shared forward's share for this method; the caller
 // times the call itself) and fills the result's prefill fields.
+// `logits` (when given) gets the context's last token's: query-aware, the first query's.
 KvCache context_cache(const LlamaModel& model, const ResolvedSpec& spec,
                       const std::vector<int32_t>& context, const SharedPrefill* shared,
-                      SessionResult& result, double* elsewhere_ms) {
+                      SessionResult& result, double* elsewhere_ms,
+                      std::vector<float>* logits = nullptr) {
   if (shared && shared->serves(spec.canonical)) {
     double shared_ms = 0;
     KvCache cache = shared->fork(spec.canonical, &shared_ms);
@@ -214,10 +220,12 @@ KvCache context_cache(const LlamaModel& model, const ResolvedSpec& spec,
     cache.end_context();
     *elsewhere_ms += shared_ms;
     result.shared_prefill = true;
+    if (logits) *logits = shared->last_logits();
     return cache;
   }
   KvCache cache = new_cache(model, spec);
-  feed_context(model, cache, context);
+  std::vector<float> last = feed_context(model, cache, context);
+  if (logits) *logits = std::move(last);
   result.prefilled_tokens += static_cast<int64_t>(context.size());
   return cache;
 }
@@ -387,9 +395,11 @@ ReuseTurn feed_blended_context(const LlamaModel& model, KvCache& cache,
 // One request with prefix reuse: the longest cached prefix of context + query is loaded,
 // the rest prefilled (the context's end marked where it falls), and the new whole blocks
 // captured for store(). Returns the tokens loaded; `logits` are the query's last token's.
+// Query-aware, the context's end is marked after the query instead.
 int64_t request_prompt(const LlamaModel& model, PrefixCache& reuse, KvCache& cache,
                        const std::vector<int32_t>& context, const std::vector<int32_t>& query,
-                       int64_t room, ReuseTurn& turn, std::vector<float>& logits) {
+                       int64_t room, bool query_aware, ReuseTurn& turn,
+                       std::vector<float>& logits) {
   std::vector<int32_t> prompt = context;
   prompt.insert(prompt.end(), query.begin(), query.end());
   const int64_t n_context = static_cast<int64_t>(context.size());
@@ -397,9 +407,10 @@ int64_t request_prompt(const LlamaModel& model, PrefixCache& reuse, KvCache& cac
   const int64_t loaded = reuse.load(prompt, cache, turn);
   reuse.start_capture(cache, prompt, loaded);
   if (loaded < n_context) model.forward(std::vector<int32_t>(context.begin() + loaded, context.end()), cache);
-  cache.end_context();
+  if (!query_aware) cache.end_context();
   const int64_t query_from = std::max<int64_t>(0, loaded - n_context);
   logits = model.forward(std::vector<int32_t>(query.begin() + query_from, query.end()), cache);
+  if (query_aware) cache.end_context();
   return loaded;
 }
 
@@ -437,7 +448,10 @@ int64_t request_from_snapshot(const LlamaModel& model, ContextSnapshots& snapsho
 std::string per_sequence_spec(const ResolvedSpec& spec) {
   std::string out;
   for (const auto& [info, params] : spec.components) {
-    if (info->kind == MethodKind::Reuse || info->kind == MethodKind::Tiers) continue;
+    if (info->kind == MethodKind::Reuse || info->kind == MethodKind::Tiers ||
+        info->kind == MethodKind::Pinning) {
+      continue;
+    }
     const std::string p = params.text();
     out += (out.empty() ? "" : "+") + info->name + (p.empty() ? "" : ":" + p);
   }
@@ -464,9 +478,19 @@ int64_t note_tiers(std::vector<TierStats> now_tiers, const std::vector<TierStats
 
 }  // namespace
 
+// The span compressed before turn 1 (or request t): the context, and query-aware its query.
+std::vector<int32_t> compressed_span(const SessionTokens& tokens, const SessionOptions& options,
+                                     size_t turn) {
+  std::vector<int32_t> span = tokens.context;
+  if (options.query == QuerySetting::Aware && turn < tokens.turns.size()) {
+    span.insert(span.end(), tokens.turns[turn].query.begin(), tokens.turns[turn].query.end());
+  }
+  return span;
+}
+
 std::vector<int32_t> session_context_tokens(const LlamaModel& model, const Sample& sample,
                                             const SessionOptions& options) {
-  return tokenize_sample(model, sample, options).context;
+  return compressed_span(tokenize_sample(model, sample, options), options, 0);
 }
 
 SessionResult run_session(const LlamaModel& model, const Sample& sample,
@@ -474,6 +498,9 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
                           const SampleReference* reference, const SharedPrefill* shared) {
   const ResolvedSpec spec = resolve_method_spec(method_spec);
   if (options.max_new_tokens < 1) throw InputError("max_new_tokens must be at least 1");
+  check_query_setting(spec, options.query);
+  if (!(options.turn_gap_s >= 0)) throw InputError("turn gap must be >= 0 seconds");
+  const bool aware = options.query == QuerySetting::Aware;
   const SessionTokens tokens = tokenize_sample(model, sample, options);
   check_fits(model, sample, tokens, options);
   if (reference) {
@@ -498,18 +525,23 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
   // and Redis keys live as long as it does. A multi-turn conversation keeps its cache
   // across turns, so prefix reuse acts on requests only.
   // With an eviction method the unit of reuse is the compressed context, else prefix blocks.
+  // Their TTLs read the session's simulated clock: 0 at the first request, advanced by the
+  // turn gap before each later one (nothing sleeps; the requests take no simulated time).
   std::unique_ptr<PrefixCache> reuse;
   std::unique_ptr<ContextSnapshots> snapshots;
   std::string snapshot_key;
+  const auto simulated_now = std::make_shared<double>(0.0);
+  const auto simulated_clock = [simulated_now] { return *simulated_now; };
   const std::unique_ptr<ReuseConfig> config = prefix_reuse_config(spec);
   if (config && options.mode == SessionMode::MultiRequest) {
     const std::string model_id = model_identity(model.file().path());
     if (spec.find(MethodKind::Eviction)) {
       snapshots = std::make_unique<ContextSnapshots>(config->tiers.device_bytes,
-                                                     config->tiers.policy, config->tiers.ttl_s);
+                                                     config->tiers.policy, config->tiers.ttl_s,
+                                                     simulated_clock, config->tiers.pin_ttl_s);
       snapshot_key = context_key(model_id, per_sequence_spec(spec), tokens.context);
     } else {
-      reuse = std::make_unique<PrefixCache>(*config, model_id, model.kv_shape());
+      reuse = std::make_unique<PrefixCache>(*config, model_id, model.kv_shape(), simulated_clock);
     }
   }
 
@@ -527,13 +559,14 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
       conversation.emplace(new_cache(model, spec));
       feed_blended_context(model, *conversation, tokens, *blend);  // timed as context_prefill_ms
       result.context_prefill_ms = seconds_since(start) * 1e3;
-    } else {
+    } else if (!aware) {
       double elsewhere_ms = 0;
       const auto start = Clock::now();
       conversation.emplace(
           context_cache(model, spec, tokens.context, shared, result, &elsewhere_ms));
       result.context_prefill_ms = seconds_since(start) * 1e3 + elsewhere_ms;
     }
+    // Query-aware, the context goes in with the first query, as turn 1 (below).
   }
 
   for (size_t t = 0; t < tokens.turns.size(); ++t) {
@@ -548,7 +581,24 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
         options.append == AnswerSource::Model ? options.max_new_tokens + 1 : 0);
 
     std::vector<float> logits;
-    if (options.mode == SessionMode::MultiTurn) {
+    if (options.mode == SessionMode::MultiTurn && aware && t == 0 && !blend) {
+      // The context and the first query prefilled as one span, then compressed: TTFT is all
+      // of it, as in a request (context_prefill_ms stays 0: nothing ran before the query).
+      double elsewhere_ms = 0;
+      const auto start = Clock::now();
+      conversation.emplace(context_cache(model, spec, compressed_span(tokens, options, 0), shared,
+                                         result, &elsewhere_ms, &logits));
+      conversation->reserve_more(room - query_n);
+      const double prefill_s = seconds_since(start) + elsewhere_ms / 1e3;
+      argmax(logits);
+      record.ttft_ms = seconds_since(start) * 1e3 + elsewhere_ms;
+      record.attn_flops = conversation->attn_flops();
+      record.attn_flops_dense = conversation->attn_flops_dense();
+      record.prompt_tokens = static_cast<int64_t>(tokens.context.size()) + query_n;
+      record.prefill_tokens_per_s = record.prompt_tokens / std::max(prefill_s, 1e-9);
+      record.own.first_logprobs = log_softmax(logits);
+      answer_turn(model, *conversation, logits, turn, tokens.answer_tail, options, true, record);
+    } else if (options.mode == SessionMode::MultiTurn) {
       conversation->reset_peak();
       conversation->reserve_more(room);
       const auto start = Clock::now();
@@ -562,7 +612,9 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
       answer_turn(model, *conversation, logits, turn, tokens.answer_tail, options, true, record);
     } else {
       // A request: a fresh cache, the context prefilled (or its cached prefix loaded) and
-      // compressed, then the query; all of it counts towards TTFT.
+      // compressed, then the query (query-aware: compressed after it); all of it counts
+      // towards TTFT. The turn gap passes first on the simulated clock.
+      if (t > 0) *simulated_now += options.turn_gap_s;
       const auto start = Clock::now();
       KvCache cache = new_cache(model, spec);
       const auto tiers_now = [&] {
@@ -576,7 +628,7 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
       std::optional<KvCache> to_store;
       const int64_t n_context = static_cast<int64_t>(tokens.context.size());
       if (reuse) {
-        loaded = request_prompt(model, *reuse, cache, tokens.context, turn.query, room,
+        loaded = request_prompt(model, *reuse, cache, tokens.context, turn.query, room, aware,
                                 record.reuse, logits);
         result.prefilled_tokens += std::max<int64_t>(0, n_context - loaded);
       } else if (snapshots) {
@@ -592,11 +644,19 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
             record.reuse.bytes_stored = blend->bytes;
             record.reuse.store_ms = blend->prefill_ms;
           }
+          cache.reserve_more(room);
+          logits = model.forward(turn.query, cache);
+        } else if (aware) {
+          // Every request is the first of its conversation: its own query compressed with
+          // the context. The shared prefill holds request 1's span only.
+          cache = context_cache(model, spec, compressed_span(tokens, options, t),
+                                t == 0 ? shared : nullptr, result, &elsewhere_ms, &logits);
+          cache.reserve_more(room - query_n);
         } else {
           cache = context_cache(model, spec, tokens.context, shared, result, &elsewhere_ms);
+          cache.reserve_more(room);
+          logits = model.forward(turn.query, cache);
         }
-        cache.reserve_more(room);
-        logits = model.forward(turn.query, cache);
       }
       const double prefill_s = seconds_since(start) + elsewhere_ms / 1e3;
       argmax(logits);

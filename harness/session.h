@@ -29,6 +29,13 @@ struct SessionOptions {
   AnswerSource append = AnswerSource::Gold;
   int32_t max_new_tokens = 64;
   int32_t max_turns = 0;  // 0: every turn of the sample
+  // Aware: the context's compression runs after the first turn's query (multi-request:
+  // after each request's query, every request being the first of its conversation).
+  QuerySetting query = QuerySetting::Agnostic;
+  // Multi-request: simulated seconds between one request and the next. The session's clock
+  // (never real time, nothing sleeps) advances by it; TTLs in the reuse tiers (apc_ttl,
+  // tiers policy=ttl) read that clock. 0: back to back.
+  double turn_gap_s = 0;
 };
 
 // What the full cache predicts on each turn: the reference fidelity is measured against.
@@ -116,7 +123,8 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
                           const SampleReference* reference,
                           const SharedPrefill* shared = nullptr);
 
-// The shared context segment of `sample` as run_session feeds it.
+// The span run_session prefills before it compresses: the shared context segment, and with
+// QuerySetting::Aware the first turn's query after it (what a shared prefill forks).
 std::vector<int32_t> session_context_tokens(const LlamaModel& model, const Sample& sample,
                                             const SessionOptions& options);
 

@@ -1,6 +1,7 @@
 #include "harness/session_mode.h"
 
 #include "common/input_error.h"
+#include "methods/registry.h"
 
 namespace kvbench {
 
@@ -22,6 +23,33 @@ AnswerSource parse_answer_source(const std::string& text) {
   if (text == "gold") return AnswerSource::Gold;
   if (text == "model") return AnswerSource::Model;
   throw InputError("unknown answer source '" + text + "' (expected gold or model)");
+}
+
+const char* to_string(QuerySetting setting) {
+  return setting == QuerySetting::Agnostic ? "agnostic" : "aware";
+}
+
+QuerySetting parse_query_setting(const std::string& text) {
+  if (text == "agnostic") return QuerySetting::Agnostic;
+  if (text == "aware") return QuerySetting::Aware;
+  throw InputError("unknown query setting '" + text + "' (expected agnostic or aware)");
+}
+
+void check_query_setting(const ResolvedSpec& spec, QuerySetting setting) {
+  if (setting != QuerySetting::Aware) return;
+  const MethodParams* reuse = spec.find(MethodKind::Reuse);
+  if (!reuse) return;
+  for (const auto& [info, params] : spec.components) {
+    if (info->name == "cacheblend") {
+      throw InputError("query setting aware: '" + spec.canonical + "' blends the documents' "
+                       "cached KV before any query; run cacheblend agnostic");
+    }
+  }
+  if (spec.find(MethodKind::Eviction)) {
+    throw InputError("query setting aware: '" + spec.canonical + "' reuses a context "
+                     "compressed once across requests, which an aware compression (one per "
+                     "query) cannot be; run it agnostic, or without prefix");
+  }
 }
 
 }  // namespace kvbench

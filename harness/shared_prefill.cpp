@@ -69,7 +69,7 @@ SharedPrefill::SharedPrefill(const LlamaModel& model, const std::vector<int32_t>
   full_ = std::make_unique<KvCache>(shape, make_dense_layers(shape), std::move(fan_out));
   const auto start = std::chrono::steady_clock::now();
   full_->reserve_more(context_tokens_);
-  model.forward(context, *full_);
+  last_logits_ = model.forward(context, *full_);
   forward_ms_ = seconds_since(start) * 1e3;
   base_ms_ = forward_ms_;
   size_t observer = 0;
@@ -85,7 +85,10 @@ SharedPrefill::~SharedPrefill() = default;
 bool SharedPrefill::can_share(const ResolvedSpec& spec, const LlamaModel& model) {
   if (model.device() != ModelDevice::Cpu) return false;
   for (const auto& [info, params] : spec.components) {
-    if (info->kind == MethodKind::Reuse || info->kind == MethodKind::Tiers) return false;
+    if (info->kind == MethodKind::Reuse || info->kind == MethodKind::Tiers ||
+        info->kind == MethodKind::Pinning) {
+      return false;
+    }
     if (info->context_reads_store || info->store_observes_queries) return false;
   }
   const std::unique_ptr<TokenPolicy> policy = make_cache_parts(spec, model.kv_shape()).policy;

@@ -1,6 +1,7 @@
 #include "harness/sweep.h"
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -21,17 +22,34 @@ namespace kvbench {
 
 namespace {
 
-// One sample of the sweep in one mode: its methods are the group's units.
+// One sample of the sweep in one mode, query setting and turn gap: its methods are the
+// group's units.
 struct Group {
   const SweepTask* task = nullptr;
   uint64_t seed = 0;
   const Sample* sample = nullptr;
   std::string mode;
+  std::string query_setting = "agnostic";
+  double turn_gap_s = 0;
 };
 
-std::string unit_key(const SweepTask& task, const Sample& sample, const std::string& mode,
-                     const std::string& method) {
-  return task.label() + "|" + sample.id + "|" + mode + "|" + method;
+// A turn gap as the key writes it: the shortest text that reads back the same.
+std::string gap_text(double seconds) {
+  char buf[32];
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, seconds);
+    if (std::strtod(buf, nullptr) == seconds) break;
+  }
+  return buf;
+}
+
+// The agnostic, gap-0 key is the one from before either existed, so a resumed sweep skips
+// what an older kvbench finished; the others add "|aware" and "|gap=<s>".
+std::string unit_key(const Group& group, const std::string& method) {
+  std::string key = group.task->label() + "|" + group.sample->id + "|" + group.mode + "|" + method;
+  if (group.query_setting != "agnostic") key += "|" + group.query_setting;
+  if (group.turn_gap_s != 0) key += "|gap=" + gap_text(group.turn_gap_s);
+  return key;
 }
 
 // CacheStats::tokens_per_head ([n_layers * n_kv_heads], by layer) as one row per layer.
@@ -190,7 +208,14 @@ SweepProgress run_sweep(const LlamaModel& model, const SweepConfig& config, cons
   std::vector<Group> groups;
   for (const TaskSamples& ts : all) {
     for (const Sample& sample : ts.samples) {
-      for (const std::string& mode : config.modes) groups.push_back({ts.task, ts.seed, &sample, mode});
+      for (const std::string& mode : config.modes) {
+        // A multi-turn conversation keeps its cache in the session: no gap applies to it.
+        const std::vector<double> gaps =
+            mode == "multi-request" ? config.turn_gaps_s : std::vector<double>{0};
+        for (const std::string& query : config.query_settings) {
+          for (double gap : gaps) groups.push_back({ts.task, ts.seed, &sample, mode, query, gap});
+        }
+      }
     }
   }
   const std::set<std::string> finished = db.finished_unit_keys();
@@ -201,7 +226,7 @@ SweepProgress run_sweep(const LlamaModel& model, const SweepConfig& config, cons
     const Group& group = groups[g];
     std::vector<SweepMethod> left;
     for (const SweepMethod& m : methods) {
-      if (finished.count(unit_key(*group.task, *group.sample, group.mode, m.spec))) {
+      if (finished.count(unit_key(group, m.spec))) {
         ++state.skipped;
       } else {
         left.push_back(m);
@@ -217,6 +242,8 @@ SweepProgress run_sweep(const LlamaModel& model, const SweepConfig& config, cons
     EvaluationOptions options;
     options.session.mode = parse_session_mode(group.mode);
     options.session.max_new_tokens = config.max_new;
+    options.session.query = parse_query_setting(group.query_setting);
+    options.session.turn_gap_s = group.turn_gap_s;
     if (task_format(group.task->name).source == TaskSource::Scbench) {
       options.session.max_turns = config.turns;
     }
@@ -250,12 +277,14 @@ SweepProgress run_sweep(const LlamaModel& model, const SweepConfig& config, cons
                                             [&](const UnitResult& unit) {
       const SessionResult& s = unit.session;
       UnitRecord record;
-      record.key = unit_key(*group->task, *group->sample, group->mode, s.method);
+      record.key = unit_key(*group, s.method);
       record.task = group->task->label();
       record.sample_id = group->sample->id;
       record.method = s.method;
       record.budget = budget_of_spec[s.method];
       record.mode = group->mode;
+      record.query_setting = group->query_setting;
+      record.turn_gap_s = group->turn_gap_s;
       record.seed = group->seed;
       record.context_tokens = s.context_tokens;
       record.context_prefill_ms = s.context_prefill_ms;

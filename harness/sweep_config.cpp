@@ -1,5 +1,6 @@
 #include "harness/sweep_config.h"
 
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -213,6 +214,24 @@ SweepConfig parse_sweep_config(const std::string& json_text, const std::string& 
           fail(source, std::string("modes: ") + e.what());
         }
       }
+    } else if (key == "query_settings") {
+      config.query_settings.clear();
+      for (const json& q : list_field(v, source, key)) {
+        if (!q.is_string()) fail(source, "query_settings must be a list of strings");
+        try {
+          config.query_settings.push_back(to_string(parse_query_setting(q.get<std::string>())));
+        } catch (const InputError& e) {
+          fail(source, std::string("query_settings: ") + e.what());
+        }
+      }
+    } else if (key == "turn_gaps_s") {
+      config.turn_gaps_s.clear();
+      for (const json& g : list_field(v, source, key)) {
+        if (!g.is_number() || !(g.get<double>() >= 0) || !std::isfinite(g.get<double>())) {
+          fail(source, "turn_gaps_s must be a list of seconds >= 0, not " + dump_json(g));
+        }
+        config.turn_gaps_s.push_back(g.get<double>());
+      }
     } else if (key == "seeds") {
       config.seeds.clear();
       for (const json& s : list_field(v, source, key)) {
@@ -243,9 +262,9 @@ SweepConfig parse_sweep_config(const std::string& json_text, const std::string& 
       }
       config.min_full_accuracy = v.get<double>();
     } else {
-      fail(source, "unknown key '" + key + "' (keys: tasks, methods, budgets, modes, seeds, "
-                   "samples, turns, context_tokens, max_new, fidelity, shared_prefill, "
-                   "model, min_full_accuracy)");
+      fail(source, "unknown key '" + key + "' (keys: tasks, methods, budgets, modes, "
+                   "query_settings, turn_gaps_s, seeds, samples, turns, context_tokens, "
+                   "max_new, fidelity, shared_prefill, model, min_full_accuracy)");
     }
   }
   if (!has_tasks) fail(source, "missing 'tasks'");
@@ -255,7 +274,12 @@ SweepConfig parse_sweep_config(const std::string& json_text, const std::string& 
     if (!labels.insert(t.label()).second) fail(source, "task " + t.label() + " is listed twice");
   }
   try {
-    sweep_methods(config);  // every spec, with every budget, must resolve
+    // Every spec, with every budget, must resolve, and run in every query setting.
+    for (const SweepMethod& m : sweep_methods(config)) {
+      for (const std::string& q : config.query_settings) {
+        check_query_setting(resolve_method_spec(m.spec), parse_query_setting(q));
+      }
+    }
   } catch (const InputError& e) {
     fail(source, e.what());
   }
@@ -289,6 +313,11 @@ std::string canonical_config_json(const SweepConfig& config) {
                {"max_new", config.max_new},
                {"fidelity", config.fidelity}};
   if (!config.shared_prefill) root["shared_prefill"] = false;  // the default left out
+  // Left out at their defaults too, so a config from before them compares equal.
+  if (config.query_settings != std::vector<std::string>{"agnostic"}) {
+    root["query_settings"] = config.query_settings;
+  }
+  if (config.turn_gaps_s != std::vector<double>{0}) root["turn_gaps_s"] = config.turn_gaps_s;
   if (!config.model.empty()) root["model"] = config.model;
   if (config.min_full_accuracy > 0) root["min_full_accuracy"] = config.min_full_accuracy;
   if (!config.excluded_tasks.empty()) {

@@ -7,6 +7,9 @@
 //    "methods": ["full", "snapkv", "h2o:recent=0.25"],
 //    "budgets": [128, 256, "ratio=0.25"],   // applied to every method with a budget
 //    "modes":   ["multi-turn", "multi-request"],      // default ["multi-turn"]
+//    "query_settings": ["agnostic", "aware"],          // default ["agnostic"]
+//    "turn_gaps_s": [0, 60],         // multi-request: simulated seconds between requests
+//                                    // (default [0]; multi-turn runs at 0 only)
 //    "seeds":   [0, 1],                                // default [0]
 //    "samples": 1, "turns": 5,       // per (task, seed); a task file: its first N, cut to turns
 //    "context_tokens": 512,          // generated tasks
@@ -43,6 +46,10 @@ struct SweepConfig {
   std::vector<std::string> methods;  // as given (budgets not yet applied)
   std::vector<std::string> budgets;  // "budget=128" / "ratio=0.25"; empty: methods as given
   std::vector<std::string> modes = {"multi-turn"};
+  // "agnostic" (the context compressed before any question) and/or "aware" (after the
+  // first query: harness/session.h, QuerySetting).
+  std::vector<std::string> query_settings = {"agnostic"};
+  std::vector<double> turn_gaps_s = {0};  // multi-request groups run each; multi-turn: 0
   std::vector<uint64_t> seeds = {0};
   int32_t samples = 1;
   int32_t turns = 5;

@@ -50,6 +50,7 @@ MethodInfo quest_method();
 MethodInfo retrieval_attention_method();
 MethodInfo prefix_method();
 MethodInfo tiers_method();
+MethodInfo apc_ttl_method();
 MethodInfo cacheblend_method();
 
 const std::vector<MethodInfo>& method_registry() {
@@ -100,6 +101,7 @@ const std::vector<MethodInfo>& method_registry() {
       retrieval_attention_method(),
       prefix_method(),
       tiers_method(),
+      apc_ttl_method(),
       cacheblend_method(),
   };
   return methods;

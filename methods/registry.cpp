@@ -99,11 +99,13 @@ void check_composition(const std::string& text, const std::map<MethodKind, const
                        : info.kind == MethodKind::Retrieval  ? "retrieval"
                        : info.kind == MethodKind::Reuse      ? "reuse"
                        : info.kind == MethodKind::Allocation ? "allocation"
+                       : info.kind == MethodKind::Pinning    ? "pinning"
                                                              : "tiers";
     fail_spec(text, "'" + same->second->name + "' and '" + info.name +
                         "' cannot compose: a cache takes at most one " + what + " method");
   }
-  const bool per_sequence = info.kind != MethodKind::Reuse && info.kind != MethodKind::Tiers;
+  const bool per_sequence = info.kind != MethodKind::Reuse && info.kind != MethodKind::Tiers &&
+                            info.kind != MethodKind::Pinning;
   const auto storage = seen.find(MethodKind::Storage);
   if (storage != seen.end() && per_sequence) {
     fail_spec(text, "'" + storage->second->name + "' stores what the methods before it keep, " +
@@ -320,6 +322,12 @@ ResolvedSpec resolve_method_spec(const std::string& text) {
     fail_spec(text, "'" + seen[MethodKind::Tiers]->name +
                         "' says where prefix blocks are stored and needs 'prefix' (cacheblend "
                         "keeps its documents in memory)");
+  }
+  if (seen.count(MethodKind::Pinning) &&
+      (!seen.count(MethodKind::Reuse) || seen[MethodKind::Reuse]->name != "prefix")) {
+    fail_spec(text, "'" + seen[MethodKind::Pinning]->name +
+                        "' pins what prefix reuse stores between requests and needs 'prefix' "
+                        "(prefix:block=256+" + seen[MethodKind::Pinning]->name + ":ttl=30)");
   }
   if (seen.count(MethodKind::Allocation) && !seen.count(MethodKind::Eviction)) {
     fail_spec(text, "'" + seen[MethodKind::Allocation]->name + "' splits the budget of an "

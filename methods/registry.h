@@ -93,6 +93,8 @@ enum class MethodKind {
   Reuse,      // KV kept across requests (stage 4: prefix blocks, CacheBlend's chunks); the
               // session drives it, the cache of a sequence does not change
   Tiers,      // where reused KV is stored: device, CPU, disk, Redis (needs a Reuse method)
+  Pinning,    // how long reused KV stays pinned in device memory between requests (apc_ttl;
+              // needs prefix)
   Allocation,  // how many tokens each KV head of a layer keeps (AdaKV), in front of an
                // eviction method that ranks per KV head: adakv+snapkv
 };

@@ -5,6 +5,8 @@
 // prefix:block=256+tiers:device=64MB,cpu=1GB,disk=/tmp/kv,redis=127.0.0.1:6379,policy=lru
 // The slow tiers encode blocks by their codec: disk_codec=zstd|raw|cachegen (zstd by
 // default), redis_codec=raw|zstd|cachegen (raw by default); reuse/block_codec.h.
+// `apc_ttl` pins what prefix reuse keeps in device memory for a time-to-live between
+// requests (Continuum): prefix:block=256+apc_ttl:ttl=30, with or without tiers.
 #include "methods/registry.h"
 
 namespace kvbench {
@@ -64,6 +66,49 @@ MethodInfo tiers_method() {
       float_param("ttl", "600", 0, kNoMax, "seconds a block lives under policy=ttl"),
   };
   m.params[9].min_exclusive = true;  // ttl
+  return m;
+}
+
+// Continuum (arXiv 2511.02230) pins a multi-turn program's KV cache in GPU memory when a
+// request ends, for a time-to-live predicted from the tool call that follows; the next
+// request of the program finds it if it comes before the TTL runs out, else the pin is
+// dropped and the KV is evicted (recomputed or loaded from a lower tier). The authors' code
+// (github.com/Hanchenli/vllm-continuum) was not reachable here: this is the paper's rule.
+//
+// Authors' settings: the TTL comes from the distribution of the tool's past durations,
+// bounded by what the KV cache costs to hold; there is no fixed default.
+MethodInfo apc_ttl_method() {
+  MethodInfo m;
+  m.name = "apc_ttl";
+  m.kind = MethodKind::Pinning;
+  m.stage = "4 (across requests)";
+  m.summary =
+      "prefix reuse whose device-memory blocks (or compressed context) stay pinned ttl "
+      "simulated seconds after their last use, then are evicted: a turn gap longer than the "
+      "ttl turns hits into misses (--turn-gap)";
+  m.paper =
+      "Continuum: Efficient and Robust Multi-Turn LLM Agent Scheduling with KV Cache "
+      "Time-to-Live (arXiv 2511.02230)";
+  m.choices = {
+      "a fixed ttl: Continuum predicts it per tool call from past tool durations, and "
+      "kvbench's tasks have no tool calls",
+      "time is simulated: the session's clock advances only by the turn gap between requests "
+      "(turn_gap_s), never by the requests themselves, so a run is deterministic; a gap "
+      "equal to the ttl expires",
+      "what is pinned is what prefix reuse keeps in the device tier: the conversation's "
+      "blocks (or, with an eviction method, its compressed context), renewed by every hit "
+      "and put; the cpu, disk and Redis tiers keep tiers' policy, so an expired block can "
+      "still be served from below, as Continuum's DRAM offloading would",
+      "an expired pin is evicted (its bytes freed) before the next lookup; Continuum only "
+      "unpins it, leaving it to the allocator; with one conversation per session kvbench "
+      "has no other request to need the memory",
+      "under capacity pressure the soonest to expire goes first (Continuum's scheduler "
+      "would hold the request instead)",
+      "multi-request mode only: a multi-turn conversation keeps its cache in the session",
+  };
+  m.params = {float_param("ttl", "30", 0, kNoMax, "simulated seconds a block stays pinned "
+                                                  "after its last use")};
+  m.params[0].min_exclusive = true;
   return m;
 }
 

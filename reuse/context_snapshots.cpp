@@ -7,13 +7,22 @@
 
 namespace kvbench {
 
-ContextSnapshots::ContextSnapshots(int64_t capacity_bytes, Replacement policy, double ttl_s)
-    : index_(policy, ttl_s) {
+ContextSnapshots::ContextSnapshots(int64_t capacity_bytes, Replacement policy, double ttl_s,
+                                   SecondsClock clock, double pin_ttl_s)
+    : index_(pin_ttl_s > 0 ? ReplacementIndex(Replacement::Ttl, pin_ttl_s, std::move(clock), true)
+                           : ReplacementIndex(policy, ttl_s, std::move(clock))) {
   stats_.name = "device";
   stats_.capacity = capacity_bytes;
 }
 
 std::optional<KvCache> ContextSnapshots::find(const std::string& key) {
+  for (const std::string& expired : index_.expired_keys()) {
+    index_.erase(expired);
+    entries_.erase(expired);
+    ++stats_.evictions;
+  }
+  stats_.bytes_resident = index_.bytes();
+  stats_.entries = index_.entries();
   const auto it = entries_.find(key);
   if (it == entries_.end() || !index_.touch(key)) {
     if (it != entries_.end()) {  // expired (policy ttl)

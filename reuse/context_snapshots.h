@@ -23,9 +23,13 @@ namespace kvbench {
 
 class ContextSnapshots {
  public:
-  ContextSnapshots(int64_t capacity_bytes, Replacement policy, double ttl_s);
+  // `clock` (seconds, default steady_clock) times TTL expiry. pin_ttl_s > 0 (apc_ttl): each
+  // snapshot is pinned that long after its last use, then dropped, whatever `policy` says.
+  ContextSnapshots(int64_t capacity_bytes, Replacement policy, double ttl_s,
+                   SecondsClock clock = {}, double pin_ttl_s = 0);
 
-  // A copy of the snapshot under `key`, or nullopt (a miss).
+  // A copy of the snapshot under `key`, or nullopt (a miss). Expired snapshots are evicted
+  // first, so their bytes are free before the lookup.
   std::optional<KvCache> find(const std::string& key);
   // Keeps `cache` (a copy the caller made) under `key`, dropping others by the policy to
   // stay within the capacity; a cache larger than the capacity is not kept.

@@ -44,6 +44,9 @@ std::unique_ptr<ReuseConfig> prefix_reuse_config(const ResolvedSpec& spec) {
   } else {
     config->tiers.device_bytes = int64_t{1} << 30;  // as tiers' default
   }
+  if (const MethodParams* pin = spec.find(MethodKind::Pinning)) {
+    config->tiers.pin_ttl_s = pin->get_float("ttl");
+  }
   return config;
 }
 
@@ -58,8 +61,8 @@ struct PrefixCache::Capture {
 };
 
 PrefixCache::PrefixCache(const ReuseConfig& config, const std::string& model_id,
-                         const KvShape& shape)
-    : config_(config), model_id_(model_id), shape_(shape), store_(config.tiers) {}
+                         const KvShape& shape, std::function<double()> clock)
+    : config_(config), model_id_(model_id), shape_(shape), store_(config.tiers, std::move(clock)) {}
 
 PrefixCache::~PrefixCache() {
   if (capture_ && capture_->cache) capture_->cache->set_tap(nullptr);
@@ -68,6 +71,7 @@ PrefixCache::~PrefixCache() {
 int64_t PrefixCache::load(const std::vector<int32_t>& prompt, KvCache& cache, ReuseTurn& turn) {
   if (cache.next_position() != 0) throw std::logic_error("PrefixCache::load: the cache is not empty");
   const auto start = Clock::now();
+  store_.expire();  // a pin that ran out while no request came is freed before the lookup
   const int64_t n = static_cast<int64_t>(prompt.size());
   const int64_t b = config_.block_tokens;
   turn.tokens_looked_up = n;

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,10 +51,14 @@ struct ReuseTurn {
 
 class PrefixCache : private KvTap {
  public:
-  PrefixCache(const ReuseConfig& config, const std::string& model_id, const KvShape& shape);
+  // `clock` (seconds) times TTL expiry: the session's simulated clock, advanced by turn
+  // gaps (default: steady_clock).
+  PrefixCache(const ReuseConfig& config, const std::string& model_id, const KvShape& shape,
+              std::function<double()> clock = {});
   ~PrefixCache() override;
 
-  // Loads the longest cached prefix of `prompt` in whole blocks, at most prompt.size() - 1
+  // First evicts what expired (apc_ttl's pins, policy=ttl). Then loads the longest cached
+  // prefix of `prompt` in whole blocks, at most prompt.size() - 1
   // tokens (the last token is always computed, for its logits), into `cache`, which must be
   // empty. Returns the tokens loaded. A block that fails its checks is a miss and a fault.
   int64_t load(const std::vector<int32_t>& prompt, KvCache& cache, ReuseTurn& turn);

@@ -34,8 +34,12 @@ double steady_seconds() {
   return duration<double>(steady_clock::now().time_since_epoch()).count();
 }
 
-ReplacementIndex::ReplacementIndex(Replacement policy, double ttl_s, SecondsClock clock)
-    : policy_(policy), ttl_s_(ttl_s), clock_(clock ? std::move(clock) : steady_seconds) {}
+ReplacementIndex::ReplacementIndex(Replacement policy, double ttl_s, SecondsClock clock,
+                                   bool renew_on_touch)
+    : policy_(policy),
+      ttl_s_(ttl_s),
+      renew_on_touch_(renew_on_touch),
+      clock_(clock ? std::move(clock) : steady_seconds) {}
 
 ReplacementIndex::Rank ReplacementIndex::rank_of(const Entry& entry) const {
   switch (policy_) {
@@ -78,6 +82,7 @@ bool ReplacementIndex::touch(const std::string& key) {
   if (it == entries_.end() || expired(key)) return false;
   Entry& entry = it->second;
   entry.last_access_s = clock_();
+  if (renew_on_touch_) entry.expires_s = entry.last_access_s + ttl_s_;
   entry.accesses += 1;
   entry.last_tick = ++tick_;
   rerank(key, entry);
@@ -96,6 +101,17 @@ bool ReplacementIndex::expired(const std::string& key) const {
   if (policy_ != Replacement::Ttl) return false;
   auto it = entries_.find(key);
   return it != entries_.end() && clock_() >= it->second.expires_s;
+}
+
+std::vector<std::string> ReplacementIndex::expired_keys() const {
+  std::vector<std::string> out;
+  if (policy_ != Replacement::Ttl) return out;
+  const double now = clock_();
+  for (const auto& [rank, key] : order_) {  // by expiry: the first live one ends the run
+    if (rank.first > now) break;
+    out.push_back(key);
+  }
+  return out;
 }
 
 int64_t ReplacementIndex::bytes_of(const std::string& key) const {

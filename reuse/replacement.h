@@ -7,6 +7,8 @@
 //   Lfu  - fewest accesses (the put counts as one);
 //   Fifo - written longest ago; reads do not matter;
 //   Ttl  - soonest to expire, so expired entries come first; an expired entry is a miss.
+//          An entry expires ttl after its put, or, renewing (apc_ttl: Continuum's pin), ttl
+//          after its last use.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +18,7 @@
 #include <string>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "reuse/tiered_store.h"
 
@@ -27,8 +30,10 @@ double steady_seconds();  // std::chrono::steady_clock, in seconds
 
 class ReplacementIndex {
  public:
-  // `ttl_s` is used by Replacement::Ttl only; `clock` defaults to steady_seconds.
-  explicit ReplacementIndex(Replacement policy, double ttl_s = 0, SecondsClock clock = {});
+  // `ttl_s` is used by Replacement::Ttl only; `clock` defaults to steady_seconds. With
+  // `renew_on_touch` a read restarts an entry's ttl (a pin held while it is used).
+  explicit ReplacementIndex(Replacement policy, double ttl_s = 0, SecondsClock clock = {},
+                            bool renew_on_touch = false);
 
   // Records that `key` now occupies `bytes` (a rewrite replaces the entry and counts as an
   // access; its insert time and expiry restart).
@@ -39,6 +44,8 @@ class ReplacementIndex {
 
   bool contains(const std::string& key) const { return entries_.count(key) != 0; }
   bool expired(const std::string& key) const;      // Ttl only; false when absent
+  // The expired entries (Ttl only), soonest expired first: what expiry frees.
+  std::vector<std::string> expired_keys() const;
   int64_t bytes_of(const std::string& key) const;  // 0 when absent
   // The next entry to drop, other than `keep` (the entry being written); nullopt when none.
   std::optional<std::string> victim(const std::string& keep = {}) const;
@@ -65,6 +72,7 @@ class ReplacementIndex {
 
   Replacement policy_;
   double ttl_s_;
+  bool renew_on_touch_;
   SecondsClock clock_;
   uint64_t tick_ = 0;  // orders events that share a clock reading
   int64_t bytes_ = 0;

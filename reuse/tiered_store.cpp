@@ -16,9 +16,10 @@ namespace kvbench {
 // One level of the hierarchy: the bytes (tier) and what the policy knows of them (index).
 struct TieredStore::Level {
   Level(std::unique_ptr<Tier> tier_, int64_t capacity_, bool compresses_, const TierConfig& config,
-        const SecondsClock& clock)
+        const SecondsClock& clock, bool pins)
       : tier(std::move(tier_)),
-        index(config.policy, config.ttl_s, clock),
+        index(pins ? ReplacementIndex(Replacement::Ttl, config.pin_ttl_s, clock, true)
+                   : ReplacementIndex(config.policy, config.ttl_s, clock)),
         capacity(std::max<int64_t>(capacity_, 0)),
         compresses(compresses_) {
     tier->stats().capacity = capacity;
@@ -48,10 +49,8 @@ struct TieredStore::Level {
   }
   // Expired entries go first, full or not, so bytes_resident counts live entries only.
   void evict_expired(const std::string& keep) {
-    if (index.policy() != Replacement::Ttl) return;
-    for (auto victim = index.victim(keep); victim && index.expired(*victim);
-         victim = index.victim(keep)) {
-      evict(*victim);
+    for (const std::string& key : index.expired_keys()) {
+      if (key != keep) evict(key);
     }
   }
 
@@ -82,12 +81,15 @@ TieredStore::TieredStore(const TierConfig& config, std::function<double()> clock
   if (config.policy == Replacement::Ttl && !(config.ttl_s > 0)) {
     throw InputError("tier ttl " + std::to_string(config.ttl_s) + " s: expected > 0");
   }
+  if (config.pin_ttl_s < 0) {
+    throw InputError("apc_ttl ttl " + std::to_string(config.pin_ttl_s) + " s: expected > 0");
+  }
   if (!clock) clock = steady_seconds;
-  auto add = [&](std::unique_ptr<Tier> tier, int64_t capacity, bool compresses) {
+  auto add = [&](std::unique_ptr<Tier> tier, int64_t capacity, bool compresses, bool pins = false) {
     levels_.push_back(
-        std::make_unique<Level>(std::move(tier), capacity, compresses, config, clock));
+        std::make_unique<Level>(std::move(tier), capacity, compresses, config, clock, pins));
   };
-  add(std::make_unique<MemoryTier>("device"), config.device_bytes, false);
+  add(std::make_unique<MemoryTier>("device"), config.device_bytes, false, config.pin_ttl_s > 0);
   if (config.cpu_bytes > 0) add(std::make_unique<MemoryTier>("cpu"), config.cpu_bytes, false);
   if (!config.disk_dir.empty())
     add(std::make_unique<DiskTier>(config.disk_dir, config.disk_codec), config.disk_bytes, true);
@@ -141,6 +143,10 @@ void TieredStore::erase(const std::string& key) {
   for (auto& level : levels_) {
     if (level->index.contains(key)) level->drop(key);
   }
+}
+
+void TieredStore::expire() {
+  for (auto& level : levels_) level->evict_expired({});
 }
 
 std::vector<TierStats> TieredStore::stats() const {

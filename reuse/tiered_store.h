@@ -31,6 +31,10 @@ struct TierConfig {
   Codec redis_codec = Codec::Raw;
   Replacement policy = Replacement::Lru;
   double ttl_s = 600;          // Replacement::Ttl: an entry expires this long after its put
+  // apc_ttl (Continuum): the device tier pins each block this long after its last use (put
+  // or hit), then drops it; its policy is Ttl renewed on use, whatever `policy` says. The
+  // tiers below keep `policy`. 0: no pinning.
+  double pin_ttl_s = 0;
 };
 
 class TieredStore {
@@ -52,6 +56,9 @@ class TieredStore {
   SharedBytes get(const std::string& key, std::string* from = nullptr);
   // Drops `key` from every tier (a block that failed its checksum).
   void erase(const std::string& key);
+  // Evicts every expired entry of every tier (Ttl, or the device tier's pins), freeing its
+  // bytes: what a lookup after a turn gap sees.
+  void expire();
 
   std::vector<TierStats> stats() const;  // top-down
 

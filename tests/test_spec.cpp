@@ -89,7 +89,9 @@ TEST_CASE("every registered method documents itself and resolves with its defaul
     // The canonical text resolves to itself: what the results db stores can be re-run.
     // (tiers says where prefix blocks go, so it resolves beside prefix; mikv keeps what an
     // eviction method drops, so it resolves behind one.)
-    const std::string base = m.kind == MethodKind::Tiers        ? "prefix+" + m.name
+    const std::string base = m.kind == MethodKind::Tiers ||
+                                     m.kind == MethodKind::Pinning
+                                 ? "prefix+" + m.name
                              : m.needs_eviction                 ? "snapkv+" + m.name
                              : m.kind == MethodKind::Allocation ? m.name + "+snapkv"
                                                                 : m.name;

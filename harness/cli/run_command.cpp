@@ -43,6 +43,8 @@ struct RunArgs {
   int32_t max_new = 0;             // 0: the task's
   bool no_fidelity = false;
   bool summary_only = false;
+  bool query_aware = false;  // the first query inside the compressed span
+  double turn_gap_s = 0;     // multi-request: simulated seconds between requests
   std::string db;  // --task: store the run in this db
   std::string out = "kvbench-out";  // the default sweep's folder: results.db and the report
 };
@@ -83,11 +85,14 @@ void run_run_command(const ModelOptions& model_options, const RunArgs& args,
   evaluation.session.mode = parse_session_mode(args.mode);
   evaluation.session.append = parse_answer_source(args.append);
   evaluation.session.max_new_tokens = args.max_new;
+  evaluation.session.query = args.query_aware ? QuerySetting::Aware : QuerySetting::Agnostic;
+  evaluation.session.turn_gap_s = args.turn_gap_s;
   evaluation.fidelity = !args.no_fidelity;
   std::vector<std::string> methods;
   std::vector<ResolvedSpec> specs;
   for (const std::string& m : args.methods) {
     specs.push_back(resolve_method_spec(m));
+    check_query_setting(specs.back(), evaluation.session.query);
     check_runs_on(specs.back(), model_device(model_options));
     methods.push_back(specs.back().canonical);
   }
@@ -152,8 +157,10 @@ void run_run_command(const ModelOptions& model_options, const RunArgs& args,
   if (!file_task.empty()) std::printf(" (%s)", args.data.c_str());
   std::printf("\nmethods:");
   for (const std::string& m : methods) std::printf(" %s", m.c_str());
-  std::printf("\nmode: %s, append %s, %zu sample(s)", args.mode.c_str(), args.append.c_str(),
-              samples.size());
+  std::printf("\nmode: %s, append %s, query %s", args.mode.c_str(), args.append.c_str(),
+              to_string(evaluation.session.query));
+  if (args.turn_gap_s > 0) std::printf(", turn gap %g s (simulated)", args.turn_gap_s);
+  std::printf(", %zu sample(s)", samples.size());
   if (!generated.empty()) {
     std::printf(", context %lld tokens, seed %llu",
                 static_cast<long long>(args.context_tokens > 0 ? args.context_tokens
@@ -217,13 +224,17 @@ void run_into_db(const ModelOptions& model, const RunArgs& args, const GivenOpti
   }
   config.methods = args.methods;
   config.modes = {to_string(parse_session_mode(args.mode))};
+  config.query_settings = {args.query_aware ? "aware" : "agnostic"};
+  config.turn_gaps_s = {args.turn_gap_s};
   config.seeds = {args.seed};
   config.samples = args.samples > 0 ? args.samples : (file ? 100000 : GeneratorOptions{}.samples);
   if (args.turns > 0) config.turns = args.turns;
   if (args.context_tokens > 0) config.context_tokens = args.context_tokens;
   config.max_new = args.max_new;
   config.fidelity = !args.no_fidelity;
-  sweep_methods(config);  // every spec resolves, before the model loads
+  for (const SweepMethod& m : sweep_methods(config)) {  // every spec resolves, before the model loads
+    check_query_setting(resolve_method_spec(m.spec), parse_query_setting(config.query_settings[0]));
+  }
   SummaryTable summary;
   run_sweep_into(model, config, Shard{}, args.db, [&](const UnitResult& unit) {
     summary.add(unit);
@@ -270,9 +281,16 @@ void add_run_command(CLI::App& app, ModelOptions& model) {
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_flag("--no-fidelity", args->no_fidelity,
                 "Skip the full-cache reference run (KL and top-1 are not measured)");
+  cmd->add_flag("--query-aware", args->query_aware,
+                "Compress the context after the first turn's query (multi-request: after each "
+                "request's query), not before any question");
+  auto* gap = cmd->add_option("--turn-gap", args->turn_gap_s,
+                              "Multi-request: simulated seconds between requests, read by TTLs "
+                              "(apc_ttl, tiers policy=ttl); nothing sleeps (default 0)")
+                  ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--summary-only", args->summary_only,
                 "One progress line per (sample, method) instead of per-turn tables");
-  cmd->callback([&model, args, cmd, ctx, seed, knob, out] {
+  cmd->callback([&model, args, cmd, ctx, seed, knob, out, gap] {
     if (args->tasks.empty() && args->methods.empty()) {
       // The default sweep: only --out and the global options apply.
       for (const CLI::Option* o : cmd->get_options()) {
@@ -297,6 +315,9 @@ void add_run_command(CLI::App& app, ModelOptions& model) {
     if (out->count() > 0) {
       throw InputError("--out belongs to the default sweep; write a report of a db with "
                        "kvbench report DB -o DIR");
+    }
+    if (gap->count() > 0 && parse_session_mode(args->mode) != SessionMode::MultiRequest) {
+      throw InputError("--turn-gap is the time between requests: it needs --mode multi-request");
     }
     GivenOptions given;
     given.context_tokens = ctx->count() > 0;
