@@ -594,6 +594,8 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
       record.ttft_ms = seconds_since(start) * 1e3 + elsewhere_ms;
       record.attn_flops = conversation->attn_flops();
       record.attn_flops_dense = conversation->attn_flops_dense();
+      record.attn_flops = conversation->attn_flops();
+      record.attn_flops_dense = conversation->attn_flops_dense();
       record.prompt_tokens = static_cast<int64_t>(tokens.context.size()) + query_n;
       record.prefill_tokens_per_s = record.prompt_tokens / std::max(prefill_s, 1e-9);
       record.own.first_logprobs = log_softmax(logits);
@@ -601,11 +603,15 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
     } else if (options.mode == SessionMode::MultiTurn) {
       conversation->reset_peak();
       conversation->reserve_more(room);
+      const double flops_before = conversation->attn_flops();
+      const double dense_before = conversation->attn_flops_dense();
       const auto start = Clock::now();
       logits = model.forward(turn.query, *conversation);
       const double prefill_s = seconds_since(start);
       argmax(logits);  // the first token chosen: TTFT ends here
       record.ttft_ms = seconds_since(start) * 1e3;
+      record.attn_flops = conversation->attn_flops() - flops_before;
+      record.attn_flops_dense = conversation->attn_flops_dense() - dense_before;
       record.prompt_tokens = query_n;
       record.prefill_tokens_per_s = query_n / std::max(prefill_s, 1e-9);
       record.own.first_logprobs = log_softmax(logits);
@@ -661,6 +667,8 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
       const double prefill_s = seconds_since(start) + elsewhere_ms / 1e3;
       argmax(logits);
       record.ttft_ms = seconds_since(start) * 1e3 + elsewhere_ms;
+      record.attn_flops = cache.attn_flops();  // a fresh cache: the request's whole prefill
+      record.attn_flops_dense = cache.attn_flops_dense();
       record.prompt_tokens = static_cast<int64_t>(tokens.context.size()) + query_n;
       record.prefill_tokens_per_s = (record.prompt_tokens - loaded) / std::max(prefill_s, 1e-9);
       // Stored after the first token, as LMCache stores.

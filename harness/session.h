@@ -77,6 +77,10 @@ struct TurnRecord {
   // A retrieval reader's recall of the true top keys over the answer's decode steps (layers,
   // query heads), where it measures one (ReadPolicy::recall); else none.
   std::optional<double> retrieval_recall;
+  // Attention FLOPs of the prefill counted in ttft_ms under a sparse prefill (a_shape,
+  // tri_shape, minference), and a dense causal prefill's of the same rows; 0 otherwise.
+  double attn_flops = 0;
+  double attn_flops_dense = 0;
   // Fidelity, measured only with a reference (SessionResult::fidelity), else 0:
   double first_token_kl = 0;  // KL(full || method) of the first answer token's distribution
   double top1_agreement = 0;  // fraction of reference-answer positions with the same argmax

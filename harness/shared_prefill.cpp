@@ -90,6 +90,7 @@ bool SharedPrefill::can_share(const ResolvedSpec& spec, const LlamaModel& model)
       return false;
     }
     if (info->context_reads_store || info->store_observes_queries) return false;
+    if (info->kind == MethodKind::Prefill) return false;  // its prefill is not the dense one
   }
   const std::unique_ptr<TokenPolicy> policy = make_cache_parts(spec, model.kv_shape()).policy;
   return !policy || policy->context_block() == 0;

@@ -84,6 +84,8 @@ TurnRow turn_row(const TurnRecord& t, bool fidelity, std::optional<double> score
   row.kv_bytes_peak = t.kv_bytes_peak;
   row.kv_read_per_step = t.kv_read_per_step;
   row.retrieval_recall = t.retrieval_recall;
+  row.attn_flops = t.attn_flops;
+  row.attn_flops_dense = t.attn_flops_dense;
   row.tokens_kept = t.tokens_kept;
   row.tokens_seen = t.cache.tokens_seen;
   row.tokens_evicted = t.cache.tokens_evicted;

@@ -168,6 +168,28 @@ struct PageSelection {
   int32_t page_tokens;
 };
 
+// Which keys a prefill chunk's attention reads (sparse prefill: A-shape, Tri-shape,
+// MInference's vertical-slash), by position. Query head h at position qp reads a stored key
+// at position kp <= qp iff qp >= dense_from (the prompt's last rows attend densely), or
+// kp < sink, or qp - kp < local, or kp is one of h's columns, or qp - kp one of h's
+// offsets (diagonals). Keys it does not read are neither computed nor attended.
+struct SparsePattern {
+  int32_t sink;            // key positions [0, sink) are read by every query
+  int32_t local;           // the last `local` positions up to the query's own
+  int32_t dense_from;      // query positions from here read every key
+  const int32_t* columns;  // [n_heads, n_columns] key positions; nullptr when n_columns 0
+  int32_t n_columns;
+  const int32_t* offsets;  // [n_heads, n_offsets] qp - kp >= 0; nullptr when n_offsets 0
+  int32_t n_offsets;
+};
+
+// Query-key pairs of a sparse prefill, counted per query head: those computed (the
+// pattern's, causal) and those a dense causal attention of the same rows computes.
+struct AttentionPairs {
+  int64_t computed = 0;
+  int64_t dense = 0;
+};
+
 // Quest's page metadata for one layer: the elementwise minimum and maximum of the keys of
 // each page of page_tokens consecutive slots (the last page may be partial).
 struct PageBounds {

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "methods/policy.h"
+#include "methods/sparse_prefill.h"
 
 namespace kvbench {
 
@@ -34,11 +35,21 @@ void KvCache::append(int32_t layer, const float* k, const float* v, const int32_
 
 void KvCache::attend(int32_t layer, const AttentionQuery& query) {
   LayerKv& store = *layers_[layer];
-  const PageSelection* pages =
-      reader_ && decode_step_
-          ? reader_->select(layer, query, store.n_tokens(), &bytes_read_forward_)
-          : nullptr;
-  bytes_read_forward_ += store.attend(query, pages);
+  if (prefill_ && !decode_step_) {
+    // A sparse prefill reads the store's fp32 view (every row of it, some query reads each).
+    const DenseKv kv = store.view();
+    const AttentionPairs pairs = prefill_->attend(query, kv, forward_end_);
+    attn_flops_ += 4.0 * kv.head_dim * static_cast<double>(pairs.computed);
+    attn_flops_dense_ += 4.0 * kv.head_dim * static_cast<double>(pairs.dense);
+    bytes_read_forward_ += kv.n_kv_heads * kv.n_tokens *
+                           static_cast<int64_t>(2 * kv.head_dim * sizeof(float) + sizeof(int32_t));
+  } else {
+    const PageSelection* pages =
+        reader_ && decode_step_
+            ? reader_->select(layer, query, store.n_tokens(), &bytes_read_forward_)
+            : nullptr;
+    bytes_read_forward_ += store.attend(query, pages);
+  }
   store.observe_queries(query);
   if (policy_ && !policy_->done(layer)) policy_->observe(layer, query, store.view());
 }
@@ -126,6 +137,10 @@ KvCache KvCache::clone() const {
   copy.bytes_read_forward_ = bytes_read_forward_;
   copy.bytes_read_last_ = bytes_read_last_;
   copy.bytes_read_total_ = bytes_read_total_;
+  copy.prefill_ = prefill_;
+  copy.forward_end_ = forward_end_;
+  copy.attn_flops_ = attn_flops_;
+  copy.attn_flops_dense_ = attn_flops_dense_;
   return copy;
 }
 

@@ -24,6 +24,8 @@
 
 namespace kvbench {
 
+class SparsePrefill;  // methods/sparse_prefill.h
+
 // Shape of one sequence's cache.
 struct KvShape {
   int32_t n_layers = 0;
@@ -160,6 +162,19 @@ class KvCache {
   // answer token): only its queries read what a retrieval method (Quest) selects. Prefill
   // of any length, a one-token query or chunk included, reads everything. advance() ends it.
   void mark_decode_step() { decode_step_ = true; }
+  // The next forward feeds n_tokens (in chunks): a sparse prefill's pattern knows where the
+  // prompt ends (Tri-shape's dense last rows).
+  void begin_forward(int64_t n_tokens) { forward_end_ = next_position_ + n_tokens; }
+  // Every prefill forward's attention reads only the keys of this pattern (a Prefill method:
+  // a_shape, tri_shape, minference; nullptr: dense). Decode steps stay dense.
+  void set_sparse_prefill(std::shared_ptr<const SparsePrefill> prefill) {
+    prefill_ = std::move(prefill);
+  }
+  // Attention FLOPs of sparse prefills since creation (4 * head_dim per query-key pair per
+  // query head): computed, and what dense causal attention of the same rows computes. 0
+  // without a sparse prefill (not measured).
+  double attn_flops() const { return attn_flops_; }
+  double attn_flops_dense() const { return attn_flops_dense_; }
   // The shared context is all in: the policy compresses it (CachePhase::ContextEnd).
   void end_context();
   bool context_ended() const { return context_ended_; }
@@ -221,6 +236,10 @@ class KvCache {
   int64_t bytes_read_last_ = 0;     // the last finished forward
   int64_t bytes_read_total_ = 0;
   KvTap* tap_ = nullptr;
+  std::shared_ptr<const SparsePrefill> prefill_;  // immutable, shared by clones
+  int64_t forward_end_ = 0;
+  double attn_flops_ = 0;
+  double attn_flops_dense_ = 0;
 };
 
 }  // namespace kvbench

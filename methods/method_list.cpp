@@ -5,6 +5,9 @@
 namespace kvbench {
 
 MethodInfo full_method();
+MethodInfo a_shape_method();
+MethodInfo tri_shape_method();
+MethodInfo minference_method();
 MethodInfo streamingllm_method();
 MethodInfo h2o_method();
 MethodInfo snapkv_method();
@@ -56,6 +59,9 @@ MethodInfo cacheblend_method();
 const std::vector<MethodInfo>& method_registry() {
   static const std::vector<MethodInfo> methods = {
       full_method(),
+      a_shape_method(),
+      tri_shape_method(),
+      minference_method(),
       streamingllm_method(),
       h2o_method(),
       snapkv_method(),

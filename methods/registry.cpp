@@ -84,6 +84,32 @@ std::string allocating_methods() {
   return join_names(names);
 }
 
+// A sparse prefill attends over each layer's fp32 view of its store: not over KV reused
+// without a prefill, nor over heads of their own or keys kept apart from the view (MiKV).
+void check_prefill_composition(const std::string& text,
+                               const std::map<MethodKind, const MethodInfo*>& seen,
+                               const MethodInfo& info) {
+  const auto prefill = seen.find(MethodKind::Prefill);
+  const MethodInfo* sparse = info.kind == MethodKind::Prefill ? &info
+                             : prefill != seen.end()          ? prefill->second
+                                                              : nullptr;
+  if (!sparse) return;
+  std::vector<const MethodInfo*> all{&info};
+  for (const auto& kind_info : seen) all.push_back(kind_info.second);
+  for (const MethodInfo* other : all) {
+    if (other == sparse) continue;
+    if (other->kind == MethodKind::Reuse || other->kind == MethodKind::Tiers ||
+        other->kind == MethodKind::Pinning) {
+      fail_spec(text, "'" + sparse->name + "' sparsifies the prefill, which '" + other->name +
+                          "' skips by reusing KV; they cannot compose");
+    }
+    if (other->kind == MethodKind::Allocation || other->ragged_heads || other->needs_eviction) {
+      fail_spec(text, "'" + sparse->name + "' attends over the fp32 view of an equal-heads "
+                          "store; '" + other->name + "' keeps KV outside it");
+    }
+  }
+}
+
 void check_composition(const std::string& text, const std::map<MethodKind, const MethodInfo*>& seen,
                        const MethodInfo& info, size_t n_components) {
   if (info.kind == MethodKind::Full) {
@@ -100,6 +126,7 @@ void check_composition(const std::string& text, const std::map<MethodKind, const
                        : info.kind == MethodKind::Reuse      ? "reuse"
                        : info.kind == MethodKind::Allocation ? "allocation"
                        : info.kind == MethodKind::Pinning    ? "pinning"
+                       : info.kind == MethodKind::Prefill    ? "sparse prefill"
                                                              : "tiers";
     fail_spec(text, "'" + same->second->name + "' and '" + info.name +
                         "' cannot compose: a cache takes at most one " + what + " method");
@@ -143,6 +170,7 @@ void check_composition(const std::string& text, const std::map<MethodKind, const
   if (evicts && retrieves) {
     fail_spec(text, "retrieval reads pages of the whole cache and cannot follow eviction");
   }
+  check_prefill_composition(text, seen, info);
 }
 
 }  // namespace
@@ -374,6 +402,7 @@ CacheParts make_cache_parts(const ResolvedSpec& spec, const KvShape& shape) {
                                 : info->make_policy(params, shape);
     }
     if (info->kind == MethodKind::Retrieval) parts.reader = info->make_reader(params, shape);
+    if (info->kind == MethodKind::Prefill) parts.prefill = info->make_prefill(params);
     if (info->kind == MethodKind::Storage) {
       parts.layers = info->make_layers(params, shape);
       if (info->make_policy) parts.policy = info->make_policy(params, shape);  // ZipCache's
@@ -385,7 +414,9 @@ CacheParts make_cache_parts(const ResolvedSpec& spec, const KvShape& shape) {
 KvCache make_cache(const ResolvedSpec& spec, const KvShape& shape) {
   CacheParts parts = make_cache_parts(spec, shape);
   if (parts.layers.empty()) parts.layers = make_dense_layers(shape);
-  return KvCache(shape, std::move(parts.layers), std::move(parts.policy), std::move(parts.reader));
+  KvCache cache(shape, std::move(parts.layers), std::move(parts.policy), std::move(parts.reader));
+  cache.set_sparse_prefill(std::move(parts.prefill));
+  return cache;
 }
 
 KvCache make_cache(const std::string& spec, const KvShape& shape) {

@@ -19,6 +19,7 @@
 
 namespace kvbench {
 class HeadAllocation;  // methods/allocation.h
+class SparsePrefill;   // methods/sparse_prefill.h
 }
 
 namespace kvbench {
@@ -97,6 +98,8 @@ enum class MethodKind {
               // needs prefix)
   Allocation,  // how many tokens each KV head of a layer keeps (AdaKV), in front of an
                // eviction method that ranks per KV head: adakv+snapkv
+  Prefill,     // which keys each prefill query reads (stage 1: a_shape, tri_shape,
+               // minference); the cache stays full
 };
 
 struct MethodInfo {
@@ -141,6 +144,8 @@ struct MethodInfo {
   std::function<std::unique_ptr<TokenPolicy>(const MethodParams&, const KvShape&,
                                              std::shared_ptr<const HeadAllocation>)>
       make_allocated_policy;
+  // A prefill method's pattern (methods/sparse_prefill.h).
+  std::function<std::shared_ptr<const SparsePrefill>(const MethodParams&)> make_prefill;
 };
 
 // Every registered method, in listing order (methods/method_list.cpp).
@@ -174,6 +179,7 @@ struct CacheParts {
   std::unique_ptr<TokenPolicy> policy;
   std::vector<std::unique_ptr<LayerKv>> layers;
   std::unique_ptr<ReadPolicy> reader;
+  std::shared_ptr<const SparsePrefill> prefill;  // a Prefill method's pattern
 };
 CacheParts make_cache_parts(const ResolvedSpec& spec, const KvShape& shape);
 

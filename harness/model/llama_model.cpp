@@ -562,6 +562,7 @@ std::vector<float> LlamaModel::forward(const std::vector<int32_t>& tokens, KvCac
                      std::to_string(impl_->config.context_length) + " tokens");
   }
   std::vector<float> logits((all_logits ? n : 1) * vocab);
+  cache.begin_forward(n);
   for (int64_t start = 0; start < n; start += prefill_chunk) {
     const int64_t len = std::min<int64_t>(prefill_chunk, n - start);
     const bool last = start + len == n;

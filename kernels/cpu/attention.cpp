@@ -36,6 +36,7 @@ struct Scratch {
   std::vector<int32_t> qpos;  // [rows] query position of each row
   std::vector<float> kg, vg;  // [kKeyTile, head_dim] keys and values of one gathered tile
   std::vector<int32_t> pos;   // [kKeyTile] its positions
+  std::vector<uint8_t> keep;  // [rows, kKeyTile] 1 where a sparse pattern reads the key
 };
 
 struct Plan {
@@ -61,9 +62,10 @@ QueryRange begin_rows(const AttentionQuery& query, const DenseKv& kv, const Plan
 }
 
 // Folds one key tile, nk <= kKeyTile consecutive rows of keys k, values v and positions pos,
-// into the online softmax of the rows gathered by begin_rows.
+// into the online softmax of the rows gathered by begin_rows. keep (a sparse pattern's
+// [rows, nk], nullptr for all) masks the keys a row does not read, after the causal mask.
 void attend_keys(int dim, int rows, QueryRange queries, const float* k, const float* v,
-                 const int32_t* pos, int nk, Scratch& w) {
+                 const int32_t* pos, int nk, Scratch& w, const uint8_t* keep = nullptr) {
   const TileMask mask = tile_mask(pos, nk, queries);
   if (mask == TileMask::Skip) return;
   const int ld = (nk + kNr - 1) / kNr * kNr;
@@ -76,6 +78,12 @@ void attend_keys(int dim, int rows, QueryRange queries, const float* k, const fl
   for (int r = 0; r < rows; ++r) {
     float* srow = w.s.data() + static_cast<int64_t>(r) * ld;
     if (mask == TileMask::Partial) mask_after(srow, pos, nk, w.qpos[r]);
+    if (keep) {
+      const uint8_t* row_keep = keep + static_cast<int64_t>(r) * nk;
+      for (int j = 0; j < nk; ++j) {
+        if (!row_keep[j]) srow[j] = kNegInf;
+      }
+    }
     const float m_new = std::max(w.m[r], row_max(srow, nk));
     if (m_new == kNegInf) {  // nothing visible yet for this row
       std::fill(srow, srow + nk, 0.0f);
@@ -197,6 +205,83 @@ void attend_pages(const AttentionQuery& query, const DenseKv& kv, const PageSele
   if (nk > 0) fold(seg, n_seg, nk, rows, queries);
 }
 
+// A sparse pattern's column and offset lists as one byte per (query head, position), so a
+// key's test is a look-up: column[h * span + kp], offset[h * span + (qp - kp)]. span is one
+// past the chunk's last query position: no visible key or offset reaches it.
+struct PatternLookup {
+  std::vector<uint8_t> column, offset;
+  int64_t span = 0;
+};
+
+PatternLookup make_lookup(const AttentionQuery& query, const SparsePattern& pattern) {
+  PatternLookup lookup;
+  int32_t last = 0;
+  for (int i = 0; i < query.n_queries; ++i) last = std::max(last, query.q_positions[i]);
+  lookup.span = static_cast<int64_t>(last) + 1;
+  const auto fill = [&](const int32_t* list, int32_t n, std::vector<uint8_t>& hit) {
+    if (n <= 0) return;
+    hit.assign(static_cast<size_t>(query.n_heads * lookup.span), 0);
+    for (int h = 0; h < query.n_heads; ++h) {
+      for (int32_t j = 0; j < n; ++j) {
+        const int32_t x = list[static_cast<int64_t>(h) * n + j];
+        if (x >= 0 && x < lookup.span) hit[h * lookup.span + x] = 1;
+      }
+    }
+  };
+  fill(pattern.columns, pattern.n_columns, lookup.column);
+  fill(pattern.offsets, pattern.n_offsets, lookup.offset);
+  return lookup;
+}
+
+// Whether query head h at position qp reads the key at position kp <= qp.
+bool pattern_reads(const SparsePattern& pattern, const PatternLookup& lookup, int h, int32_t qp,
+                   int32_t kp) {
+  if (qp >= pattern.dense_from || kp < pattern.sink || qp - kp < pattern.local) return true;
+  if (!lookup.column.empty() && lookup.column[h * lookup.span + kp]) return true;
+  return !lookup.offset.empty() && lookup.offset[h * lookup.span + (qp - kp)];
+}
+
+// One sparse work item: attend_tile over the keys the pattern reads. Each key tile's rows
+// are tested key by key; a tile no row reads is skipped whole (it would add nothing), the
+// others are computed whole with the unread keys masked, as block-sparse kernels do. Adds
+// the item's query-key pairs (pattern's and dense causal) to *pairs.
+void attend_sparse_tile(const AttentionQuery& query, const DenseKv& kv,
+                        const SparsePattern& pattern, const PatternLookup& lookup,
+                        const Plan& plan, int kvh, int q0, int q1, int64_t t0, int64_t t1,
+                        Scratch& w, AttentionPairs* pairs) {
+  const int dim = kv.head_dim;
+  const int rows = (q1 - q0) * plan.group;
+  const QueryRange queries = begin_rows(query, kv, plan, kvh, q0, q1, w);
+  const int64_t head = static_cast<int64_t>(kvh) * kv.capacity;
+  const float* k_head = kv.k + head * dim;
+  const float* v_head = kv.v + head * dim;
+  const int32_t* pos_head = kv.positions + head;
+  for (int64_t k0 = t0; k0 < t1; k0 += kKeyTile) {
+    const int nk = static_cast<int>(std::min<int64_t>(kKeyTile, t1 - k0));
+    const int32_t* pos = pos_head + k0;
+    if (tile_mask(pos, nk, queries) == TileMask::Skip) continue;
+    int64_t read = 0;
+    for (int r = 0; r < rows; ++r) {
+      const int h = kvh * plan.group + r % plan.group;
+      const int32_t qp = w.qpos[r];
+      uint8_t* row_keep = w.keep.data() + static_cast<int64_t>(r) * nk;
+      int64_t visible = 0, row_read = 0;
+      for (int j = 0; j < nk; ++j) {
+        const bool sees = pos[j] <= qp;
+        row_keep[j] = sees && pattern_reads(pattern, lookup, h, qp, pos[j]);
+        visible += sees;
+        row_read += row_keep[j];
+      }
+      pairs->dense += visible;
+      read += row_read;
+    }
+    pairs->computed += read;
+    if (read == 0) continue;
+    attend_keys(dim, rows, queries, k_head + k0 * dim, v_head + k0 * dim, pos, nk, w,
+                w.keep.data());
+  }
+}
+
 Plan make_plan(const AttentionQuery& query, const DenseKv& kv, int threads) {
   Plan p;
   p.group = query.n_heads / kv.n_kv_heads;
@@ -232,6 +317,8 @@ void ensure(Scratch& w, int rows, int dim) {
   }
   if (w.s.size() < static_cast<size_t>(rows) * kKeyTile)
     w.s.resize(static_cast<size_t>(rows) * kKeyTile);
+  if (w.keep.size() < static_cast<size_t>(rows) * kKeyTile)
+    w.keep.resize(static_cast<size_t>(rows) * kKeyTile);
   if (w.m.size() < static_cast<size_t>(rows)) {
     w.m.resize(rows);
     w.l.resize(rows);
@@ -345,6 +432,30 @@ void attention_dense_cpu(const AttentionQuery& query, const DenseKv& kv) {
     const int64_t t1 = std::min(kv.n_tokens, t0 + plan.split_len);
     attend_tile(query, kv, plan, kvh, q0, q1, t0, t1, w);
   });
+}
+
+AttentionPairs attention_sparse_cpu(const AttentionQuery& query, const DenseKv& kv,
+                                    const SparsePattern& pattern) {
+  assert(query.n_heads % kv.n_kv_heads == 0);
+  AttentionPairs total;
+  if (query.n_queries <= 0) return total;
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  // The dense kernel's plan and work items, so a pattern that reads every key folds the same
+  // tiles in the same order: bit for bit attention_dense_cpu.
+  const Plan plan = make_plan(query, kv, threads);
+  const PatternLookup lookup = make_lookup(query, pattern);
+  std::vector<AttentionPairs> per_thread(threads);
+  run_items(query, kv, plan, threads, [&](int kvh, int q0, int q1, int split, Scratch& w) {
+    const int64_t t0 = split * plan.split_len;
+    const int64_t t1 = std::min(kv.n_tokens, t0 + plan.split_len);
+    AttentionPairs& pairs = per_thread[threads > 1 ? omp_get_thread_num() : 0];
+    attend_sparse_tile(query, kv, pattern, lookup, plan, kvh, q0, q1, t0, t1, w, &pairs);
+  });
+  for (const AttentionPairs& p : per_thread) {
+    total.computed += p.computed;
+    total.dense += p.dense;
+  }
+  return total;
 }
 
 void attention_ragged_cpu(const AttentionQuery& query, const DenseKv* heads, int32_t n_kv_heads) {

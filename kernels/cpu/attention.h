@@ -15,6 +15,12 @@ void attention_dense_cpu(const AttentionQuery& query, const DenseKv& kv);
 // Plain two-pass softmax reference with the same layouts, for tests.
 void attention_dense_reference(const AttentionQuery& query, const DenseKv& kv);
 
+// As attention_dense_cpu, each query head reading only the keys `pattern` selects (sparse
+// prefill). A pattern that reads every key gives attention_dense_cpu's output bit for bit.
+// Returns the query-key pairs computed and those a dense causal attention computes.
+AttentionPairs attention_sparse_cpu(const AttentionQuery& query, const DenseKv& kv,
+                                    const SparsePattern& pattern);
+
 // As attention_dense_cpu over a layer whose KV heads hold different numbers of tokens
 // (head-wise budgets: RetainPlan::head_keep): heads[h] is KV head h alone (n_kv_heads 1), in
 // buffers of its own with its own capacity and n_tokens. Equals attention_dense_cpu over
