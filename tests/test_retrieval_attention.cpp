@@ -216,3 +216,18 @@ TEST_CASE("retrieval_attention refuses bad parameters and eviction before it",
   CHECK_THROWS_AS(resolve_method_spec("quest+retrieval_attention"), InputError);
   CHECK_NOTHROW(resolve_method_spec("retrieval_attention:top_k=64+kivi:bits=4"));
 }
+
+TEST_CASE("retrieval_attention over kivi reads the chosen tokens from the packed store",
+          "[unit][retrieval_attention]") {
+  const KvShape shape{2, 2, 32};
+  KvCache kivi = make_cache("kivi:bits=4", shape);
+  KvCache all = make_cache(
+      "retrieval_attention:top_k=4096,n_clusters=8,nprobe=8,sink=4,recent=8+kivi:bits=4", shape);
+  KvCache sparse = make_cache(
+      "retrieval_attention:top_k=16,n_clusters=8,nprobe=2,sink=4,recent=8+kivi:bits=4", shape);
+  const auto out = run_same({&kivi, &all, &sparse}, 4, 300, 3, 9);
+  CHECK(out[1] == out[0]);
+  CHECK(out[2] != out[0]);
+  CHECK(sparse.stats().bytes_read_last_forward < kivi.stats().bytes_read_last_forward);
+  CHECK(mean_recall(*sparse.reader()) < 1.0);
+}
