@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <cstdio>
 #include <filesystem>
@@ -286,8 +287,7 @@ void add_run_command(CLI::App& app, ModelOptions& model) {
                 "request's query), not before any question");
   auto* gap = cmd->add_option("--turn-gap", args->turn_gap_s,
                               "Multi-request: simulated seconds between requests, read by TTLs "
-                              "(apc_ttl, tiers policy=ttl); nothing sleeps (default 0)")
-                  ->check(CLI::NonNegativeNumber);
+                              "(apc_ttl, tiers policy=ttl); nothing sleeps (default 0)");
   cmd->add_flag("--summary-only", args->summary_only,
                 "One progress line per (sample, method) instead of per-turn tables");
   cmd->callback([&model, args, cmd, ctx, seed, knob, out, gap] {
@@ -315,6 +315,9 @@ void add_run_command(CLI::App& app, ModelOptions& model) {
     if (out->count() > 0) {
       throw InputError("--out belongs to the default sweep; write a report of a db with "
                        "kvbench report DB -o DIR");
+    }
+    if (!(args->turn_gap_s >= 0) || !std::isfinite(args->turn_gap_s)) {
+      throw InputError("--turn-gap " + gap->as<std::string>() + ": expected seconds >= 0");
     }
     if (gap->count() > 0 && parse_session_mode(args->mode) != SessionMode::MultiRequest) {
       throw InputError("--turn-gap is the time between requests: it needs --mode multi-request");
