@@ -91,8 +91,13 @@ class RetrievalReader : public ReadPolicy {
 
   void appended(int32_t layer, const float* k, int64_t first_slot, int64_t n_new) override {
     LayerIndex& index = layers_[layer];
-    // Slots rewritten below the indexed end (never for a full cache): the index is rebuilt.
-    if (index.built && first_slot < index.indexed_end) index = fresh_layer();
+    // Slots rewritten below the indexed end (never for a full cache): the index is rebuilt
+    // when next needed; the keys before first_slot stay.
+    if (index.built && first_slot < index.indexed_end) {
+      for (HeadIndex& head : index.heads) head.ivf = IvfIndex();
+      index.built = false;
+      index.indexed_end = 0;
+    }
     const int32_t d = shape_.head_dim;
     for (int32_t h = 0; h < shape_.n_kv_heads; ++h) {
       std::vector<float>& keys = index.heads[h].keys;
@@ -154,12 +159,6 @@ class RetrievalReader : public ReadPolicy {
     bool built = false;
     int64_t indexed_end = 0;  // slots [sink, indexed_end) are in the index
   };
-
-  LayerIndex fresh_layer() const {
-    LayerIndex layer;
-    layer.heads.resize(static_cast<size_t>(shape_.n_kv_heads));
-    return layer;
-  }
 
   // Brings the index up to the slots left of the recent window: built at the first call
   // (once there is a slot to index), then each slot leaving the window inserted.

@@ -231,3 +231,31 @@ TEST_CASE("retrieval_attention over kivi reads the chosen tokens from the packed
   CHECK(sparse.stats().bytes_read_last_forward < kivi.stats().bytes_read_last_forward);
   CHECK(mean_recall(*sparse.reader()) < 1.0);
 }
+
+TEST_CASE("retrieval_attention rebuilds its index when indexed slots are written again",
+          "[unit][retrieval_attention]") {
+  // One KV head, one query head: the query points along x; the context's keys do not.
+  const KvShape shape{1, 1, 4};
+  const int64_t n = 64;
+  std::vector<float> keys(static_cast<size_t>(n * 4), 0.f);
+  for (int64_t t = 0; t < n; ++t) keys[t * 4 + 1 + t % 3] = 1.f + 0.01f * t;
+  const std::vector<float> q = {1, 0, 0, 0};
+  auto reader =
+      make_reader("retrieval_attention:top_k=2,n_clusters=4,nprobe=1,sink=1,recent=1", shape);
+  reader->appended(0, keys.data(), 0, n);
+  reader->context_ended();
+  // Slots from 40 on written again: slot 50 now holds the key the query wants.
+  std::vector<float> rewritten(keys.begin() + 40 * 4, keys.end());
+  rewritten[10 * 4 + 0] = 5.f;
+  reader->appended(0, rewritten.data(), 40, n - 40);
+  const int32_t position = static_cast<int32_t>(n);
+  std::vector<float> out(4);
+  int64_t bytes = 0;
+  const PageSelection* sel =
+      reader->select(0, AttentionQuery{q.data(), &position, out.data(), 1, 1, 1.f}, n, &bytes);
+  REQUIRE(sel != nullptr);
+  const std::vector<int32_t> got(sel->pages, sel->pages + sel->n_selected);
+  CHECK(std::find(got.begin(), got.end(), 50) != got.end());
+  CHECK(got.front() == 0);
+  CHECK(got.back() == n - 1);
+}
