@@ -13,6 +13,11 @@ void check_runs_on(const ResolvedSpec& spec, ModelDevice device) {
   // On a GPU the KV lives in device stores (dense or KIVI's); policies and read policies
   // plan on host copies (methods/cuda_host_policies.h). Reuse keeps host memory.
   for (const auto& [info, params] : spec.components) {
+    if (info->propagates_tokens) {
+      throw InputError("method '" + info->name + "' in '" + spec.canonical +
+                       "' does not run on --device cuda yet: its token-selective propagation "
+                       "runs in the CPU forward only");
+    }
     if (info->kind == MethodKind::Prefill) {
       throw InputError("method '" + info->name + "' in '" + spec.canonical +
                        "' does not run on --device cuda yet: its sparse prefill kernel is "

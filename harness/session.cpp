@@ -178,7 +178,8 @@ void show_context_text(const Tokenizer& tokenizer, KvCache& cache,
 
 // The shared context: in chunks of the policy's context_block() under a streamed prefill
 // (a store never larger than what is kept plus one chunk), else in one forward (the model
-// chunks it, but nothing is planned before the end). Then end_context(): the policy
+// chunks it, but nothing is planned before the end), or through the policy's token-selective
+// propagation (FastKV: LlamaModel::forward_propagating). Then end_context(): the policy
 // compresses.
 // Returns the logits of the context's last token (query-aware: the first query's).
 std::vector<float> feed_context(const LlamaModel& model, KvCache& cache,
@@ -186,7 +187,14 @@ std::vector<float> feed_context(const LlamaModel& model, KvCache& cache,
   std::vector<float> logits;
   const int64_t n = static_cast<int64_t>(context.size());
   const int64_t block = cache.policy() ? cache.policy()->context_block() : 0;
-  if (block <= 0 || block >= n) {
+  const TokenPolicy* policy = cache.policy();
+  const int32_t tsp_layer = policy ? policy->propagation_layer() : -1;
+  if (tsp_layer >= 0) {  // FastKV: only the tokens the policy selects go past tsp_layer
+    // (the model sizes each layer's store for the tokens it will hold)
+    logits = model.forward_propagating(context, tsp_layer, [&](int32_t layer) {
+      return policy->propagated_rows(layer, cache.layer(layer).view());
+    }, cache);
+  } else if (block <= 0 || block >= n) {
     cache.reserve_more(n);
     logits = model.forward(context, cache);
   } else {

@@ -93,7 +93,8 @@ bool SharedPrefill::can_share(const ResolvedSpec& spec, const LlamaModel& model)
     if (info->kind == MethodKind::Prefill) return false;  // its prefill is not the dense one
   }
   const std::unique_ptr<TokenPolicy> policy = make_cache_parts(spec, model.kv_shape()).policy;
-  return !policy || policy->context_block() == 0;
+  // A policy that propagates only some tokens past a layer prefills its own way.
+  return !policy || (policy->context_block() == 0 && policy->propagation_layer() < 0);
 }
 
 bool SharedPrefill::serves(const std::string& canonical) const {

@@ -12,7 +12,8 @@
 // (prefill=stream), reuse across requests (prefix, tiers, cacheblend: the prefill they save
 // is what they measure), stores whose context attends over their rounded rows
 // (MethodInfo::context_reads_store: fp16, bf16, fp8), stores that choose their layout from
-// the context's queries (MethodInfo::store_observes_queries: think) and caches on a GPU
+// the context's queries (MethodInfo::store_observes_queries: think), policies that let only
+// some tokens past a layer (TokenPolicy::propagation_layer: fastkv) and caches on a GPU
 // prefill on their own.
 #pragma once
 

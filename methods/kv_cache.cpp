@@ -113,6 +113,11 @@ void KvCache::reserve_more(int64_t n_tokens) {
   bytes_peak_ = std::max(bytes_peak_, bytes_resident());
 }
 
+void KvCache::reserve_more(int64_t n_tokens, int32_t first, int32_t end) {
+  for (int32_t l = first; l < end; ++l) layers_[l]->reserve(layers_[l]->n_tokens() + n_tokens);
+  bytes_peak_ = std::max(bytes_peak_, bytes_resident());
+}
+
 KvCache KvCache::scoring_copy(int64_t begin, int64_t end) const {
   assert(policy_ && policy_->scores_by_reconstruction() && !context_ended_);
   KvCache copy = clone();

@@ -186,6 +186,9 @@ class KvCache {
   // keep different numbers of tokens (Knorm's and PyramidKV's) are not all grown to the
   // largest one.
   void reserve_more(int64_t n_tokens);
+  // The same in layers [first, end) alone: the later layers of a prefill that propagates
+  // only some tokens past a layer (LlamaModel::forward_propagating) hold fewer.
+  void reserve_more(int64_t n_tokens, int32_t first, int32_t end);
 
   // KVzip's scoring forward (harness/reconstruction.h), which is not part of the sequence:
   // scoring_copy is a clone whose policy is told that the forward fed next repeats context

@@ -17,6 +17,7 @@ MethodInfo criticalkv_method();
 MethodInfo cake_method();
 MethodInfo d2o_method();
 MethodInfo uncomp_method();
+MethodInfo fastkv_method();
 MethodInfo chunkkv_method();
 MethodInfo windowkv_method();
 MethodInfo tova_method();
@@ -71,6 +72,7 @@ const std::vector<MethodInfo>& method_registry() {
       cake_method(),
       d2o_method(),
       uncomp_method(),
+      fastkv_method(),
       chunkkv_method(),
       windowkv_method(),
       tova_method(),

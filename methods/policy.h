@@ -96,6 +96,19 @@ class TokenPolicy {
   virtual bool scores_by_reconstruction() const { return false; }
   virtual void reconstructing(int64_t /*begin*/, int64_t /*end*/, int64_t /*n_context*/) {}
 
+  // Token-selective propagation (FastKV): the layer after which only the context tokens this
+  // policy selects go on through the model while the context is prefilled
+  // (LlamaModel::forward_propagating: the later layers store only those tokens), or -1:
+  // every token goes through every layer.
+  virtual int32_t propagation_layer() const { return -1; }
+  // Those tokens, asked once `layer` (propagation_layer()) holds the whole context in `kv`,
+  // nothing evicted, slots in position order: ascending slots, the last one among them.
+  virtual std::vector<int64_t> propagated_rows(int32_t /*layer*/, const DenseKv& kv) const {
+    std::vector<int64_t> rows(kv.n_tokens);
+    for (int64_t i = 0; i < kv.n_tokens; ++i) rows[i] = i;
+    return rows;
+  }
+
   // The shared context's tokens as text (token_texts[i]: the decoded bytes of the token at
   // context position i), told before end_context to a policy that cuts the context into
   // segments it keeps or drops whole (ShotKV's shots); most policies ignore it.

@@ -129,6 +129,10 @@ struct MethodInfo {
   // A method that ranks whole KV heads by KvShape::head_retrieval: the driver probes the
   // model for it (harness/head_probe.h) before building such a cache.
   bool needs_head_retrieval = false;
+  // An eviction method whose policy lets only the tokens it selects at one layer go on
+  // through the later layers of the context's prefill (TokenPolicy::propagation_layer:
+  // FastKV): its prefill is its own (no shared prefill) and runs in the CPU forward only.
+  bool propagates_tokens = false;
   // Extra cross-parameter checks (e.g. budget xor ratio); throws InputError. May be empty.
   std::function<void(const MethodParams&)> check;
   // Builds one sequence's policy (Eviction), stores (Storage) or read policy (Retrieval). A

@@ -336,6 +336,62 @@ struct LlamaModel::Impl {
     lm_head.apply(s.h.data(), n - first, logits);
   }
 
+  // Token-selective propagation (LlamaModel::forward_propagating): each chunk of chunk_rows
+  // rows through layers 0..tsp_layer, as forward_chunk runs it; then the rows select names go
+  // on alone through the later layers, chunk by chunk again, at their own positions. Writes
+  // the last row's logits.
+  void propagate(const int32_t* tokens, int64_t n, int32_t tsp_layer, const RowSelector& select,
+                 int64_t chunk_rows, KvCache& cache, float* logits) const {
+    const ModelConfig& c = config;
+    std::vector<int32_t> positions(n);
+    for (int64_t i = 0; i < n; ++i) positions[i] = cache.next_position() + static_cast<int32_t>(i);
+    // Each layer's store is sized for the tokens it will hold: a later layer reserved for
+    // all n would keep that room (nothing is evicted from it when it holds its budget or less).
+    cache.reserve_more(n, 0, tsp_layer + 1);
+    std::vector<float> x(n * c.n_embd);
+    LayerScratch s(c, std::min(n, chunk_rows));
+    for (int64_t start = 0; start < n; start += chunk_rows) {
+      const int64_t len = std::min(chunk_rows, n - start);
+      float* xs = x.data() + start * c.n_embd;
+      embed(tokens + start, len, xs);
+      for (int32_t l = 0; l <= tsp_layer; ++l) {
+        dense_layer(l, xs, positions.data() + start, len, cache, s);
+      }
+    }
+
+    const std::vector<int64_t> selected = select(tsp_layer);
+    const int64_t m = static_cast<int64_t>(selected.size());
+    if (m == 0 || selected.back() != n - 1) {
+      throw std::invalid_argument("forward_propagating: the selected rows must include the last");
+    }
+    for (int64_t j = 0; j < m; ++j) {
+      if (selected[j] < 0 || (j > 0 && selected[j] <= selected[j - 1])) {
+        throw std::invalid_argument("forward_propagating: selected rows must be ascending rows");
+      }
+    }
+    std::vector<float> xsel(m * c.n_embd);
+    std::vector<int32_t> sel_positions(m);
+    for (int64_t j = 0; j < m; ++j) {
+      std::copy_n(x.data() + selected[j] * c.n_embd, c.n_embd, xsel.data() + j * c.n_embd);
+      sel_positions[j] = positions[selected[j]];
+    }
+    x = {};
+
+    cache.reserve_more(m, tsp_layer + 1, c.n_layers);
+    for (int64_t a = 0; a < m; a += chunk_rows) {
+      const int64_t len = std::min(chunk_rows, m - a);
+      float* xs = xsel.data() + a * c.n_embd;
+      for (int32_t l = tsp_layer + 1; l < c.n_layers; ++l) {
+        dense_layer(l, xs, sel_positions.data() + a, len, cache, s);
+      }
+    }
+    cache.advance(static_cast<int32_t>(n));
+
+    rms_norm_cpu(xsel.data() + (m - 1) * c.n_embd, output_norm.data(), s.h.data(), 1, c.n_embd,
+                 c.rms_eps);
+    lm_head.apply(s.h.data(), 1, logits);
+  }
+
   // CacheBlend (LlamaModel::forward_blend): layers 0..select_layer in full, in chunks of
   // chunk_rows; then the n_recompute tokens whose select_layer keys deviate most from the
   // cached ones go on alone through the later layers, the others keeping their cached KV.
@@ -575,6 +631,32 @@ std::vector<float> LlamaModel::forward(const std::vector<int32_t>& tokens, KvCac
       impl_->forward_chunk(tokens.data() + start, len, cache, all_logits, out);
     }
   }
+  return logits;
+}
+
+std::vector<float> LlamaModel::forward_propagating(const std::vector<int32_t>& tokens,
+                                                   int32_t tsp_layer, const RowSelector& select,
+                                                   KvCache& cache) const {
+  const ModelConfig& c = impl_->config;
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (impl_->device != ModelDevice::Cpu) {
+    throw InputError(
+        "forward_propagating: token-selective propagation runs on the CPU only, not on "
+        "--device cuda");
+  }
+  if (n == 0) throw InputError("forward_propagating: no tokens to feed");
+  if (tsp_layer < 0 || tsp_layer >= c.n_layers) {
+    throw InputError("forward_propagating: layer " + std::to_string(tsp_layer) +
+                     " is not a layer of this " + std::to_string(c.n_layers) + "-layer model");
+  }
+  if (cache.next_position() + n > c.context_length) {
+    throw InputError("input of " + std::to_string(cache.next_position() + n) +
+                     " tokens does not fit the model's context of " +
+                     std::to_string(c.context_length) + " tokens");
+  }
+  std::vector<float> logits(c.vocab_size);
+  impl_->propagate(tokens.data(), n, tsp_layer, select, std::max<int32_t>(1, prefill_chunk), cache,
+                   logits.data());
   return logits;
 }
 

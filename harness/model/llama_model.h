@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -73,6 +74,20 @@ class LlamaModel {
   // Tokens forward_blend recomputes out of n_tokens: ceil(ratio * n_tokens), so any
   // positive ratio recomputes at least one.
   static int64_t recompute_count(double ratio, int64_t n_tokens);
+
+  // FastKV's token-selective propagation (TokenPolicy::propagation_layer): feeds `tokens` at
+  // positions cache.next_position() onwards, all of them through layers 0..tsp_layer (in
+  // chunks of prefill_chunk, as forward() does); then select(tsp_layer) names the rows that
+  // go on (indices into `tokens`, ascending, the last one among them), and only their hidden
+  // states run through the later layers, at their own positions, so those layers store only
+  // their tokens and the prefill computes less. Returns the last token's logits ([vocab]);
+  // with every row selected they are forward()'s, bit for bit. Reserves each layer's store
+  // for the tokens it will hold. Throws InputError for no tokens, a tsp_layer that is not a
+  // layer, a context overrun or a model on a GPU (the CPU forward only),
+  // std::invalid_argument for a selection that breaks those rules.
+  using RowSelector = std::function<std::vector<int64_t>(int32_t layer)>;
+  std::vector<float> forward_propagating(const std::vector<int32_t>& tokens, int32_t tsp_layer,
+                                         const RowSelector& select, KvCache& cache) const;
 
   int32_t prefill_chunk = static_cast<int32_t>(kPrefillChunk);
 
