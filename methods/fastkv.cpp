@@ -115,7 +115,16 @@ class FastKvPolicy : public TokenPolicy {
 
     const int64_t n = kv.n_tokens;
     const int64_t limit = config_.snap.budget.resolve(context_length(kv));
-    if (n <= limit) return false;  // a later layer may hold fewer tokens than its budget
+    if (n <= limit) {
+      if (n == context_length(kv)) return false;
+      // A later layer the propagation left within its budget: planned as compressed all the
+      // same (it keeps every slot), so its store grows by the eviction slack as a compressed
+      // layer's does, not geometrically as a full cache's.
+      std::vector<int32_t> all(n);
+      std::iota(all.begin(), all.end(), 0);
+      plan_same_slots(all, kv.n_kv_heads, plan);
+      return true;
+    }
     const int64_t window = std::min(config_.snap.window, limit);
     const std::vector<float> ranked =
         snapkv_ranking(held.kv_head_scores(kv), kv.n_kv_heads, n, window, config_.snap);

@@ -221,6 +221,11 @@ TEST_CASE("fastkv keeps the budget per layer over the tokens each layer holds",
   plain_context(plain, context);
   CHECK(plain.stats().tokens_per_layer == std::vector<int64_t>{150, 150, 150, 150});
   CHECK(cache.bytes_resident() < plain.bytes_resident());
+
+  // And they grow as compressed layers do, by the eviction slack (64), not geometrically.
+  const int64_t before = cache.layer(2).bytes_resident();
+  tiny_model().decode(context.back(), cache);
+  CHECK(cache.layer(2).bytes_resident() * 60 == before * (60 + 1 + 64));
 }
 
 TEST_CASE("fastkv with every token propagating is its plain prefill, bit for bit",
