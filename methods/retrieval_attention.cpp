@@ -101,7 +101,10 @@ class RetrievalReader : public ReadPolicy {
     const int32_t d = shape_.head_dim;
     for (int32_t h = 0; h < shape_.n_kv_heads; ++h) {
       std::vector<float>& keys = index.heads[h].keys;
-      keys.resize(static_cast<size_t>((first_slot + n_new) * d));
+      const size_t need = static_cast<size_t>((first_slot + n_new) * d);
+      // Room for 1/8 more at a time (a decode token a step), not the vector's doubling.
+      if (need > keys.capacity()) keys.reserve(need + need / 8);
+      keys.resize(need);
       for (int64_t t = 0; t < n_new; ++t) {
         std::copy_n(k + (t * shape_.n_kv_heads + h) * d, d, keys.begin() + (first_slot + t) * d);
       }
