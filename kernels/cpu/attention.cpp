@@ -210,26 +210,43 @@ void attend_pages(const AttentionQuery& query, const DenseKv& kv, const PageSele
 // past the chunk's last query position: no visible key or offset reaches it.
 struct PatternLookup {
   std::vector<uint8_t> column, offset;
+  // Prefix counts of the same, [n_heads, span + 1]: a key tile's range is tested at once.
+  std::vector<int32_t> column_count, offset_count;
   int64_t span = 0;
 };
+
+// Hits of head h's list in [lo, hi] (clamped to [0, span)).
+int32_t hits_in(const std::vector<int32_t>& count, int64_t span, int h, int64_t lo, int64_t hi) {
+  lo = std::max<int64_t>(lo, 0);
+  hi = std::min<int64_t>(hi, span - 1);
+  if (count.empty() || lo > hi) return 0;
+  const int32_t* c = count.data() + h * (span + 1);
+  return c[hi + 1] - c[lo];
+}
 
 PatternLookup make_lookup(const AttentionQuery& query, const SparsePattern& pattern) {
   PatternLookup lookup;
   int32_t last = 0;
   for (int i = 0; i < query.n_queries; ++i) last = std::max(last, query.q_positions[i]);
   lookup.span = static_cast<int64_t>(last) + 1;
-  const auto fill = [&](const int32_t* list, int32_t n, std::vector<uint8_t>& hit) {
+  const auto fill = [&](const int32_t* list, int32_t n, std::vector<uint8_t>& hit,
+                        std::vector<int32_t>& count) {
     if (n <= 0) return;
     hit.assign(static_cast<size_t>(query.n_heads * lookup.span), 0);
+    count.assign(static_cast<size_t>(query.n_heads * (lookup.span + 1)), 0);
     for (int h = 0; h < query.n_heads; ++h) {
       for (int32_t j = 0; j < n; ++j) {
         const int32_t x = list[static_cast<int64_t>(h) * n + j];
         if (x >= 0 && x < lookup.span) hit[h * lookup.span + x] = 1;
       }
+      for (int64_t x = 0; x < lookup.span; ++x) {
+        count[h * (lookup.span + 1) + x + 1] =
+            count[h * (lookup.span + 1) + x] + hit[h * lookup.span + x];
+      }
     }
   };
-  fill(pattern.columns, pattern.n_columns, lookup.column);
-  fill(pattern.offsets, pattern.n_offsets, lookup.offset);
+  fill(pattern.columns, pattern.n_columns, lookup.column, lookup.column_count);
+  fill(pattern.offsets, pattern.n_offsets, lookup.offset, lookup.offset_count);
   return lookup;
 }
 
@@ -241,10 +258,37 @@ bool pattern_reads(const SparsePattern& pattern, const PatternLookup& lookup, in
   return !lookup.offset.empty() && lookup.offset[h * lookup.span + (qp - kp)];
 }
 
-// One sparse work item: attend_tile over the keys the pattern reads. Each key tile's rows
-// are tested key by key; a tile no row reads is skipped whole (it would add nothing), the
-// others are computed whole with the unread keys masked, as block-sparse kernels do. Adds
-// the item's query-key pairs (pattern's and dense causal) to *pairs.
+// What a key tile (positions [kmin, kmax]) is to the rows of a query tile (positions
+// queries, KV head kvh's group of query heads) under the pattern, by ranges alone: no
+// visible pair read, every visible pair read, or some (tested key by key).
+enum class TileRead { None, All, Some };
+
+TileRead tile_read(const SparsePattern& pattern, const PatternLookup& lookup, int kvh, int group,
+                   QueryRange queries, int32_t kmin, int32_t kmax) {
+  // Visible pairs have 0 <= qp - kp <= queries.max - kmin.
+  if (queries.min >= pattern.dense_from || kmax < pattern.sink ||
+      static_cast<int64_t>(queries.max) - kmin < pattern.local) {
+    return TileRead::All;
+  }
+  if (queries.max >= pattern.dense_from || kmin < pattern.sink ||
+      static_cast<int64_t>(queries.min) - kmax < pattern.local) {
+    return TileRead::Some;
+  }
+  for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
+    if (hits_in(lookup.column_count, lookup.span, h, kmin, kmax) > 0 ||
+        hits_in(lookup.offset_count, lookup.span, h, static_cast<int64_t>(queries.min) - kmax,
+                static_cast<int64_t>(queries.max) - kmin) > 0) {
+      return TileRead::Some;
+    }
+  }
+  return TileRead::None;
+}
+
+// One sparse work item: attend_tile over the keys the pattern reads. A key tile is first
+// tested by its position range (tile_read): one no row reads is skipped whole (it would add
+// nothing), one every row reads whole is folded as the dense kernel folds it; the others
+// are tested key by key and computed whole with the unread keys masked, as block-sparse
+// kernels do. Adds the item's query-key pairs (pattern's and dense causal) to *pairs.
 void attend_sparse_tile(const AttentionQuery& query, const DenseKv& kv,
                         const SparsePattern& pattern, const PatternLookup& lookup,
                         const Plan& plan, int kvh, int q0, int q1, int64_t t0, int64_t t1,
@@ -259,7 +303,24 @@ void attend_sparse_tile(const AttentionQuery& query, const DenseKv& kv,
   for (int64_t k0 = t0; k0 < t1; k0 += kKeyTile) {
     const int nk = static_cast<int>(std::min<int64_t>(kKeyTile, t1 - k0));
     const int32_t* pos = pos_head + k0;
-    if (tile_mask(pos, nk, queries) == TileMask::Skip) continue;
+    const TileMask mask = tile_mask(pos, nk, queries);
+    if (mask == TileMask::Skip) continue;
+    const auto [kmin, kmax] = std::minmax_element(pos, pos + nk);
+    const TileRead reads = tile_read(pattern, lookup, kvh, plan.group, queries, *kmin, *kmax);
+    if (reads != TileRead::Some) {
+      int64_t visible = static_cast<int64_t>(rows) * nk;
+      if (mask == TileMask::Partial) {
+        visible = 0;
+        for (int r = 0; r < rows; ++r) {
+          for (int j = 0; j < nk; ++j) visible += pos[j] <= w.qpos[r];
+        }
+      }
+      pairs->dense += visible;
+      if (reads == TileRead::None) continue;
+      pairs->computed += visible;  // as the dense kernel folds it
+      attend_keys(dim, rows, queries, k_head + k0 * dim, v_head + k0 * dim, pos, nk, w);
+      continue;
+    }
     int64_t read = 0;
     for (int r = 0; r < rows; ++r) {
       const int h = kvh * plan.group + r % plan.group;
