@@ -337,6 +337,49 @@ BENCHMARK_CAPTURE(BM_CudaAttentionDecode, llama8b, kLlama8B)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
+// One decode query over KV heads of their own (a ragged layer after AdaKV-style head budgets):
+// head h holds range(0) * (h + 1) / kv_heads slots, about half the dense slots in all, so the
+// longest head is as long as BM_CudaAttentionDecode's at the same range(0). GB/s counts the
+// slots the heads hold and the head table.
+void BM_CudaAttentionRagged(benchmark::State& state, Shape shape) {
+  const int64_t n_tokens = state.range(0);
+  const DeviceKv kv(shape, n_tokens, copies_for(dense_kv_bytes(shape, n_tokens)), 1);
+  const DeviceQueries queries(shape, n_tokens, 1, n_tokens);
+  const AttentionQuery query = queries.query();
+  std::vector<DenseKv> tables;  // [copies, kv_heads]: one-head views into each copy
+  int64_t held = 0;
+  for (int64_t c = 0; c < kv.copies; ++c) {
+    const DenseKv all = kv.copy(c);
+    for (int32_t h = 0; h < shape.kv_heads; ++h) {
+      const int64_t at = int64_t{h} * n_tokens;
+      const int64_t count = n_tokens * (h + 1) / shape.kv_heads;
+      tables.push_back(DenseKv{all.k + at * shape.head_dim, all.v + at * shape.head_dim,
+                               all.positions + at, 1, shape.head_dim, n_tokens, count});
+      if (c == 0) held += count;
+    }
+  }
+  const DeviceBuffer<DenseKv> table(tables.data(), static_cast<int64_t>(tables.size()));
+  const double seconds = time_launches(state, kv.copies, [&](int64_t c) {
+    kvbench::attention_ragged_cuda(query, table.data() + c * shape.kv_heads, shape.kv_heads,
+                                   shape.head_dim, n_tokens, nullptr);
+  });
+  const int64_t bytes = held * (2 * shape.head_dim * 4 + 4) +
+                        int64_t{shape.kv_heads} * static_cast<int64_t>(sizeof(DenseKv));
+  report(state, seconds, static_cast<double>(bytes));
+}
+void ragged_contexts(benchmark::internal::Benchmark* b) {
+  b->ArgName("tokens");
+  for (int64_t n : {4096, 32768}) b->Arg(n);
+}
+BENCHMARK_CAPTURE(BM_CudaAttentionRagged, smollm2_135m, kSmolLM2)
+    ->Apply(ragged_contexts)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_CudaAttentionRagged, llama8b, kLlama8B)
+    ->Apply(ragged_contexts)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
 // A 512-query causal chunk at the end of range(0) slots (a prefill chunk): compute-bound.
 // GFLOP/s counts Q K^T and P V, 2 flops per multiply-add, head_dim each per visible pair and
 // head; GB/s counts K, V and positions once, plus Q and the output.

@@ -189,6 +189,14 @@ BENCHMARK_CAPTURE(decode_method, cuda_kivi, ModelDevice::Cuda, "kivi:bits=2")
     ->Apply(cuda_contexts);
 BENCHMARK_CAPTURE(decode_method, cuda_quest, ModelDevice::Cuda, "quest:page=16,ratio=0.125")
     ->Apply(cuda_contexts);
+// Heads of their own (the device store's ragged heads), a narrow store, and an every-step
+// eviction (H2O: scored on the device, one row moved in place per step).
+BENCHMARK_CAPTURE(decode_method, cuda_adakv, ModelDevice::Cuda, "adakv+snapkv:ratio=0.125")
+    ->Apply(cuda_contexts);
+BENCHMARK_CAPTURE(decode_method, cuda_fp8, ModelDevice::Cuda, "fp8")
+    ->Arg(4096)->Iterations(8)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(decode_method, cuda_h2o, ModelDevice::Cuda, "h2o:ratio=0.125")
+    ->Arg(4096)->Iterations(8)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_PrefillCuda)->Arg(64)->Arg(512)->Arg(2048)->Arg(8000)->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_DecodeCuda)->Arg(0)->Arg(2048)->Arg(4096)->Arg(8000)->Iterations(8)

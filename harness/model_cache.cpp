@@ -10,23 +10,19 @@ namespace kvbench {
 
 void check_runs_on(const ResolvedSpec& spec, ModelDevice device) {
   if (device != ModelDevice::Cuda) return;
-  // On a GPU the KV lives in device stores (dense or KIVI's); policies and read policies
-  // plan on host copies (methods/cuda_host_policies.h). Reuse keeps host memory.
+  // On a GPU the KV lives in device stores (dense, narrow or KIVI's; heads of their own in the
+  // dense one, as on the host); policies and read policies plan on host copies
+  // (methods/cuda_host_policies.h). Reuse keeps host memory.
   for (const auto& [info, params] : spec.components) {
-    if (info->propagates_tokens) {
-      throw InputError("method '" + info->name + "' in '" + spec.canonical +
-                       "' does not run on --device cuda yet: its token-selective propagation "
-                       "runs in the CPU forward only");
-    }
     if (info->kind == MethodKind::Prefill) {
       throw InputError("method '" + info->name + "' in '" + spec.canonical +
                        "' does not run on --device cuda yet: its sparse prefill kernel is "
                        "the CPU's (attention_sparse_cpu)");
     }
-    if (info->kind == MethodKind::Allocation || info->ragged_heads) {
+    if (info->propagates_tokens) {
       throw InputError("method '" + info->name + "' in '" + spec.canonical +
-                       "' does not run on --device cuda yet: its KV heads of their own are "
-                       "held by the CPU's fp32 store only");
+                       "' does not run on --device cuda yet: its token-selective propagation "
+                       "runs in the CPU forward only");
     }
     if (info->kind == MethodKind::Reuse || info->kind == MethodKind::Tiers ||
         info->kind == MethodKind::Pinning) {

@@ -58,11 +58,28 @@ void CudaDenseLayerKv::reallocate(int64_t new_capacity) {
 }
 
 void CudaDenseLayerKv::reserve(int64_t n_tokens) {
-  if (n_tokens > capacity_) reallocate(n_tokens);
+  if (!ragged()) {
+    if (n_tokens > capacity_) reallocate(n_tokens);
+    return;
+  }
+  // Room for as many more tokens in every head as the longest head is asked for.
+  const int64_t more = n_tokens - this->n_tokens();
+  for (auto& head : heads_) head->reserve(head->n_tokens() + more);
 }
 
 void CudaDenseLayerKv::append(const float* k, const float* v, const int32_t* positions,
                               int64_t n_new) {
+  if (!ragged()) {
+    append_heads(k, v, positions, n_new, 0, n_kv_heads_);
+    return;
+  }
+  for (int32_t h = 0; h < n_kv_heads_; ++h) {
+    heads_[h]->append_heads(k, v, positions, n_new, h, n_kv_heads_);
+  }
+}
+
+void CudaDenseLayerKv::append_heads(const float* k, const float* v, const int32_t* positions,
+                                    int64_t n_new, int32_t first_head, int32_t src_heads) {
   if (n_new <= 0) return;
   const int64_t need = n_tokens_ + n_new;
   if (need > capacity_) {
@@ -70,12 +87,71 @@ void CudaDenseLayerKv::append(const float* k, const float* v, const int32_t* pos
     reallocate(grown_capacity(capacity_, need, evicted_));
   }
   append_projection_rows(rows_.k.data(), rows_.v.data(), rows_.positions.data(), n_kv_heads_,
-                         head_dim_, capacity_, n_tokens_, k, v, positions, n_new);
+                         head_dim_, capacity_, n_tokens_, k, v, positions, n_new, first_head,
+                         src_heads);
   n_tokens_ = need;
+}
+
+int64_t CudaDenseLayerKv::n_tokens() const {
+  if (!ragged()) return n_tokens_;
+  int64_t most = 0;
+  for (const auto& head : heads_) most = std::max(most, head->n_tokens());
+  return most;
+}
+
+int64_t CudaDenseLayerKv::head_tokens(int32_t head) const {
+  return ragged() ? heads_[head]->n_tokens() : n_tokens_;
+}
+
+DenseKv CudaDenseLayerKv::head_view(int32_t head) const {
+  if (ragged()) return heads_[head]->view();
+  const int64_t at = static_cast<int64_t>(head) * capacity_;
+  return DenseKv{rows_.k.data() + at * head_dim_, rows_.v.data() + at * head_dim_,
+                 rows_.positions.data() + at, 1, head_dim_, capacity_, n_tokens_};
+}
+
+void CudaDenseLayerKv::split_heads(const RetainPlan& plan) {
+  std::vector<std::unique_ptr<CudaDenseLayerKv>> heads;  // heads_ stays empty while head_view reads
+  for (int32_t h = 0; h < n_kv_heads_; ++h) {
+    const int64_t n_keep = plan.kept(h);
+    auto head = std::make_unique<CudaDenseLayerKv>(1, head_dim_);
+    head->rows_ = head->allocate(n_keep);
+    head->capacity_ = n_keep;
+    head->n_tokens_ = n_keep;
+    head->evicted_ = true;
+    if (n_keep > 0) {  // in slot order: new slot j holds the plan's j-th kept slot
+      const DeviceBuffer<int32_t> slots(plan.slots.data() + plan.head_offset(h), n_keep);
+      gather_rows_cuda(head_view(h), slots.data(), n_keep,
+                       GatherTarget{head->rows_.k.data(), head->rows_.v.data(),
+                                    head->rows_.positions.data(), n_keep},
+                       nullptr);
+      wait_default_stream();  // before `slots` is freed
+    }
+    heads.push_back(std::move(head));
+  }
+  heads_ = std::move(heads);
+  rows_ = Rows{};  // gives the rectangle's memory back
+  capacity_ = 0;
+  n_tokens_ = 0;
 }
 
 int64_t CudaDenseLayerKv::attend(const AttentionQuery& query, const PageSelection* pages) const {
   const int64_t token_bytes = 2LL * head_dim_ * sizeof(float) + sizeof(int32_t);
+  if (ragged()) {
+    if (pages) throw std::logic_error("CudaDenseLayerKv::attend: pages over heads of their own");
+    std::vector<DenseKv> table;
+    int64_t slots = 0;
+    for (const auto& head : heads_) {
+      table.push_back(head->view());
+      slots += head->n_tokens();
+    }
+    // A synchronous upload waits for the work queued before it, so the last step's attention
+    // has read the table by the time it is overwritten.
+    if (head_table_.size() < n_kv_heads_) head_table_ = DeviceBuffer<DenseKv>(n_kv_heads_);
+    head_table_.upload(table.data(), n_kv_heads_);
+    attention_ragged_cuda(query, head_table_.data(), n_kv_heads_, head_dim_, n_tokens(), nullptr);
+    return token_bytes * slots;
+  }
   if (!pages) {
     attention_dense_cuda(query, view(), nullptr);
     return token_bytes * n_kv_heads_ * n_tokens_;
@@ -95,6 +171,10 @@ int64_t CudaDenseLayerKv::attend(const AttentionQuery& query, const PageSelectio
 }
 
 void CudaDenseLayerKv::retain(RetainPlan& plan) {
+  if (plan.ragged() || ragged()) {
+    retain_per_head(plan);
+    return;
+  }
   check_retain_plan(plan, n_kv_heads_, head_dim_, n_tokens_, kWho);
   const int64_t n_keep = plan.n_keep;
   // DenseLayerKv's placement (every hole filled from the tail) and its sizing: a compression
@@ -153,6 +233,42 @@ void CudaDenseLayerKv::retain(RetainPlan& plan) {
   evicted_ = true;
 }
 
+void CudaDenseLayerKv::retain_per_head(RetainPlan& plan) {
+  if (!ragged()) {  // the first ragged plan
+    if (!plan.k.empty()) throw std::invalid_argument(std::string(kWho) + ": a ragged plan merges");
+    for (int32_t h = 0; h < n_kv_heads_; ++h) {
+      const int32_t* keep = plan.slots.data() + plan.head_offset(h);
+      for (int64_t j = 0; j < plan.kept(h); ++j) {
+        if (keep[j] < 0 || keep[j] >= n_tokens_ || (j > 0 && keep[j] <= keep[j - 1])) {
+          throw std::invalid_argument(std::string(kWho) + ": a ragged plan's slots of head " +
+                                      std::to_string(h) + " are not ascending stored slots");
+        }
+      }
+    }
+    evicted_ = true;
+    split_heads(plan);
+    return;
+  }
+  // Heads of their own: each applies its row of the plan as a one-head store would, and
+  // plan.slots takes each head's placement (DenseLayerKv::retain's ragged branch).
+  std::vector<int32_t> placed;
+  placed.reserve(plan.slots.size());
+  for (int32_t h = 0; h < n_kv_heads_; ++h) {
+    RetainPlan one;
+    one.n_keep = plan.kept(h);
+    one.slots.assign(plan.slots.begin() + plan.head_offset(h),
+                     plan.slots.begin() + plan.head_offset(h) + one.n_keep);
+    if (!plan.k.empty()) {  // a uniform merging plan: this head's rows
+      const auto first = static_cast<ptrdiff_t>(plan.head_offset(h) * head_dim_);
+      one.k.assign(plan.k.begin() + first, plan.k.begin() + first + one.n_keep * head_dim_);
+      one.v.assign(plan.v.begin() + first, plan.v.begin() + first + one.n_keep * head_dim_);
+    }
+    heads_[h]->retain(one);
+    placed.insert(placed.end(), one.slots.begin(), one.slots.end());
+  }
+  plan.slots = std::move(placed);
+}
+
 void CudaDenseLayerKv::move_in_place(const std::vector<int64_t>& from,
                                      const std::vector<int64_t>& to) {
   const int64_t n_moves = static_cast<int64_t>(from.size());
@@ -170,6 +286,7 @@ void CudaDenseLayerKv::move_in_place(const std::vector<int64_t>& from,
 }
 
 DenseKv CudaDenseLayerKv::view() const {
+  if (ragged()) return DenseKv{nullptr, nullptr, nullptr, n_kv_heads_, head_dim_, 0, n_tokens()};
   return DenseKv{rows_.k.data(), rows_.v.data(), rows_.positions.data(), n_kv_heads_, head_dim_,
                  capacity_,      n_tokens_};
 }
@@ -182,28 +299,36 @@ std::unique_ptr<LayerKv> CudaDenseLayerKv::clone() const {
   copy->capacity_ = capacity_;
   copy->n_tokens_ = n_tokens_;
   copy->evicted_ = evicted_;
+  for (const auto& head : heads_) {
+    copy->heads_.push_back(std::unique_ptr<CudaDenseLayerKv>(
+        static_cast<CudaDenseLayerKv*>(head->clone().release())));
+  }
   return copy;
 }
 
 int64_t CudaDenseLayerKv::bytes_resident() const {
-  return rows_.k.bytes() + rows_.v.bytes() + rows_.positions.bytes();
+  int64_t bytes = rows_.k.bytes() + rows_.v.bytes() + rows_.positions.bytes();
+  for (const auto& head : heads_) bytes += head->bytes_resident();
+  return bytes;
 }
 
 void append_projection_rows(float* k_rows, float* v_rows, int32_t* position_rows,
                             int32_t n_kv_heads, int32_t head_dim, int64_t capacity,
                             int64_t n_tokens, const float* k, const float* v,
-                            const int32_t* positions, int64_t n_new) {
-  // For head h, a row every n_kv_heads rows of the input: one strided copy per head.
+                            const int32_t* positions, int64_t n_new, int32_t first_head,
+                            int32_t src_heads) {
+  if (src_heads == 0) src_heads = n_kv_heads;
+  // For head h, a row every src_heads rows of the input: one strided copy per head.
   const size_t row_bytes = static_cast<size_t>(head_dim) * sizeof(float);
   for (int32_t h = 0; h < n_kv_heads; ++h) {
     const int64_t first = static_cast<int64_t>(h) * capacity + n_tokens;
-    const int64_t column = static_cast<int64_t>(h) * head_dim;
+    const int64_t column = static_cast<int64_t>(first_head + h) * head_dim;
     cuda_check(cudaMemcpy2DAsync(k_rows + first * head_dim, row_bytes, k + column,
-                            n_kv_heads * row_bytes, row_bytes, n_new, cudaMemcpyDeviceToDevice,
+                            src_heads * row_bytes, row_bytes, n_new, cudaMemcpyDeviceToDevice,
                             nullptr),
           "append_projection_rows", "keys");
     cuda_check(cudaMemcpy2DAsync(v_rows + first * head_dim, row_bytes, v + column,
-                            n_kv_heads * row_bytes, row_bytes, n_new, cudaMemcpyDeviceToDevice,
+                            src_heads * row_bytes, row_bytes, n_new, cudaMemcpyDeviceToDevice,
                             nullptr),
           "append_projection_rows", "values");
     cuda_check(cudaMemcpyAsync(position_rows + first, positions, n_new * sizeof(int32_t),

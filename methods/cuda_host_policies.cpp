@@ -39,7 +39,8 @@ struct HostQuery {
               on_device.scale} {}
 };
 
-// A host copy of a device layer's stored tokens, packed to capacity n_tokens.
+// A host copy of a device layer's stored tokens, packed to capacity n_tokens; the shape alone
+// for a layer whose heads hold their own counts (its view has no pointers, as on the host).
 struct HostKv {
   std::vector<float> k, v;
   std::vector<int32_t> positions;
@@ -48,12 +49,18 @@ struct HostKv {
       : k(rows(on_device.k, on_device, on_device.head_dim)),
         v(rows(on_device.v, on_device, on_device.head_dim)),
         positions(rows(on_device.positions, on_device, 1)),
-        kv{k.data(),           v.data(),           positions.data(), on_device.n_kv_heads,
-           on_device.head_dim, on_device.n_tokens, on_device.n_tokens} {}
+        kv{on_device.k ? k.data() : nullptr,
+           on_device.v ? v.data() : nullptr,
+           on_device.positions ? positions.data() : nullptr,
+           on_device.n_kv_heads,
+           on_device.head_dim,
+           on_device.k ? on_device.n_tokens : 0,
+           on_device.n_tokens} {}
 
   // Each head's first n_tokens rows of `width` elements, one strided copy.
   template <class T>
   static std::vector<T> rows(const T* device, const DenseKv& kv, int64_t width) {
+    if (device == nullptr) return {};  // ragged: shape only
     const size_t row = static_cast<size_t>(kv.n_tokens * width) * sizeof(T);
     std::vector<T> host(static_cast<size_t>(kv.n_kv_heads * kv.n_tokens * width));
     if (!host.empty()) {
@@ -139,10 +146,6 @@ KvCache make_cuda_cache(const ResolvedSpec& spec, const KvShape& shape) {
   CacheParts parts = make_cache_parts(spec, shape);
   std::vector<std::unique_ptr<LayerKv>> layers = make_cuda_dense_layers(shape);
   for (const auto& [info, params] : spec.components) {
-    if (info->kind == MethodKind::Allocation || info->ragged_heads) {  // equal heads there
-      throw InputError("method '" + info->name + "' does not run on --device cuda yet (its "
-                       "heads of their own are held by the CPU's fp32 store only)");
-    }
     if (info->kind != MethodKind::Storage) continue;
     if (info->name == "kivi") {
       layers = make_cuda_kivi_layers(shape, kivi_config_from(params));

@@ -467,6 +467,106 @@ TEST_CASE("cuda dense store: a clone is a deep copy the original does not share"
   twin.require_same();
 }
 
+// Each head's rows on the host, whichever store holds them (ragged or not).
+std::vector<HostRows> head_rows(const LayerKv& store, bool on_device) {
+  std::vector<HostRows> heads;
+  for (int32_t h = 0; h < kKvHeads; ++h) {
+    const DenseKv one = on_device ? static_cast<const CudaDenseLayerKv&>(store).head_view(h)
+                                  : static_cast<const DenseLayerKv&>(store).head_view(h);
+    heads.push_back(host_rows(one, on_device));
+  }
+  return heads;
+}
+
+// Both stores hold, head by head, the same count of tokens in the same slots, bit for bit.
+void require_same_heads(const LayerKv& cpu, const LayerKv& gpu) {
+  REQUIRE(gpu.n_tokens() == cpu.n_tokens());
+  const std::vector<HostRows> a = head_rows(cpu, false), b = head_rows(gpu, true);
+  for (int32_t h = 0; h < kKvHeads; ++h) {
+    INFO("head " << h);
+    REQUIRE(gpu.head_tokens(h) == cpu.head_tokens(h));
+    REQUIRE(b[h].n_tokens == a[h].n_tokens);
+    for (int64_t t = 0; t < a[h].n_tokens; ++t) {
+      REQUIRE(b[h].position(0, t) == a[h].position(0, t));
+      REQUIRE(same_bits(b[h].key(0, t), a[h].key(0, t)));
+      REQUIRE(same_bits(b[h].value(0, t), a[h].value(0, t)));
+    }
+  }
+  CHECK(gpu.bytes_resident() == cpu.bytes_resident());
+}
+
+// A plan keeping head_keep[h] random slots of head h (ascending).
+RetainPlan ragged_plan(int64_t n_tokens, const std::vector<int64_t>& head_keep, uint32_t seed) {
+  std::mt19937 rng(seed);
+  RetainPlan plan;
+  plan.head_keep = head_keep;
+  plan.n_keep = *std::max_element(head_keep.begin(), head_keep.end());
+  for (int64_t n_keep : head_keep) {
+    std::vector<int32_t> slots(static_cast<size_t>(n_tokens));
+    std::iota(slots.begin(), slots.end(), 0);
+    std::shuffle(slots.begin(), slots.end(), rng);
+    slots.resize(static_cast<size_t>(n_keep));
+    std::sort(slots.begin(), slots.end());
+    plan.slots.insert(plan.slots.end(), slots.begin(), slots.end());
+  }
+  return plan;
+}
+
+TEST_CASE("cuda dense store: heads of their own hold, attend and free as the CPU store's",
+          "[gpu]") {
+  require_device();
+  for (int32_t head_dim : {64, 128}) {
+    INFO("head_dim " << head_dim);
+    Twin twin(head_dim);
+    twin.append(7);
+    twin.append(300);
+    const int64_t full_bytes = twin.gpu.bytes_resident();
+    // A ragged compression: every head its own count, one head almost nothing.
+    RetainPlan cpu_plan = ragged_plan(twin.gpu.n_tokens(), {250, 3, 120}, 900), gpu_plan = cpu_plan;
+    twin.cpu.retain(cpu_plan);
+    twin.gpu.retain(gpu_plan);
+    CHECK(gpu_plan.slots == cpu_plan.slots);
+    REQUIRE(twin.gpu.ragged());
+    CHECK(twin.gpu.view().k == nullptr);  // the shape alone, as the CPU store shows it
+    CHECK(twin.gpu.n_tokens() == 250);
+    require_same_heads(twin.cpu, twin.gpu);
+    // Bytes are the sum over heads: each sized to its own count.
+    CHECK(twin.gpu.bytes_resident() == (250 + 3 + 120) * (2 * head_dim * 4 + 4));
+    CHECK(twin.gpu.bytes_resident() < full_bytes);
+    // Attention over heads of different lengths, prefill-like chunk and decode rows.
+    uint32_t seed = 950;
+    for (int64_t n_new : {1, 5, 1, 70}) {  // 70 grows every head past its exact size
+      const std::vector<int32_t> chunk = twin.append(n_new);
+      require_same_heads(twin.cpu, twin.gpu);
+      require_same_attention(twin, chunk, seed++);
+      require_same_attention(twin, {5, twin.next_position / 2, twin.next_position}, seed++);
+    }
+    // A later plan, uniform or ragged, applies per head and hands back each head's placement.
+    RetainPlan again = ragged_plan(twin.gpu.head_tokens(1), {10, 4, 60}, 960);
+    for (int32_t h = 0; h < kKvHeads; ++h) {  // slots below every head's count
+      for (int64_t j = 0; j < again.kept(h); ++j) {
+        CHECK(again.slots[again.head_offset(h) + j] < twin.gpu.head_tokens(h));
+      }
+    }
+    RetainPlan cpu_again = again;
+    twin.cpu.retain(cpu_again);
+    twin.gpu.retain(again);
+    CHECK(again.slots == cpu_again.slots);
+    require_same_heads(twin.cpu, twin.gpu);
+    require_same_attention(twin, {twin.next_position}, seed++);
+    // A clone is deep: the original keeps its rows when the copy changes.
+    std::unique_ptr<LayerKv> copy = twin.gpu.clone();
+    RetainPlan drop = ragged_plan(copy->head_tokens(1), {1, 1, 1}, 970);
+    copy->retain(drop);
+    CHECK(copy->n_tokens() == 1);
+    require_same_heads(twin.cpu, twin.gpu);
+    // Pages over heads of their own are refused, as on the CPU.
+    const std::vector<int32_t> pages(kKvHeads, 0);
+    CHECK_THROWS_AS(require_same_attention(twin, {twin.next_position}, seed++, &pages, 1, 16),
+                    std::logic_error);
+  }
+}
+
 TEST_CASE("cuda dense store: a malformed plan throws before anything changes", "[gpu]") {
   require_device();
   Twin twin(64);

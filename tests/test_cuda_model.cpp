@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -124,6 +125,32 @@ TEST_CASE("eviction methods, Quest, KIVI and narrow stores on a GPU decide as on
     CHECK(on_gpu.tokens == on_cpu.tokens);
     CHECK(on_gpu.cache.tokens_per_layer == on_cpu.cache.tokens_per_layer);
     CHECK(on_gpu.cache.bytes_read_last_forward == on_cpu.cache.bytes_read_last_forward);
+  }
+}
+
+TEST_CASE("head-wise budgets on a GPU keep, hold and read per KV head as on the CPU", "[gpu]") {
+  testing::require_device();
+  const std::string path = testing::gpu_model_path();
+  const auto cpu = LlamaModel::load(path);
+  const auto gpu = LlamaModel::load(path, ModelDevice::Cuda);
+  const std::vector<int32_t> prompt = long_prompt(*cpu);
+  // AdaKV over SnapKV's scores (planned on the host) and KVzip's one threshold over every
+  // layer and head: the device store's heads of their own (methods/cuda_dense_store.h).
+  for (const char* method : {"adakv+snapkv:budget=256", "kvzip:budget=256"}) {
+    INFO(method);
+    const ResolvedSpec spec = resolve_method_spec(method);
+    KvCache a = new_cache(*cpu, spec), b = new_cache(*gpu, spec);
+    GenerateOptions options;
+    options.max_new_tokens = 12;
+    const GenerateResult on_cpu = generate(*cpu, a, prompt, options);
+    const GenerateResult on_gpu = generate(*gpu, b, prompt, options);
+    CHECK(on_gpu.tokens == on_cpu.tokens);
+    CHECK(on_gpu.cache.tokens_per_head == on_cpu.cache.tokens_per_head);
+    CHECK(on_gpu.cache.bytes_resident == on_cpu.cache.bytes_resident);
+    CHECK(on_gpu.cache.bytes_read_last_forward == on_cpu.cache.bytes_read_last_forward);
+    // Really ragged: some layer's heads hold different counts.
+    const std::vector<int64_t>& heads = on_gpu.cache.tokens_per_head;
+    CHECK(std::adjacent_find(heads.begin(), heads.end(), std::not_equal_to<>()) != heads.end());
   }
 }
 

@@ -41,21 +41,45 @@ struct SelectedSlots {
   }
 };
 
-// How a block reads stored rows (row = h * capacity + t): lane's elements e * 32 + lane of a
-// row's key and value, in fp32 (DenseKv) ...
-struct F32Rows {
-  const float* k;            // [n_kv_heads, capacity, D]
+// How a block reads stored rows: head(kvh) is KV head kvh's rows, whose load gives lane's
+// elements e * 32 + lane of slot t's key and value in fp32. One head of a DenseKv ...
+struct F32Head {
+  const float* k;            // [n_tokens, D] from slot 0
   const float* v;
-  const int32_t* positions;  // [n_kv_heads, capacity]
-  int64_t capacity;
+  const int32_t* positions;  // [n_tokens]
+  int64_t n_tokens;          // slots held: a slot at or past it is never read
   template <int E>
-  __device__ __forceinline__ void load(int64_t row, int lane, float (&k_out)[E],
+  __device__ __forceinline__ void load(int64_t t, int lane, float (&k_out)[E],
                                        float (&v_out)[E]) const {
 #pragma unroll
     for (int e = 0; e < E; ++e) {
-      k_out[e] = k[row * (E * 32) + e * 32 + lane];
-      v_out[e] = v[row * (E * 32) + e * 32 + lane];
+      k_out[e] = k[t * (E * 32) + e * 32 + lane];
+      v_out[e] = v[t * (E * 32) + e * 32 + lane];
     }
+  }
+};
+
+// ... of the rectangle [n_kv_heads, capacity, D] (DenseKv) ...
+struct F32Rows {
+  const float* k;
+  const float* v;
+  const int32_t* positions;  // [n_kv_heads, capacity]
+  int64_t capacity;
+  int64_t n_tokens;
+  int32_t head_dim;
+  __device__ __forceinline__ F32Head head(int kvh) const {
+    const int64_t at = static_cast<int64_t>(kvh) * capacity;
+    return F32Head{k + at * head_dim, v + at * head_dim, positions + at, n_tokens};
+  }
+};
+
+// ... or of heads held apart, each with its own count (a ragged layer: `heads` is a device
+// array of one-head DenseKv, as attention_ragged_cpu takes on the host) ...
+struct RaggedRows {
+  const DenseKv* heads;  // [n_kv_heads], on the device
+  __device__ __forceinline__ F32Head head(int kvh) const {
+    const DenseKv h = heads[kvh];
+    return F32Head{h.k, h.v, h.positions, h.n_tokens};
   }
 };
 
@@ -63,29 +87,29 @@ struct F32Rows {
 // the kernel's reads, nothing is widened in memory. Each value equals decode_kv_rows's (fp8:
 // the code's value times the row's scale, one rounding).
 template <KvElement Element>
-struct NarrowRows {
-  const void* k;  // [n_kv_heads, capacity, D] elements
+struct NarrowHead {
+  const void* k;  // [n_tokens, D] elements from slot 0
   const void* v;
-  const float* k_scale;  // [n_kv_heads, capacity], fp8 only
+  const float* k_scale;  // [n_tokens], fp8 only
   const float* v_scale;
   const int32_t* positions;
-  int64_t capacity;
+  int64_t n_tokens;
   template <int E>
-  __device__ __forceinline__ void load(int64_t row, int lane, float (&k_out)[E],
+  __device__ __forceinline__ void load(int64_t t, int lane, float (&k_out)[E],
                                        float (&v_out)[E]) const {
     constexpr int D = E * 32;
     if constexpr (Element == KvElement::F8E4M3) {
-      const uint8_t* kb = static_cast<const uint8_t*>(k) + row * D;
-      const uint8_t* vb = static_cast<const uint8_t*>(v) + row * D;
-      const float ks = k_scale[row], vs = v_scale[row];
+      const uint8_t* kb = static_cast<const uint8_t*>(k) + t * D;
+      const uint8_t* vb = static_cast<const uint8_t*>(v) + t * D;
+      const float ks = k_scale[t], vs = v_scale[t];
 #pragma unroll
       for (int e = 0; e < E; ++e) {
         k_out[e] = narrow::e4m3_value(kb[e * 32 + lane]) * ks;
         v_out[e] = narrow::e4m3_value(vb[e * 32 + lane]) * vs;
       }
     } else {
-      const uint16_t* kb = static_cast<const uint16_t*>(k) + row * D;
-      const uint16_t* vb = static_cast<const uint16_t*>(v) + row * D;
+      const uint16_t* kb = static_cast<const uint16_t*>(k) + t * D;
+      const uint16_t* vb = static_cast<const uint16_t*>(v) + t * D;
 #pragma unroll
       for (int e = 0; e < E; ++e) {
         if constexpr (Element == KvElement::F16) {
@@ -97,6 +121,29 @@ struct NarrowRows {
         }
       }
     }
+  }
+};
+
+template <KvElement Element>
+struct NarrowRows {
+  const void* k;  // [n_kv_heads, capacity, D] elements
+  const void* v;
+  const float* k_scale;  // [n_kv_heads, capacity], fp8 only
+  const float* v_scale;
+  const int32_t* positions;
+  int64_t capacity;
+  int64_t n_tokens;
+  int32_t head_dim;
+  __device__ __forceinline__ NarrowHead<Element> head(int kvh) const {
+    const int64_t at = static_cast<int64_t>(kvh) * capacity;
+    const int64_t bytes = at * head_dim * (Element == KvElement::F8E4M3 ? 1 : 2);
+    const bool scaled = Element == KvElement::F8E4M3;
+    return NarrowHead<Element>{static_cast<const uint8_t*>(k) + bytes,
+                               static_cast<const uint8_t*>(v) + bytes,
+                               scaled ? k_scale + at : nullptr,
+                               scaled ? v_scale + at : nullptr,
+                               positions + at,
+                               n_tokens};
   }
 };
 
@@ -139,8 +186,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   }
 
-  const int64_t head = static_cast<int64_t>(kvh) * kv.capacity;
-  const int32_t* pos_head = kv.positions + head;
+  const auto rows = kv.head(kvh);
   // Software-pipelined: the next key's position, K and V rows are loaded before this key's
   // math, so each warp has two keys' loads in flight instead of one (decode is bound by
   // load latency, not bandwidth, at these few blocks). A slot past the pages (-1) loads
@@ -151,9 +197,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     p = INT32_MAX;  // invisible unless loaded
     if (j >= t1) return;
     const int64_t t = slots.slot(kvh, j);
-    if (t < 0) return;
-    p = pos_head[t];
-    kv.template load<E>(head + t, lane, k, v);
+    if (t < 0 || t >= rows.n_tokens) return;  // past a ragged head's own count
+    p = rows.positions[t];
+    rows.template load<E>(t, lane, k, v);
   };
   fetch(t0 + warp, kr, vr, pos);
   for (int64_t j = t0 + warp; j < t1; j += kWarps) {
@@ -318,11 +364,14 @@ void dispatch_slots(const AttentionQuery& query, int32_t n_kv_heads, int32_t hea
            static_cast<int64_t>(pages->n_selected) * pages->page_tokens, who, stream);
 }
 
-F32Rows f32_rows(const DenseKv& kv) { return F32Rows{kv.k, kv.v, kv.positions, kv.capacity}; }
+F32Rows f32_rows(const DenseKv& kv) {
+  return F32Rows{kv.k, kv.v, kv.positions, kv.capacity, kv.n_tokens, kv.head_dim};
+}
 
 template <KvElement Element>
 NarrowRows<Element> narrow_rows(const NarrowKv& kv) {
-  return NarrowRows<Element>{kv.k, kv.v, kv.k_scale, kv.v_scale, kv.positions, kv.capacity};
+  return NarrowRows<Element>{kv.k,         kv.v,        kv.k_scale,   kv.v_scale,
+                             kv.positions, kv.capacity, kv.n_tokens, kv.head_dim};
 }
 
 }  // namespace
@@ -342,6 +391,14 @@ void attention_pages_cuda(const AttentionQuery& query, const DenseKv& kv,
   check_heads(query, kv.n_kv_heads, who);
   dispatch_slots(query, kv.n_kv_heads, kv.head_dim, kv.n_tokens, f32_rows(kv), &pages, who,
                  stream);
+}
+
+void attention_ragged_cuda(const AttentionQuery& query, const DenseKv* heads, int32_t n_kv_heads,
+                           int32_t head_dim, int64_t max_tokens, cudaStream_t stream) {
+  const char* who = "attention_ragged_cuda";
+  if (query.n_queries <= 0) return;
+  check_heads(query, n_kv_heads, who);
+  dispatch(query, n_kv_heads, head_dim, RaggedRows{heads}, AllSlots{}, max_tokens, who, stream);
 }
 
 void attention_narrow_cuda(const AttentionQuery& query, const NarrowKv& kv,

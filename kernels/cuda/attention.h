@@ -1,6 +1,6 @@
-// CUDA twins of attention_dense_cpu, attention_pages_cpu and attention_narrow_cpu
-// (kernels/cpu/attention.h): same layouts, device pointers. Include only from CUDA-aware code: this header pulls in
-// <cuda_runtime.h>.
+// CUDA twins of attention_dense_cpu, attention_pages_cpu, attention_ragged_cpu and
+// attention_narrow_cpu (kernels/cpu/attention.h): same layouts, device pointers. Include only
+// from CUDA-aware code: this header pulls in <cuda_runtime.h>.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -22,6 +22,13 @@ void attention_dense_cuda(const AttentionQuery& query, const DenseKv& kv, cudaSt
 // std::invalid_argument for page_tokens <= 0.
 void attention_pages_cuda(const AttentionQuery& query, const DenseKv& kv,
                           const PageSelection& pages, cudaStream_t stream);
+
+// As attention_dense_cuda over KV heads held apart, each with its own count (a ragged layer;
+// attention_ragged_cpu's twin): `heads` is a DEVICE array of n_kv_heads one-head DenseKv
+// (n_kv_heads 1, device pointers), max_tokens the largest head's n_tokens (split-K splits
+// over it; a shorter head's splits past its count read nothing).
+void attention_ragged_cuda(const AttentionQuery& query, const DenseKv* heads, int32_t n_kv_heads,
+                           int32_t head_dim, int64_t max_tokens, cudaStream_t stream);
 
 // As attention_dense_cuda (pages nullptr) or attention_pages_cuda (pages: a host struct whose
 // pages pointer is on the device) over a narrow store, the same kernel: each key and value is

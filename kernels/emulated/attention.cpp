@@ -1,6 +1,7 @@
-// attention_dense_cuda, attention_pages_cuda and attention_narrow_cuda (kernels/cuda/attention.h)
-// on the host: the CUDA wrapper's argument checks, every device pointer checked against the live
-// allocations, then attention_dense_cpu / attention_pages_cpu / attention_narrow_cpu.
+// attention_dense_cuda, attention_pages_cuda, attention_ragged_cuda and attention_narrow_cuda
+// (kernels/cuda/attention.h) on the host: the CUDA wrapper's argument checks, every device
+// pointer checked against the live allocations, then attention_dense_cpu / attention_pages_cpu /
+// attention_ragged_cpu / attention_narrow_cpu.
 // Synchronous; the stream is ignored.
 #include "kernels/cuda/attention.h"
 
@@ -112,6 +113,25 @@ void attention_pages_cuda(const AttentionQuery& query, const DenseKv& kv,
                           kv.capacity, kv.n_tokens};
         attention_pages_cpu(part, one, valid);
       });
+}
+
+void attention_ragged_cuda(const AttentionQuery& query, const DenseKv* heads, int32_t n_kv_heads,
+                           int32_t head_dim, int64_t max_tokens, cudaStream_t) {
+  const char* who = "attention_ragged_cuda";
+  if (query.n_queries <= 0) return;
+  check_heads(query, n_kv_heads, head_dim, who);
+  emulated::require_query(query, head_dim, who);
+  emulated::require_device_array(heads, n_kv_heads, who, "the head table");
+  for (int32_t h = 0; h < n_kv_heads; ++h) {
+    if (heads[h].n_kv_heads != 1 || heads[h].head_dim != head_dim ||
+        heads[h].n_tokens > max_tokens) {
+      throw std::invalid_argument(std::string(who) + ": head " + std::to_string(h) +
+                                  " is not one head of head_dim " + std::to_string(head_dim) +
+                                  " and at most max_tokens tokens");
+    }
+    emulated::require_dense_kv(heads[h], who);
+  }
+  attention_ragged_cpu(query, heads, n_kv_heads);
 }
 
 void attention_narrow_cuda(const AttentionQuery& query, const NarrowKv& kv,
