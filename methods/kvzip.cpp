@@ -16,7 +16,9 @@
 //   "pair-uniform": each layer's heads keep int(n * ratio) by top-k.
 // kvpress KVzipPress (8bb29b9) ports it with spans of 2048 and 4 sinks in place of the
 // system prompt, whose other tokens then score 0 and go first.
-// Here: "pair-uniform" (a layer's stores hold the same count per head), scores in fp32, the
+// Here: both levels (`level`, "pair" by default as the authors'): "pair" keeps the
+// layers' budgets summed over all layers and KV heads, the highest scores wherever they lie,
+// so each head keeps its own count (ragged heads, methods/allocation.h). Scores in fp32; the
 // budget counts the kept chat head.
 #include <algorithm>
 #include <cmath>
@@ -24,6 +26,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "methods/allocation.h"
 #include "methods/budget.h"
 #include "methods/plan_helpers.h"
 #include "methods/registry.h"
@@ -33,8 +36,9 @@ namespace {
 
 class KvzipPolicy : public TokenPolicy {
  public:
-  KvzipPolicy(const Budget& budget, const KvShape& shape)
+  KvzipPolicy(const Budget& budget, const KvShape& shape, bool pair)
       : limits_(budget, shape.n_layers),
+        pair_(pair),
         n_kv_heads_(shape.n_kv_heads),
         scores_(static_cast<size_t>(shape.n_layers)),
         compressed_(static_cast<size_t>(shape.n_layers), false) {}
@@ -138,7 +142,12 @@ class KvzipPolicy : public TokenPolicy {
       if (n_context_ != n) {
         throw std::logic_error("kvzip: the context was not reconstructed before its end");
       }
-      plan_top_k_per_head(scores_[layer].data(), n_kv_heads_, n, limit, plan);
+      if (pair_) {
+        if (head_counts_.empty()) head_counts_ = pair_counts(phase, n);
+        plan_top_k_ragged(scores_[layer].data(), n_kv_heads_, n, head_counts_[layer], plan);
+      } else {
+        plan_top_k_per_head(scores_[layer].data(), n_kv_heads_, n, limit, plan);
+      }
     }
     std::vector<float>().swap(scores_[layer]);  // compressed for good: scores go
     return evict;
@@ -148,13 +157,38 @@ class KvzipPolicy : public TokenPolicy {
   bool done(int32_t layer) const override { return compressed_[layer]; }
 
  private:
+  // level=pair: every layer's budget summed, as many (layer, KV head, token) triples kept,
+  // the highest scores first (ties: the lower layer, head, token); what each (layer, head)
+  // keeps. Called at the first layer's ContextEnd, while every layer's scores are held (the
+  // reconstruction scored them all).
+  std::vector<std::vector<int64_t>> pair_counts(CachePhase phase, int64_t n) {
+    const int32_t n_layers = static_cast<int32_t>(scores_.size());
+    int64_t keep = 0;
+    for (int32_t l = 0; l < n_layers; ++l) {
+      keep += std::min(n, std::max<int64_t>(limits_.resolve(l, phase, n), 0)) * n_kv_heads_;
+    }
+    std::vector<int64_t> order;  // (layer, head, token) as l * heads * n + h * n + t
+    order.reserve(static_cast<size_t>(n_layers) * n_kv_heads_ * n);
+    for (int64_t i = 0; i < int64_t{n_layers} * n_kv_heads_ * n; ++i) order.push_back(i);
+    const int64_t per_layer = int64_t{n_kv_heads_} * n;
+    const auto score = [&](int64_t i) { return scores_[i / per_layer][i % per_layer]; };
+    std::nth_element(order.begin(), order.begin() + keep, order.end(), [&](int64_t a, int64_t b) {
+      return score(a) != score(b) ? score(a) > score(b) : a < b;
+    });
+    std::vector<std::vector<int64_t>> counts(n_layers, std::vector<int64_t>(n_kv_heads_, 0));
+    for (int64_t j = 0; j < keep; ++j) ++counts[order[j] / per_layer][order[j] % per_layer / n];
+    return counts;
+  }
+
   LayerLimits limits_;
+  bool pair_;  // level=pair: one threshold over every layer and head (ragged heads)
   int32_t n_kv_heads_;
   std::vector<std::vector<float>> scores_;  // per layer [n_kv_heads, n_context], by position
   std::vector<bool> compressed_;
   int64_t n_context_ = 0;          // context tokens, once a reconstruction began
   int64_t head_ = 0;               // the chat head before the first span: kept
   int64_t begin_ = 0, end_ = 0;    // the span the next forward repeats
+  std::vector<std::vector<int64_t>> head_counts_;  // level=pair: [layer][KV head] kept
 };
 
 }  // namespace
@@ -177,17 +211,24 @@ MethodInfo kvzip_method() {
       "rule, prompts and spans (2000 tokens) as the authors' snu-mllab/KVzip; the chat head "
       "(system prompt, user header) is kept and is the softmax's sink, as there (kvpress "
       "keeps 4 sinks and scores the rest of the head 0)",
-      "every layer keeps its budget in each KV head (the authors' level=pair-uniform); their "
-      "default level=pair thresholds all layers and heads at once, which needs ragged heads",
+      "level=pair (the authors' default): the budget summed over layers, one threshold over "
+      "every layer and KV head, each head keeping its own count (ragged: the fp32 store, on "
+      "the CPU or the GPU; no storage method behind it); level=pair-uniform: each layer keeps "
+      "its budget in each KV head",
       "the budget counts the kept chat head; scores and softmax in fp32",
       "the prompt runs on a copy of the cache, then dropped (the authors score without "
       "storing it); its bytes count in the peak, and its forwards in the prefill time",
   };
   info.params = budget_params(kDefaultBudget);
+  info.params.push_back(choice_param(
+      "level", "pair", {"pair", "pair-uniform"},
+      "pair: one threshold over all layers and KV heads (heads of their own); pair-uniform: "
+      "each layer's budget in each KV head"));
+  info.ragged_heads = true;  // level=pair
   info.check = [](const MethodParams& params) { check_budget(params); };
   info.make_policy = [](const MethodParams& params, const KvShape& shape) {
     return std::unique_ptr<TokenPolicy>(
-        new KvzipPolicy(budget_from(params), shape));
+        new KvzipPolicy(budget_from(params), shape, params.get("level") == "pair"));
   };
   return info;
 }

@@ -3,6 +3,7 @@
 // apart; a context never reconstructed is a harness bug, not a silent fallback.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <random>
 #include <stdexcept>
 #include <vector>
@@ -96,7 +97,7 @@ TEST_CASE("kvzip keeps what the reconstruction reads, not what the context's que
     for (int32_t qh = 0; qh < kHeads; ++qh) context.q[(r * kHeads + qh) * d + 3] = 6.f;
   }
   // The first span starts at 2: tokens 0 and 1 are the chat head, kept.
-  KvCache cache = context_in("kvzip:budget=5", context);
+  KvCache cache = context_in("kvzip:budget=5,level=pair-uniform", context);
   reconstruct(cache, 2, kContext, prompt_chunk(8, {1, 2}, rng));
   CHECK(cache.policy()->bytes_resident(0) == int64_t{2 * kContext} * 4);  // fp32 scores
   cache.end_context();
@@ -116,11 +117,41 @@ TEST_CASE("kvzip scores each span by its own forward", "[kvzip][unit]") {
     for (int64_t t : {8, 9, 31, 36}) marks.push_back({h, t, 1});
   }
   const Chunk context = context_chunk(marks, rng);
-  KvCache cache = context_in("kvzip:budget=6", context);
+  KvCache cache = context_in("kvzip:budget=6,level=pair-uniform", context);
   reconstruct(cache, 2, 20, prompt_chunk(6, {1, 1}, rng));
   reconstruct(cache, 20, kContext, prompt_chunk(6, {1, 1}, rng));
   cache.end_context();
   for (int32_t h = 0; h < 2; ++h) CHECK(kept(cache, 1, h) == std::vector<int32_t>{0, 1, 8, 9, 31, 36});
+}
+
+TEST_CASE("kvzip level=pair: one threshold over every layer and head, heads of their own",
+          "[kvzip][unit]") {
+  std::mt19937 rng(7);
+  // Head 0 recalls one token (10), head 1 six (5, 20, 21, 22, 30, 33) with equal keys, so
+  // equal scores, in both layers (the layers see the same tokens). The budget, 5 per head and
+  // layer, is 20 in all. The chat head (0, 1) scores 1 everywhere: 8. Head 0's token 10
+  // next: 2. Head 1's recalled tokens share its attention but still outscore head 0's
+  // unrecalled ones: the last 10 go to them, all tied, so to the lower layer, then the lower
+  // tokens. Per head (level=pair-uniform) head 0 would keep 5.
+  const std::vector<int32_t> recalled = {5, 20, 21, 22, 30, 33};
+  std::vector<Mark> marks = {{0, 10, 1}};
+  for (int32_t t : recalled) marks.push_back({1, t, 2});
+  const Chunk context = context_chunk(marks, rng);
+  KvCache cache = context_in("kvzip:budget=5", context);  // level=pair, the default
+  reconstruct(cache, 2, kContext, prompt_chunk(8, {1, 2}, rng));
+  cache.end_context();
+  for (int32_t l = 0; l < shape().n_layers; ++l) {
+    INFO("layer " << l);
+    CHECK(kept(cache, l, 0) == std::vector<int32_t>{0, 1, 10});
+    CHECK(cache.layer(l).head_tokens(0) == 3);  // stored ragged: really 3 rows
+  }
+  CHECK(kept(cache, 0, 1) == std::vector<int32_t>{0, 1, 5, 20, 21, 22, 30, 33});
+  CHECK(kept(cache, 1, 1) == std::vector<int32_t>{0, 1, 5, 20, 21, 22});
+  KvCache uniform = context_in("kvzip:budget=5,level=pair-uniform", context);
+  reconstruct(uniform, 2, kContext, prompt_chunk(8, {1, 2}, rng));
+  uniform.end_context();
+  CHECK(kept(uniform, 0, 0).size() == 5);
+  CHECK_THROWS(resolve_method_spec("kvzip:level=layer"));
 }
 
 TEST_CASE("kvzip without its reconstruction is an error, within the budget nothing to do",

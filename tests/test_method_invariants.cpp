@@ -208,9 +208,10 @@ TEST_CASE("invariant: never above the budget once compressed", "[unit]") {
           int64_t total = 0;
           for (int64_t k : kept) total += k;
           CHECK(total <= kLayers * limit);
-        } else if (m->name == "uncomp") {
-          // Layers and KV heads by entropy around the budget: the mean over all heads is
-          // held (each layer's count is its heads' mean rounded up).
+        } else if (m->name == "uncomp" || m->name == "kvzip") {
+          // Layers and KV heads by entropy (uncomp) or one threshold over all of them (kvzip's
+          // level=pair): the mean over all heads is held (each layer's count is its heads'
+          // mean rounded up).
           int64_t total = 0;
           for (int64_t k : got.stats[step].tokens_per_head) total += k;
           CHECK(total <= static_cast<int64_t>(got.stats[step].tokens_per_head.size()) * limit);
