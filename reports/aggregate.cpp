@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <sstream>
 #include <tuple>
 
 #include "common/input_error.h"
@@ -62,13 +63,26 @@ KvReference parse_kv_reference(const std::string& text) {
   throw InputError("--reference " + text + ": expected bf16 or fp32");
 }
 
+std::string mode_label(const UnitRecord& unit) {
+  std::string label = unit.mode;
+  if (unit.query_setting == "aware") label += " query-aware";
+  if (unit.turn_gap_s > 0) {
+    std::ostringstream gap;
+    gap << unit.turn_gap_s;
+    label += " gap=" + gap.str() + "s";
+  }
+  return label;
+}
+
+bool is_multi_turn_mode(const std::string& label) { return label.rfind("multi-turn", 0) == 0; }
+
 std::vector<Aggregate> aggregate_units(const std::vector<UnitRecord>& units,
                                        KvReference reference) {
   // Keyed in the output order: task, mode, method, budget.
   using Key = std::tuple<std::string, std::string, std::string, std::string>;
   std::map<Key, Sums> groups;
   for (const UnitRecord& unit : units) {
-    Sums& s = groups[Key(unit.task, unit.mode, unit.method, unit.budget)];
+    Sums& s = groups[Key(unit.task, mode_label(unit), unit.method, unit.budget)];
     s.prefill = s.units == 0 ? unit.prefill : combine_prefill(s.prefill, unit.prefill);
     s.shared += unit.shared_prefill ? 1 : 0;
     ++s.units;

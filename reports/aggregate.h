@@ -15,7 +15,7 @@ namespace kvbench {
 struct Aggregate {
   std::string method;  // canonical spec
   std::string task;
-  std::string mode;
+  std::string mode;    // mode_label of its units
   std::string budget;  // as in UnitRecord ("" for full)
   int64_t units = 0;
   int64_t turns = 0;
@@ -40,6 +40,15 @@ struct Aggregate {
   // from its sample's one prefill for all methods.
   std::string prefill;
 };
+
+// How a unit was driven, as reports group and show it: its mode ("multi-turn",
+// "multi-request"), then " query-aware" when the first query was inside the compressed span
+// and " gap=30s" for simulated turn gaps; the defaults (agnostic, no gap) add nothing, so
+// older dbs and baselines read as before.
+std::string mode_label(const UnitRecord& unit);
+
+// Whether a mode label is multi-turn (a session's turns over one cache).
+bool is_multi_turn_mode(const std::string& label);
 
 // Combines two units' prefill descriptions (UnitRecord::prefill, "" for the first).
 std::string combine_prefill(const std::string& a, const std::string& b);

@@ -18,6 +18,7 @@
 #include "common/input_error.h"
 #include "reports/head_map.h"
 #include "reports/html_text.h"
+#include "reports/mode_comparison.h"
 
 namespace kvbench {
 
@@ -177,6 +178,28 @@ std::string accuracy_cell(const std::optional<double>& value, const Interval* ci
   if (!value) return kMissing;
   return fmt(*value * 100, 1) + (ci ? " ±" + fmt(ci->half_width() * 100, 1) : std::string());
 }
+
+// "52.0 ±19.1" from an interval, the missing mark without one.
+std::string interval_cell(const std::optional<Interval>& ci) {
+  return ci ? accuracy_cell(ci->mean, &*ci) : std::string(kMissing);
+}
+
+// The most turns any cell of the comparison has.
+size_t most_turns(const ModeComparison& modes) {
+  size_t k = 0;
+  for (const ModeComparisonRow& r : modes.rows) {
+    for (const ModeCell& c : r.cells) k = std::max(k, c.by_turn.size());
+  }
+  return k;
+}
+
+const char* const kModesNote =
+    "SCBench's headline: methods whose memory is sub-linear in the context hold up when each "
+    "query is a new request over the shared context and fall over a session's later turns, "
+    "while those that keep O(n) memory (sparse prefill, retrieval) stay level. Each method at "
+    "its budget in every way the sweep drove it: multi-turn (one cache through the session), "
+    "multi-request (each query re-sends the context), query-aware (the first query inside the "
+    "span compressed). Accuracy ± half its 95% interval, pooled over the tasks' scored turns.";
 
 std::optional<double> mean_of(const std::vector<double>& v) {
   if (v.empty()) return std::nullopt;
@@ -343,7 +366,7 @@ Board build_board(const std::vector<Aggregate>& aggs) {
   return b;
 }
 
-bool is_multi_turn(const Row& r) { return r.mode == "multi-turn"; }
+bool is_multi_turn(const Row& r) { return is_multi_turn_mode(r.mode); }
 
 size_t max_turns(const Board& b) {
   size_t k = 0;
@@ -501,6 +524,36 @@ std::string render_leaderboard_markdown(const std::vector<RunRecord>& runs,
         cells.push_back(i < r.by_turn.size() ? fmt(r.by_turn[i] * 100, 1) : std::string(kMissing));
       }
       o << md_row(cells);
+    }
+  }
+
+  const ModeComparison modes = compare_modes(rows);
+  if (!modes.modes.empty()) {
+    o << "\n## Multi-turn vs multi-request\n\n" << kModesNote << "\n\n";
+    std::vector<std::string> head = {"method", "budget"};
+    for (const std::string& m : modes.modes) head.push_back(md_escape(m));
+    o << md_row(head) << md_rule(2, modes.modes.size());
+    for (const ModeComparisonRow& r : modes.rows) {
+      std::vector<std::string> cells = {md_escape(r.method), md_escape(budget_cell(r.budget))};
+      for (const ModeCell& c : r.cells) cells.push_back(interval_cell(c.accuracy));
+      o << md_row(cells);
+    }
+    const size_t k = most_turns(modes);
+    o << "\nBy turn (the k-th query of a session, or the k-th request):\n\n";
+    std::vector<std::string> by_turn_head = {"method", "budget", "mode"};
+    for (size_t i = 1; i <= k; ++i) by_turn_head.push_back("turn " + std::to_string(i));
+    o << md_row(by_turn_head) << md_rule(3, k);
+    for (const ModeComparisonRow& r : modes.rows) {
+      for (size_t m = 0; m < modes.modes.size(); ++m) {
+        if (r.cells[m].by_turn.empty()) continue;
+        std::vector<std::string> cells = {md_escape(r.method), md_escape(budget_cell(r.budget)),
+                                          md_escape(modes.modes[m])};
+        for (size_t i = 0; i < k; ++i) {
+          cells.push_back(i < r.cells[m].by_turn.size() ? interval_cell(r.cells[m].by_turn[i])
+                                                         : std::string(kMissing));
+        }
+        o << md_row(cells);
+      }
     }
   }
   return o.str();
@@ -1056,6 +1109,40 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
     x.hi = static_cast<double>(std::max<size_t>(k, 2));
     for (size_t i = 1; i <= k; ++i) x.ticks.push_back(static_cast<double>(i));
     o << line_chart("multi-turn accuracy by turn index", x, series, {});
+  }
+
+  const ModeComparison modes = compare_modes(rows);
+  if (!modes.modes.empty()) {
+    o << "<h2 id=\"modes\">Multi-turn vs multi-request</h2>\n<p class=\"note\">" << h(kModesNote)
+      << "</p>\n<table>\n<tr>" << th("method") << th("budget");
+    for (const std::string& m : modes.modes) o << th(m, true);
+    o << "</tr>\n";
+    for (const ModeComparisonRow& r : modes.rows) {
+      o << (method_family(r.method) == "full" ? "<tr class=\"full\">" : "<tr>")
+        << td(h_spec(r.method), "spec") << td(h(budget_cell(r.budget)), "num");
+      for (const ModeCell& c : r.cells) o << td(h(interval_cell(c.accuracy)), "num");
+      o << "</tr>\n";
+    }
+    o << "</table>\n<p class=\"note\">By turn: the k-th query of a session, or the k-th "
+         "request.</p>\n<table>\n<tr>"
+      << th("method") << th("budget") << th("mode");
+    const size_t k = most_turns(modes);
+    for (size_t i = 1; i <= k; ++i) o << th("turn " + std::to_string(i), true);
+    o << "</tr>\n";
+    for (const ModeComparisonRow& r : modes.rows) {
+      for (size_t m = 0; m < modes.modes.size(); ++m) {
+        const std::vector<Interval>& turns = r.cells[m].by_turn;
+        if (turns.empty()) continue;
+        o << (method_family(r.method) == "full" ? "<tr class=\"full\">" : "<tr>")
+          << td(h_spec(r.method), "spec") << td(h(budget_cell(r.budget)), "num")
+          << td(h(modes.modes[m]));
+        for (size_t i = 0; i < k; ++i) {
+          o << td(i < turns.size() ? h(interval_cell(turns[i])) : std::string(kMissing), "num");
+        }
+        o << "</tr>\n";
+      }
+    }
+    o << "</table>\n";
   }
   o << "</body>\n</html>\n";
   return o.str();

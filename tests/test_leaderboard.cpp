@@ -19,6 +19,7 @@
 #include "reports/aggregate.h"
 #include "reports/head_map.h"
 #include "reports/leaderboard.h"
+#include "reports/mode_comparison.h"
 
 using namespace kvbench;
 
@@ -410,7 +411,7 @@ TEST_CASE("leaderboard HTML is balanced and has its charts", "[reports]") {
   CHECK(count(html, "<div") == count(html, "</div>"));
   CHECK(count(html, "<svg") == count(html, "</svg>"));
   CHECK(count(html, "<table") == count(html, "</table>"));
-  CHECK(count(html, "<table") == 4);  // runs, accuracy, cost, by turn
+  CHECK(count(html, "<table") == 6);  // runs, accuracy, cost, by turn, modes and modes by turn
   CHECK(count(html, "<tr") == count(html, "</tr>"));
   CHECK(count(html, "<text") == count(html, "</text>"));
   CHECK(count(html, "<g>") == count(html, "</g>"));
@@ -573,6 +574,65 @@ double luminance(const std::string& fill) {
 }
 
 }  // namespace
+
+TEST_CASE("mode comparison: each method beside itself in every mode, with intervals by turn",
+          "[reports]") {
+  // snapkv holds in multi-request use and falls over a session's turns; query-aware
+  // multi-turn keeps its first turn. Two samples each; the full cache everywhere.
+  const auto turns = [](std::vector<double> scores) {
+    std::vector<TurnRow> out;
+    for (size_t i = 0; i < scores.size(); ++i) {
+      out.push_back(turn(static_cast<int32_t>(i + 1), scores[i], 10, 5, 100, 100));
+    }
+    return out;
+  };
+  std::vector<UnitRecord> units;
+  const auto add = [&](const std::string& method, const std::string& budget,
+                       const std::string& mode, const std::string& query,
+                       const std::vector<double>& scores) {
+    for (const char* sample : {"a", "b"}) {
+      UnitRecord u = unit("retr_kv", method, budget, mode, turns(scores));
+      u.sample_id = sample;
+      u.query_setting = query;
+      u.key += std::string("|") + sample + "|" + query;
+      units.push_back(u);
+    }
+  };
+  add("full", "", "multi-turn", "agnostic", {1, 1, 1});
+  add("full", "", "multi-request", "agnostic", {1, 1, 1});
+  add("snapkv:budget=8", "budget=8", "multi-turn", "agnostic", {1, 0, 0});
+  add("snapkv:budget=8", "budget=8", "multi-turn", "aware", {1, 1, 0});
+  add("snapkv:budget=8", "budget=8", "multi-request", "agnostic", {1, 1, 1});
+  const std::vector<Aggregate> aggs = aggregate_units(units);
+  const ModeComparison c = compare_modes(aggs);
+  REQUIRE(c.modes == std::vector<std::string>{"multi-turn", "multi-turn query-aware",
+                                              "multi-request"});
+  REQUIRE(c.rows.size() == 2);
+  CHECK(c.rows[0].method == "full");
+  CHECK_FALSE(c.rows[0].cells[1].accuracy.has_value());  // full never ran query-aware
+  const ModeComparisonRow& snap = c.rows[1];
+  REQUIRE(snap.cells[0].accuracy.has_value());
+  CHECK(snap.cells[0].accuracy->mean == Approx(2.0 / 6));
+  CHECK(snap.cells[0].accuracy->n == 6);
+  CHECK(snap.cells[1].accuracy->mean == Approx(4.0 / 6));
+  CHECK(snap.cells[2].accuracy->mean == Approx(1.0));
+  REQUIRE(snap.cells[0].by_turn.size() == 3);
+  CHECK(snap.cells[0].by_turn[0].mean == 1.0);
+  CHECK(snap.cells[0].by_turn[1].mean == 0.0);
+  CHECK(snap.cells[0].by_turn[1].n == 2);  // two samples at turn 2
+  CHECK(snap.cells[0].by_turn[1].high > 0.0);  // Wilson's interval is not a point
+  // The leaderboard shows it, and the aware rows stay apart in every table.
+  const std::string md = render_leaderboard_markdown(fixed_runs(), aggs);
+  CHECK(md.find("## Multi-turn vs multi-request") != std::string::npos);
+  CHECK(md.find("| snapkv:budget=8 | 8 | multi-turn query-aware |") != std::string::npos);
+  const std::string html = render_leaderboard_html(fixed_runs(), aggs, {});
+  CHECK(html.find("id=\"modes\"") != std::string::npos);
+  // One mode alone: nothing to compare, no section.
+  std::vector<UnitRecord> turn_only(units.begin(), units.begin() + 2);
+  CHECK(compare_modes(aggregate_units(turn_only)).modes.empty());
+  CHECK(render_leaderboard_markdown(fixed_runs(), aggregate_units(turn_only))
+            .find("Multi-turn vs multi-request") == std::string::npos);
+}
 
 TEST_CASE("head map: 2 layers x 2 heads render row-major cells, darker where more is kept",
           "[reports]") {
