@@ -602,8 +602,6 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
       record.ttft_ms = seconds_since(start) * 1e3 + elsewhere_ms;
       record.attn_flops = conversation->attn_flops();
       record.attn_flops_dense = conversation->attn_flops_dense();
-      record.attn_flops = conversation->attn_flops();
-      record.attn_flops_dense = conversation->attn_flops_dense();
       record.prompt_tokens = static_cast<int64_t>(tokens.context.size()) + query_n;
       record.prefill_tokens_per_s = record.prompt_tokens / std::max(prefill_s, 1e-9);
       record.own.first_logprobs = log_softmax(logits);
