@@ -5,6 +5,7 @@
 // here for the host) against the CPU's over every input class, which holds whether or not a
 // GPU runs it. Without a CUDA device the other cases print "no CUDA device: skipped" and exit
 // 77 (ctest SKIP).
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
@@ -133,7 +134,19 @@ TEST_CASE("encode_kv_rows_cuda and decode_kv_rows_cuda equal the CPU's bit for b
       encode_kv_rows_cuda(element, d_src.get(), stride, n_rows, dim, d_dst.get(),
                           element == KvElement::F8E4M3 ? d_scale.get() : nullptr, nullptr);
       INFO("element " << static_cast<int>(element) << " dim " << dim);
-      REQUIRE(d_dst.host() == cpu);
+      const std::vector<uint8_t> gpu = d_dst.host();
+      const size_t first = static_cast<size_t>(
+          std::mismatch(gpu.begin(), gpu.end(), cpu.begin()).first - gpu.begin());
+      if (first < gpu.size()) {  // where and what, not two byte dumps
+        const size_t element_bytes = static_cast<size_t>(kv_element_bytes(element));
+        const size_t at = first / element_bytes, row = at / dim, col = at % dim;
+        INFO("first difference: row " << row << " column " << col << ", input bits 0x" << std::hex
+             << to_bits(src[row * stride + col]) << ", byte " << std::dec << first << ": gpu "
+             << int{gpu[first]} << " cpu " << int{cpu[first]} << "; row scale cpu "
+             << cpu_scale[row] << " gpu " << d_scale.host()[row]);
+        CHECK(first == gpu.size());
+      }
+      REQUIRE(gpu == cpu);
       if (element == KvElement::F8E4M3) {
         const std::vector<float> scale = d_scale.host();
         for (int64_t r = 0; r < n_rows; ++r) REQUIRE(to_bits(scale[r]) == to_bits(cpu_scale[r]));

@@ -35,7 +35,9 @@ uint8_t float_to_e4m3(float x) {
   std::memcpy(&u, &x, sizeof u);
   const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
   u &= 0x7fffffffu;
-  if (u > 0x7f800000u) return sign | 0x7fu;  // NaN
+  // NaN, its sign dropped: encoding divides by the row's scale, and a NaN that division makes
+  // (-inf / inf) is negative on x86 and positive on a GPU; the device's code must match.
+  if (u > 0x7f800000u) return 0x7fu;
   float a;
   std::memcpy(&a, &u, sizeof a);
   if (a >= kE4m3Max) return sign | 0x7eu;  // saturate (infinity too)

@@ -16,7 +16,7 @@ uint16_t float_to_half_bits(float x);
 
 // fp32 -> e4m3 ("e4m3fn": 4 exponent bits, bias 7, 3 mantissa bits; no infinities, 0x7F and
 // 0xFF are NaN): magnitudes past the largest, 448, saturate to it (as engines' scaled fp8
-// casts do), subnormals (steps of 2^-9 below 2^-6) are kept.
+// casts do), subnormals (steps of 2^-9 below 2^-6) are kept; a NaN of either sign is 0x7F.
 uint8_t float_to_e4m3(float x);
 float e4m3_to_float(uint8_t code);  // exact
 

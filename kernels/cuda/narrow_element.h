@@ -61,12 +61,13 @@ __host__ __device__ __forceinline__ uint16_t bf16_bits(float x) {
   return static_cast<uint16_t>(u >> 16);
 }
 
-// float_to_e4m3: NaN -> sign | 0x7f, 448 and past (infinity too) saturate to sign | 0x7e.
+// float_to_e4m3: NaN -> 0x7f whatever its sign (the NaN x / scale makes is negative on x86
+// and positive here), 448 and past (infinity too) saturate to sign | 0x7e.
 __host__ __device__ __forceinline__ uint8_t e4m3_bits(float x) {
   uint32_t u = float_bits(x);
   const uint32_t sign = (u >> 24) & 0x80u;
   u &= 0x7fffffffu;
-  if (u > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7fu);
+  if (u > 0x7f800000u) return 0x7fu;
   const float a = bits_float(u);
   if (a >= 448.0f) return static_cast<uint8_t>(sign | 0x7eu);
   if (a < 0.015625f) {  // below 2^-6: steps of 2^-9
