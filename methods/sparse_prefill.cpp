@@ -215,7 +215,7 @@ MethodInfo minference_method() {
   info.choices = {
       "vertical-slash only, one (vertical, slash) for every head: the authors pick each "
       "head's pattern kind (vertical-slash, block-sparse, A-shape) and sizes by an offline "
-      "search; block-sparse heads are not implemented",
+      "search; kvbench has no block-sparse heads",
       "vertical=64, slash=128 where the authors' searched sizes are (1000, 6096), "
       "(3500, 100), ... at 128K contexts: scaled for kvbench's 0.5-2K-token tasks; their "
       "floors (30, 50) and the 30 forced first columns and nearest diagonals are kept",

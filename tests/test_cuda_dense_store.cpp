@@ -167,18 +167,21 @@ void require_same_attention(const Twin& twin, const std::vector<int32_t>& q_posi
 }
 
 // n_keep random slots per head, ascending (different per head: per-head eviction).
+// Appends one head's n_keep random slots of n_tokens, ascending, to plan.slots.
+void add_random_slots(RetainPlan& plan, int64_t n_tokens, int64_t n_keep, std::mt19937& rng) {
+  std::vector<int32_t> slots(static_cast<size_t>(n_tokens));
+  std::iota(slots.begin(), slots.end(), 0);
+  std::shuffle(slots.begin(), slots.end(), rng);
+  slots.resize(static_cast<size_t>(n_keep));
+  std::sort(slots.begin(), slots.end());
+  plan.slots.insert(plan.slots.end(), slots.begin(), slots.end());
+}
+
 RetainPlan random_plan(int64_t n_tokens, int64_t n_keep, uint32_t seed) {
   std::mt19937 rng(seed);
   RetainPlan plan;
   plan.n_keep = n_keep;
-  for (int32_t h = 0; h < kKvHeads; ++h) {
-    std::vector<int32_t> slots(static_cast<size_t>(n_tokens));
-    std::iota(slots.begin(), slots.end(), 0);
-    std::shuffle(slots.begin(), slots.end(), rng);
-    slots.resize(static_cast<size_t>(n_keep));
-    std::sort(slots.begin(), slots.end());
-    plan.slots.insert(plan.slots.end(), slots.begin(), slots.end());
-  }
+  for (int32_t h = 0; h < kKvHeads; ++h) add_random_slots(plan, n_tokens, n_keep, rng);
   return plan;
 }
 
@@ -501,14 +504,7 @@ RetainPlan ragged_plan(int64_t n_tokens, const std::vector<int64_t>& head_keep, 
   RetainPlan plan;
   plan.head_keep = head_keep;
   plan.n_keep = *std::max_element(head_keep.begin(), head_keep.end());
-  for (int64_t n_keep : head_keep) {
-    std::vector<int32_t> slots(static_cast<size_t>(n_tokens));
-    std::iota(slots.begin(), slots.end(), 0);
-    std::shuffle(slots.begin(), slots.end(), rng);
-    slots.resize(static_cast<size_t>(n_keep));
-    std::sort(slots.begin(), slots.end());
-    plan.slots.insert(plan.slots.end(), slots.begin(), slots.end());
-  }
+  for (int64_t n_keep : head_keep) add_random_slots(plan, n_tokens, n_keep, rng);
   return plan;
 }
 

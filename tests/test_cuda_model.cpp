@@ -101,6 +101,27 @@ TEST_CASE("the model on a GPU gives the CPU's logits and greedy tokens", "[gpu]"
   CHECK(on_gpu.text == on_cpu.text);
 }
 
+namespace {
+
+// `method` through the same prompt and 12 greedy tokens on the CPU model and the GPU model.
+struct BothDevices {
+  GenerateResult on_cpu, on_gpu;
+};
+
+BothDevices generate_on_both(const LlamaModel& cpu, const LlamaModel& gpu,
+                             const std::vector<int32_t>& prompt, const char* method) {
+  const ResolvedSpec spec = resolve_method_spec(method);
+  KvCache a = new_cache(cpu, spec), b = new_cache(gpu, spec);
+  GenerateOptions options;
+  options.max_new_tokens = 12;
+  BothDevices out;
+  out.on_cpu = generate(cpu, a, prompt, options);
+  out.on_gpu = generate(gpu, b, prompt, options);
+  return out;
+}
+
+}  // namespace
+
 TEST_CASE("eviction methods, Quest, KIVI and narrow stores on a GPU decide as on the CPU",
           "[gpu]") {
   testing::require_device();
@@ -116,12 +137,7 @@ TEST_CASE("eviction methods, Quest, KIVI and narrow stores on a GPU decide as on
         "quest:page=16,budget=128", "kivi:bits=4", "snapkv:budget=256+kivi:bits=2", "bf16",
         "snapkv:budget=256+fp8"}) {
     INFO(method);
-    const ResolvedSpec spec = resolve_method_spec(method);
-    KvCache a = new_cache(*cpu, spec), b = new_cache(*gpu, spec);
-    GenerateOptions options;
-    options.max_new_tokens = 12;
-    const GenerateResult on_cpu = generate(*cpu, a, prompt, options);
-    const GenerateResult on_gpu = generate(*gpu, b, prompt, options);
+    const auto [on_cpu, on_gpu] = generate_on_both(*cpu, *gpu, prompt, method);
     CHECK(on_gpu.tokens == on_cpu.tokens);
     CHECK(on_gpu.cache.tokens_per_layer == on_cpu.cache.tokens_per_layer);
     CHECK(on_gpu.cache.bytes_read_last_forward == on_cpu.cache.bytes_read_last_forward);
@@ -138,12 +154,7 @@ TEST_CASE("head-wise budgets on a GPU keep, hold and read per KV head as on the 
   // layer and head: the device store's heads of their own (methods/cuda_dense_store.h).
   for (const char* method : {"adakv+snapkv:budget=256", "kvzip:budget=256"}) {
     INFO(method);
-    const ResolvedSpec spec = resolve_method_spec(method);
-    KvCache a = new_cache(*cpu, spec), b = new_cache(*gpu, spec);
-    GenerateOptions options;
-    options.max_new_tokens = 12;
-    const GenerateResult on_cpu = generate(*cpu, a, prompt, options);
-    const GenerateResult on_gpu = generate(*gpu, b, prompt, options);
+    const auto [on_cpu, on_gpu] = generate_on_both(*cpu, *gpu, prompt, method);
     CHECK(on_gpu.tokens == on_cpu.tokens);
     CHECK(on_gpu.cache.tokens_per_head == on_cpu.cache.tokens_per_head);
     CHECK(on_gpu.cache.bytes_resident == on_cpu.cache.bytes_resident);
