@@ -13,7 +13,16 @@ void check_runs_on(const ResolvedSpec& spec, ModelDevice device) {
   // On a GPU the KV lives in device stores (dense, narrow or KIVI's; heads of their own in the
   // dense one, as on the host); policies and read policies plan on host copies
   // (methods/cuda_host_policies.h). Reuse keeps host memory.
+  bool ragged = false;
+  for (const auto& component : spec.components) {
+    ragged = ragged || makes_ragged_heads(*component.first);
+  }
   for (const auto& [info, params] : spec.components) {
+    if (info->kind == MethodKind::Storage && ragged) {
+      throw InputError("method '" + info->name + "' in '" + spec.canonical +
+                       "' does not run on --device cuda yet after a head-wise budget: its "
+                       "device store does not hold KV heads apart (the host's does)");
+    }
     if (info->kind == MethodKind::Prefill) {
       throw InputError("method '" + info->name + "' in '" + spec.canonical +
                        "' does not run on --device cuda yet: its sparse prefill kernel is "

@@ -254,15 +254,7 @@ void CudaDenseLayerKv::retain_per_head(RetainPlan& plan) {
   std::vector<int32_t> placed;
   placed.reserve(plan.slots.size());
   for (int32_t h = 0; h < n_kv_heads_; ++h) {
-    RetainPlan one;
-    one.n_keep = plan.kept(h);
-    one.slots.assign(plan.slots.begin() + plan.head_offset(h),
-                     plan.slots.begin() + plan.head_offset(h) + one.n_keep);
-    if (!plan.k.empty()) {  // a uniform merging plan: this head's rows
-      const auto first = static_cast<ptrdiff_t>(plan.head_offset(h) * head_dim_);
-      one.k.assign(plan.k.begin() + first, plan.k.begin() + first + one.n_keep * head_dim_);
-      one.v.assign(plan.v.begin() + first, plan.v.begin() + first + one.n_keep * head_dim_);
-    }
+    RetainPlan one = one_head_plan(plan, h, head_dim_);
     heads_[h]->retain(one);
     placed.insert(placed.end(), one.slots.begin(), one.slots.end());
   }

@@ -155,21 +155,12 @@ void DenseLayerKv::retain(RetainPlan& plan) {
   }
   // Heads of their own: each applies its row of the plan as a one-head store would, and
   // plan.slots takes each head's placement.
-  const int32_t dim = rows_.head_dim;
   std::vector<int32_t> placed;
   placed.reserve(plan.slots.size());
   for (int32_t h = 0; h < static_cast<int32_t>(heads_.size()); ++h) {
     HeadRows& head = heads_[h];
-    RetainPlan one;
-    one.n_keep = plan.kept(h);
-    one.slots.assign(plan.slots.begin() + plan.head_offset(h),
-                     plan.slots.begin() + plan.head_offset(h) + one.n_keep);
-    if (!plan.k.empty()) {  // a uniform merging plan: this head's rows
-      const auto first = static_cast<ptrdiff_t>(plan.head_offset(h) * dim);
-      one.k.assign(plan.k.begin() + first, plan.k.begin() + first + one.n_keep * dim);
-      one.v.assign(plan.v.begin() + first, plan.v.begin() + first + one.n_keep * dim);
-    }
-    retain_rows_in_place(head.k.data(), head.v.data(), head.positions.data(), 1, dim,
+    RetainPlan one = one_head_plan(plan, h, rows_.head_dim);
+    retain_rows_in_place(head.k.data(), head.v.data(), head.positions.data(), 1, head.head_dim,
                          head.capacity, head.n_tokens, one);
     head.n_tokens = one.n_keep;
     if (retain_shrinks(head.capacity, head.n_tokens)) head.reallocate(head.n_tokens);

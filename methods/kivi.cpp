@@ -265,6 +265,20 @@ std::unique_ptr<LayerKv> KiviLayerKv::clone() const {
   return copy;
 }
 
+std::unique_ptr<LayerKv> KiviLayerKv::head_store(int32_t head) const {
+  auto one = std::make_unique<KiviLayerKv>(1, head_dim_, config_);
+  one->blocks_ = blocks_.head(head);
+  one->tail_.reallocate(tail_.capacity);
+  const size_t from = static_cast<size_t>(head) * tail_.capacity, n = tail_.n_tokens;
+  std::copy_n(tail_.k.data() + from * head_dim_, n * head_dim_, one->tail_.k.data());
+  std::copy_n(tail_.v.data() + from * head_dim_, n * head_dim_, one->tail_.v.data());
+  std::copy_n(tail_.positions.data() + from, n, one->tail_.positions.data());
+  one->tail_.n_tokens = tail_.n_tokens;
+  one->keys_rounded_[0] = keys_rounded_[head];
+  one->values_rounded_[0] = values_rounded_[head];
+  return one;
+}
+
 int64_t KiviLayerKv::bytes_resident() const {
   const auto bytes = [](const auto& v) {
     return static_cast<int64_t>(v.capacity() * sizeof(v[0]));
@@ -302,6 +316,9 @@ MethodInfo kivi_method() {
       "after an eviction in front (snapkv+kivi), holes in packed blocks take the oldest "
       "fp32 tokens, and the blocks touched are packed again, adding their error once "
       "more",
+      "after a head-wise budget in front (adakv+snapkv+kivi), each KV head is a store of "
+      "its own (its blocks as they were): it packs its own blocks and keeps its own fp32 "
+      "tail, as KIVI's code would for a head of that length",
   };
   info.params = {
       choice_param("bits", "2", {"2", "4"}, "bits per key and value"),
@@ -317,6 +334,7 @@ MethodInfo kivi_method() {
       throw InputError("residual=" + params.get("residual") + " must be a multiple of 32");
     }
   };
+  info.splits_heads = true;
   info.make_layers = [](const MethodParams& params, const KvShape& shape) {
     if (shape.head_dim % 32 != 0) {
       throw InputError("kivi packs channels in groups of 32, but head_dim is " +

@@ -55,6 +55,7 @@ class KiviLayerKv : public LayerKv {
   std::unique_ptr<LayerKv> clone() const override;
   int64_t n_tokens() const override { return blocks_.n_blocks() * config_.group + tail_.n_tokens; }
   int64_t bytes_resident() const override;
+  std::unique_ptr<LayerKv> head_store(int32_t head) const override;
 
   KiviKv layout() const;
   int64_t n_blocks() const { return blocks_.n_blocks(); }

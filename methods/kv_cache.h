@@ -120,8 +120,13 @@ class LayerKv {
   // hold their own counts after a ragged plan (RetainPlan::head_keep), where n_tokens() is
   // the largest of them.
   virtual int64_t head_tokens(int32_t /*head*/) const { return n_tokens_held(); }
-  // Whether retain applies ragged plans (RetainPlan::head_keep): the dense fp32 store does.
+  // Whether retain applies ragged plans (RetainPlan::head_keep): the dense fp32 store does,
+  // and any store that gives head_store (methods/head_split.h).
   virtual bool holds_ragged_heads() const { return false; }
+  // KV head `head` alone, in a one-head store of this kind holding exactly what this one
+  // holds for it (codes, scales, positions; nothing rounded again), or nullptr where the
+  // store cannot split its heads. A layer splits on its first ragged plan (HeadSplitLayerKv).
+  virtual std::unique_ptr<LayerKv> head_store(int32_t /*head*/) const { return nullptr; }
   virtual int64_t bytes_resident() const = 0;  // bytes this layer's storage really holds
   // The memory tier those bytes live in: "ram" (host memory) or "device" (GPU memory).
   virtual const char* tier() const { return "ram"; }

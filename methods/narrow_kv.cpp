@@ -161,6 +161,22 @@ std::unique_ptr<LayerKv> NarrowLayerKv::clone() const {
   return copy;
 }
 
+std::unique_ptr<LayerKv> NarrowLayerKv::head_store(int32_t head) const {
+  auto one = std::make_unique<NarrowLayerKv>(1, head_dim_, element_);
+  one->reallocate(n_tokens_);
+  const int64_t row = head * capacity_;
+  std::copy_n(k_.data() + row * row_bytes_, n_tokens_ * row_bytes_, one->k_.data());
+  std::copy_n(v_.data() + row * row_bytes_, n_tokens_ * row_bytes_, one->v_.data());
+  std::copy_n(positions_.data() + row, n_tokens_, one->positions_.data());
+  if (element_ == KvElement::F8E4M3) {
+    std::copy_n(k_scale_.data() + row, n_tokens_, one->k_scale_.data());
+    std::copy_n(v_scale_.data() + row, n_tokens_, one->v_scale_.data());
+  }
+  one->n_tokens_ = n_tokens_;
+  one->evicted_ = evicted_;
+  return one;
+}
+
 int64_t NarrowLayerKv::bytes_resident() const {
   return static_cast<int64_t>(k_.capacity() + v_.capacity()) +
          static_cast<int64_t>(k_scale_.capacity() + v_scale_.capacity()) * sizeof(float) +
@@ -191,6 +207,7 @@ MethodInfo narrow_method(const std::string& name, KvElement element, const std::
       "prefill may read the unrounded chunk)");
   info.choices = std::move(choices);
   info.context_reads_store = true;
+  info.splits_heads = true;
   info.make_layers = [element](const MethodParams&, const KvShape& shape) {
     return make_narrow_layers(shape, element);
   };

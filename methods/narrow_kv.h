@@ -31,6 +31,7 @@ class NarrowLayerKv : public LayerKv {
   std::unique_ptr<LayerKv> clone() const override;
   int64_t n_tokens() const override { return n_tokens_; }
   int64_t bytes_resident() const override;
+  std::unique_ptr<LayerKv> head_store(int32_t head) const override;
 
   NarrowKv layout() const;
   int64_t capacity() const { return capacity_; }

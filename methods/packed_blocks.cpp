@@ -49,6 +49,26 @@ void PackedBlocks::resize(int64_t n_blocks) {
   n_blocks_ = n_blocks;
 }
 
+PackedBlocks PackedBlocks::head(int32_t head) const {
+  PackedBlocks one(1, head_dim_, group_, bits_);
+  one.resize(n_blocks_);
+  const size_t g = group_, d = head_dim_, code_bytes = g * d * bits_ / 8;
+  const auto copy_unit = [&](const auto& from, auto& to, size_t per_unit) {
+    for (int64_t b = 0; b < n_blocks_; ++b) {
+      const size_t unit = static_cast<size_t>(b) * n_kv_heads_ + head;
+      std::copy_n(from.begin() + unit * per_unit, per_unit, to.begin() + b * per_unit);
+    }
+  };
+  copy_unit(k_codes_, one.k_codes_, code_bytes);
+  copy_unit(v_codes_, one.v_codes_, code_bytes);
+  copy_unit(k_scale_, one.k_scale_, d);
+  copy_unit(k_min_, one.k_min_, d);
+  copy_unit(v_scale_, one.v_scale_, d);
+  copy_unit(v_min_, one.v_min_, d);
+  copy_unit(positions_, one.positions_, g);
+  return one;
+}
+
 // QuantGroups points at mutable memory; unpacking only reads it.
 QuantGroups PackedBlocks::key_groups(int64_t unit) const {
   const int64_t d = head_dim_, code_bytes = int64_t{group_} * d * bits_ / 8;

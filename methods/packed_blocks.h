@@ -25,6 +25,9 @@ class PackedBlocks {
   // Unpacks block b of KV head `head` into `group` consecutive rows.
   void unpack(int64_t b, int32_t head, float* k, float* v, int32_t* positions) const;
 
+  // KV head `head`'s blocks alone (n_kv_heads 1), codes and parameters as they are.
+  PackedBlocks head(int32_t head) const;
+
   // KiviKv with these blocks and `tail` as its fp32 rows.
   KiviKv layout(const DenseKv& tail) const;
   int64_t n_blocks() const { return n_blocks_; }

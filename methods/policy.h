@@ -3,6 +3,7 @@
 // frees the memory. A policy never touches storage itself.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -38,6 +39,22 @@ struct RetainPlan {
     return offset;
   }
 };
+
+// KV head `head`'s row of `plan` as a plan for a store holding that head alone (its slots,
+// and its merged rows where the plan merges): how a layer whose heads are stores of their
+// own applies a plan, head by head.
+inline RetainPlan one_head_plan(const RetainPlan& plan, int32_t head, int32_t head_dim) {
+  RetainPlan one;
+  one.n_keep = plan.kept(head);
+  const auto first = static_cast<ptrdiff_t>(plan.head_offset(head));
+  one.slots.assign(plan.slots.begin() + first, plan.slots.begin() + first + one.n_keep);
+  if (!plan.k.empty()) {
+    const ptrdiff_t row = first * head_dim, n = one.n_keep * head_dim;
+    one.k.assign(plan.k.begin() + row, plan.k.begin() + row + n);
+    one.v.assign(plan.v.begin() + row, plan.v.begin() + row + n);
+  }
+  return one;
+}
 
 // Rows a model forward feeds at most at once (LlamaModel::prefill_chunk): longer inputs
 // go in chunks of this many, the cache advancing after each.

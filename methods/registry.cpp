@@ -7,6 +7,7 @@
 
 #include "common/input_error.h"
 #include "methods/full_cache.h"
+#include "methods/head_split.h"
 
 namespace kvbench {
 
@@ -84,6 +85,21 @@ std::string allocating_methods() {
   return join_names(names);
 }
 
+std::string head_splitting_methods() {
+  std::vector<std::string> names;
+  for (const auto& m : method_registry()) {
+    if (m.splits_heads) names.push_back(m.name);
+  }
+  return join_names(names);
+}
+
+const MethodInfo* ragged_component(const std::map<MethodKind, const MethodInfo*>& seen) {
+  for (const auto& kind_info : seen) {
+    if (makes_ragged_heads(*kind_info.second)) return kind_info.second;
+  }
+  return nullptr;
+}
+
 // A sparse prefill attends over each layer's fp32 view of its store: not over KV reused
 // without a prefill, nor over heads of their own or keys kept apart from the view (MiKV).
 void check_prefill_composition(const std::string& text,
@@ -155,15 +171,12 @@ void check_composition(const std::string& text, const std::map<MethodKind, const
                         "(" + info.name + "+snapkv:ratio=0.25)");
   }
   // Heads of their own (an allocation method, or an eviction method that makes them) are
-  // held by the fp32 store only.
-  const auto eviction = seen.find(MethodKind::Eviction);
-  const MethodInfo* ragged = allocation != seen.end() ? allocation->second
-                             : eviction != seen.end() && eviction->second->ragged_heads
-                                 ? eviction->second
-                                 : nullptr;
-  if (ragged && info.kind == MethodKind::Storage) {
+  // held by the fp32 store and the storage methods that split their heads.
+  const MethodInfo* ragged = ragged_component(seen);
+  if (ragged && info.kind == MethodKind::Storage && !info.splits_heads) {
     fail_spec(text, "'" + ragged->name + "' leaves each KV head its own count, which only the "
-                        "fp32 store holds; '" + info.name + "' cannot store it");
+                        "fp32 store and " + head_splitting_methods() + " hold; '" + info.name +
+                        "' cannot store it");
   }
   const bool evicts = info.kind == MethodKind::Eviction || seen.count(MethodKind::Eviction);
   const bool retrieves = info.kind == MethodKind::Retrieval || seen.count(MethodKind::Retrieval);
@@ -392,8 +405,17 @@ ResolvedSpec resolve_method_spec(const std::string& text) {
   return resolved;
 }
 
+bool makes_ragged_heads(const MethodInfo& info) {
+  return info.kind == MethodKind::Allocation ||
+         (info.kind == MethodKind::Eviction && info.ragged_heads);
+}
+
 CacheParts make_cache_parts(const ResolvedSpec& spec, const KvShape& shape) {
   CacheParts parts;
+  bool ragged = false;  // then a storage method's stores hold their heads apart
+  for (const auto& component : spec.components) {
+    ragged = ragged || makes_ragged_heads(*component.first);
+  }
   std::shared_ptr<const HeadAllocation> allocation;  // comes before its eviction method
   for (const auto& [info, params] : spec.components) {
     if (info->kind == MethodKind::Allocation) allocation = info->make_allocation(params);
@@ -405,6 +427,10 @@ CacheParts make_cache_parts(const ResolvedSpec& spec, const KvShape& shape) {
     if (info->kind == MethodKind::Prefill) parts.prefill = info->make_prefill(params);
     if (info->kind == MethodKind::Storage) {
       parts.layers = info->make_layers(params, shape);
+      if (ragged) {
+        parts.layers = split_heads_on_ragged_plans(std::move(parts.layers), shape.n_kv_heads,
+                                                   shape.head_dim);
+      }
       if (info->make_policy) parts.policy = info->make_policy(params, shape);  // ZipCache's
     }
   }

@@ -124,8 +124,11 @@ struct MethodInfo {
   // means nothing without one, so a spec must give one.
   bool needs_eviction = false;
   // An eviction method whose plans give each KV head its own count (RetainPlan::head_keep,
-  // duo_attention): only the fp32 store holds them, so no storage method follows it.
+  // duo_attention): only a storage method that splits_heads may follow it.
   bool ragged_heads = false;
+  // A storage method whose stores hold each KV head apart after a ragged plan
+  // (LayerKv::head_store; methods/head_split.h): fp16, bf16, fp8, kivi.
+  bool splits_heads = false;
   // A method that ranks whole KV heads by KvShape::head_retrieval: the driver probes the
   // model for it (harness/head_probe.h) before building such a cache.
   bool needs_head_retrieval = false;
@@ -176,6 +179,10 @@ struct ResolvedSpec {
 // reuse with eviction (loaded blocks skip the prefill queries eviction scores), tiers
 // without a reuse method.
 ResolvedSpec resolve_method_spec(const std::string& spec);
+
+// Whether a method's plans leave each KV head its own count (RetainPlan::head_keep): an
+// allocation method, or an eviction method with ragged_heads.
+bool makes_ragged_heads(const MethodInfo& info);
 
 // What the per-sequence components of `spec` build: a policy (Eviction), stores (Storage;
 // empty without one) and a read policy (Retrieval); nullptr where none is given.

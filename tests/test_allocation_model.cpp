@@ -61,3 +61,30 @@ TEST_CASE("adakv+snapkv on the real model: uneven heads, the same tokens, bytes 
   const std::vector<float> logits = model->decode(context.back(), ada);
   CHECK(std::all_of(logits.begin(), logits.end(), [](float x) { return std::isfinite(x); }));
 }
+
+TEST_CASE("adakv+snapkv+kivi on the real model: the heads adakv+snapkv keeps, each packed on its "
+          "own",
+          "[model]") {
+  const auto model = LlamaModel::load(testing::model_path_or_skip());
+  const auto samples = load_samples_jsonl(std::string(KVBENCH_FIXTURES) +
+                                          "/../../datasets/examples/kv_retrieval.jsonl");
+  const std::vector<int32_t> context = model->tokenizer().encode(samples[0].context);
+  KvCache fp32 = new_cache(*model, resolve_method_spec("adakv+snapkv:ratio=0.5"));
+  KvCache packed = new_cache(*model, resolve_method_spec("adakv+snapkv:ratio=0.5+kivi:bits=4,residual=32"));
+  KvCache even = new_cache(*model, resolve_method_spec("snapkv:ratio=0.5+kivi:bits=4,residual=32"));
+  for (KvCache* cache : {&fp32, &packed, &even}) {
+    model->forward(context, *cache);
+    cache->end_context();
+  }
+  // The plan is made on the fp32 context before anything is packed: the same heads.
+  const CacheStats a = fp32.stats(), p = packed.stats(), e = even.stats();
+  CHECK(p.tokens_per_head == a.tokens_per_head);
+  INFO("fp32 " << a.bytes_resident << ", kivi " << p.bytes_resident << ", snapkv+kivi "
+               << e.bytes_resident);
+  CHECK(p.bytes_resident * 2 < a.bytes_resident);
+  // About snapkv+kivi's bytes at the same tokens: each head's last partial block and fp32
+  // tail are its own, so a little more, never a rectangle of the longest head.
+  CHECK(p.bytes_resident < e.bytes_resident * 5 / 4);
+  const std::vector<float> logits = model->decode(context.back(), packed);
+  CHECK(std::all_of(logits.begin(), logits.end(), [](float x) { return std::isfinite(x); }));
+}

@@ -169,8 +169,7 @@ TEST_CASE("duo_attention: refusals", "[duo_attention]") {
   no_probe.head_retrieval.clear();
   CHECK_THROWS_WITH(make_cache("duo_attention:ratio=0.5", no_probe),
                     Catch::Contains("probe of the model"));
-  CHECK_THROWS_AS(resolve_method_spec("duo_attention:ratio=0.5+kivi"), InputError);
-  CHECK_THROWS_AS(resolve_method_spec("duo_attention:ratio=0.5+fp16"), InputError);
+  CHECK_THROWS_AS(resolve_method_spec("duo_attention:ratio=0.5+mikv"), InputError);
   CHECK_THROWS_AS(resolve_method_spec("adakv+duo_attention:ratio=0.5"), InputError);
   CHECK_THROWS_AS(resolve_method_spec("duo_attention:budget=64,ratio=0.5"), InputError);
 }
