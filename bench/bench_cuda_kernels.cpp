@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
@@ -31,10 +32,12 @@
 
 namespace {
 
+using kvbench::AttentionPairs;
 using kvbench::AttentionQuery;
 using kvbench::cuda_check;
 using kvbench::DenseKv;
 using kvbench::DeviceBuffer;
+using kvbench::SparsePattern;
 
 constexpr int64_t kColdBytes = 512LL << 20;
 constexpr int32_t kPageTokens = 16;  // Quest's page
@@ -406,6 +409,50 @@ BENCHMARK_CAPTURE(BM_CudaAttentionPrefill, llama8b, kLlama8B)
     ->ArgName("tokens")
     ->Arg(4096)
     ->Arg(kLongContext)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+// The same 512-query chunk through a sparse prefill's pattern, range(1) = 1: A-shape with
+// kvbench's defaults (sink 16, local 112: 128 keys per query), or range(1) = 0 the dense
+// kernel over the same chunk, to compare at one size. Times the whole call: the sparse one
+// copies the positions down and counts its pairs on the host (a wait on the stream), as every
+// prefill chunk does in kvbench. GFLOP/s counts the pairs computed (the pattern's); GB/s the
+// K, V and positions of the keys read at least once (the sink, the chunk's window), Q and the
+// output.
+void BM_CudaAttentionSparse(benchmark::State& state, Shape shape) {
+  const int64_t n_tokens = state.range(0);
+  const bool a_shape = state.range(1) != 0;
+  const int32_t n_queries = 512, sink = 16, local = 112;
+  const int64_t kv_bytes = dense_kv_bytes(shape, n_tokens);
+  const DeviceKv kv(shape, n_tokens, copies_for(kv_bytes), 2);
+  const DeviceQueries queries(shape, n_tokens, n_queries, n_tokens - n_queries);
+  const AttentionQuery query = queries.query();
+  const SparsePattern pattern{sink, local, std::numeric_limits<int32_t>::max(), nullptr, 0,
+                              nullptr, 0};
+  AttentionPairs pairs;
+  const double seconds = time_launches(state, kv.copies, [&](int64_t c) {
+    if (a_shape) {
+      pairs = kvbench::attention_sparse_cuda(query, kv.copy(c), pattern, nullptr);
+    } else {
+      kvbench::attention_dense_cuda(query, kv.copy(c), nullptr);
+    }
+  });
+  const double computed = a_shape ? static_cast<double>(pairs.computed)
+                                  : queries.visible_pairs * shape.heads;
+  const int64_t keys_read = a_shape ? std::min<int64_t>(n_tokens, sink + n_queries + local)
+                                    : n_tokens;
+  const double bytes = static_cast<double>(kv_bytes) * keys_read / n_tokens + queries.bytes();
+  report(state, seconds, bytes, computed * 4.0 * shape.head_dim);
+  state.counters["pairs_share"] = computed / (queries.visible_pairs * shape.heads);
+}
+BENCHMARK_CAPTURE(BM_CudaAttentionSparse, smollm2_135m, kSmolLM2)
+    ->ArgNames({"tokens", "a_shape"})
+    ->ArgsProduct({{2048, 8192}, {0, 1}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_CudaAttentionSparse, llama8b, kLlama8B)
+    ->ArgNames({"tokens", "a_shape"})
+    ->ArgsProduct({{2048, 8192}, {0, 1}})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 

@@ -23,11 +23,6 @@ void check_runs_on(const ResolvedSpec& spec, ModelDevice device) {
                        "' does not run on --device cuda yet after a head-wise budget: its "
                        "device store does not hold KV heads apart (the host's does)");
     }
-    if (info->kind == MethodKind::Prefill) {
-      throw InputError("method '" + info->name + "' in '" + spec.canonical +
-                       "' does not run on --device cuda yet: its sparse prefill kernel is "
-                       "the CPU's (attention_sparse_cpu)");
-    }
     if (info->propagates_tokens) {
       throw InputError("method '" + info->name + "' in '" + spec.canonical +
                        "' does not run on --device cuda yet: its token-selective propagation "

@@ -7,6 +7,7 @@
 #include "methods/cuda_dense_store.h"
 #include "methods/cuda_kivi_store.h"
 #include "methods/cuda_narrow_store.h"
+#include "methods/cuda_sparse_prefill.h"
 #include "methods/kivi.h"
 #include "methods/registry.h"
 
@@ -162,7 +163,12 @@ KvCache make_cuda_cache(const ResolvedSpec& spec, const KvShape& shape) {
     reader = std::make_unique<HostReaderOnDevice>(std::move(parts.reader), shape.n_kv_heads,
                                                   shape.head_dim);
   }
-  return KvCache(shape, std::move(layers), std::move(policy), std::move(reader));
+  KvCache cache(shape, std::move(layers), std::move(policy), std::move(reader));
+  // A sparse prefill attends on the device (its pattern chosen on the host).
+  if (parts.prefill) {
+    cache.set_sparse_prefill(std::make_shared<const SparsePrefillOnDevice>(parts.prefill->rule()));
+  }
+  return cache;
 }
 
 }  // namespace kvbench

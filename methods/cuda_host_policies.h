@@ -74,7 +74,8 @@ class HostReaderOnDevice : public ReadPolicy {
 };
 
 // The cache of one sequence for `spec` with the model on a GPU: device stores (dense, KIVI's
-// packed blocks, or fp16/bf16/fp8 rows) and the spec's policy or read policy wrapped as above.
+// packed blocks, or fp16/bf16/fp8 rows), the spec's policy or read policy wrapped as above, and
+// its sparse prefill on the device (methods/cuda_sparse_prefill.h).
 // Throws InputError naming the method for components that cannot run there yet (reuse, tiers).
 KvCache make_cuda_cache(const ResolvedSpec& spec, const KvShape& shape);
 

@@ -144,6 +144,10 @@ const char* const kChoiceFlops =
     "attn_flops counts the pattern's query-key pairs (4 * head_dim FLOPs each per query "
     "head); the CPU kernel computes whole tiles of 64 keys that some query of its tile reads, "
     "masking the rest, so its time falls by tiles, as the authors' block-sparse kernels";
+const char* const kChoiceDevice =
+    "on --device cuda the attention runs on the GPU (attention_sparse_cuda: 64-slot tiles no "
+    "query head of a block reads are skipped unloaded); the pattern is chosen and the pairs "
+    "counted on the host, from the positions copied down";
 const char* const kChoiceChunks =
     "prefill runs in chunks of 512 tokens: each chunk's attention over all keys before it is "
     "sparse; the prompt's end (Tri-shape's dense rows) is the forward's end";
@@ -175,7 +179,7 @@ MethodInfo a_shape_method() {
   info.choices = {
       "sink=16, local=112 (128 keys per query) where the authors use n_init=128, "
       "n_local=3968 (4096 of 128K contexts): scaled for kvbench's 0.5-2K-token tasks",
-      kChoiceFullCache, kChoiceFlops, kChoiceChunks,
+      kChoiceFullCache, kChoiceFlops, kChoiceChunks, kChoiceDevice,
   };
   info.params = {sink_param(), local_param()};
   info.make_prefill = [](const MethodParams& params) {
@@ -193,7 +197,7 @@ MethodInfo tri_shape_method() {
       "sink=16, local=112 where the authors use n_init=128, n_local=3968 (128K contexts); "
       "last=64 where their tri_shape_kernel defaults to n_last=100: kvbench's questions are "
       "tens of tokens",
-      kChoiceFullCache, kChoiceFlops, kChoiceChunks,
+      kChoiceFullCache, kChoiceFlops, kChoiceChunks, kChoiceDevice,
   };
   info.params = {sink_param(), local_param(),
                  int_param("last", 64, 0, kMaxTokens,
@@ -224,6 +228,9 @@ MethodInfo minference_method() {
       "query - key position offsets",
       "kept keys are exact columns and diagonals; the authors' GPU kernel covers diagonals "
       "in 64-key blocks",
+      "on --device cuda the attention runs on the GPU as a_shape's; the estimate runs on the "
+      "host, over copies of the chunk's last last_q query rows and the layer's keys (the CPU's "
+      "code, so the same pattern), not on the device",
       kChoiceFullCache, kChoiceFlops,
   };
   info.params = {

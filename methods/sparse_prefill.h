@@ -38,6 +38,7 @@ struct BuiltPattern {
 class SparsePrefill {
  public:
   explicit SparsePrefill(SparsePrefillRule rule) : rule_(rule) {}
+  virtual ~SparsePrefill() = default;
   const SparsePrefillRule& rule() const { return rule_; }
 
   // The pattern of a prefill chunk over `kv` (what is stored, the chunk included).
@@ -45,8 +46,10 @@ class SparsePrefill {
   // end where that is unknown): Tri-shape's dense rows are the prompt's last `last`.
   BuiltPattern pattern(const AttentionQuery& query, const DenseKv& kv, int64_t prompt_end) const;
 
-  // The chunk's attention with that pattern (attention_sparse_cpu).
-  AttentionPairs attend(const AttentionQuery& query, const DenseKv& kv, int64_t prompt_end) const;
+  // The chunk's attention with that pattern (attention_sparse_cpu; on a GPU
+  // methods/cuda_sparse_prefill.h's, attention_sparse_cuda).
+  virtual AttentionPairs attend(const AttentionQuery& query, const DenseKv& kv,
+                                int64_t prompt_end) const;
 
  private:
   SparsePrefillRule rule_;

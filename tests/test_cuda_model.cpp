@@ -165,6 +165,30 @@ TEST_CASE("head-wise budgets on a GPU keep, hold and read per KV head as on the 
   }
 }
 
+TEST_CASE("sparse prefills on a GPU generate and count as on the CPU", "[gpu][sparse_prefill]") {
+  testing::require_device();
+  const std::string path = testing::gpu_model_path();
+  const auto cpu = LlamaModel::load(path);
+  const auto gpu = LlamaModel::load(path, ModelDevice::Cuda);
+  const std::vector<int32_t> prompt = long_prompt(*cpu);
+  // A-shape (positions alone pick its keys) and MInference (its estimate on host copies of
+  // the device's queries and keys): attention_sparse_cuda over the device store.
+  for (const char* method : {"a_shape", "minference"}) {
+    INFO(method);
+    const ResolvedSpec spec = resolve_method_spec(method);
+    KvCache a = new_cache(*cpu, spec), b = new_cache(*gpu, spec);
+    GenerateOptions options;
+    options.max_new_tokens = 12;
+    const GenerateResult on_cpu = generate(*cpu, a, prompt, options);
+    const GenerateResult on_gpu = generate(*gpu, b, prompt, options);
+    CHECK(on_gpu.tokens == on_cpu.tokens);
+    CHECK(b.attn_flops() == a.attn_flops());
+    CHECK(b.attn_flops_dense() == a.attn_flops_dense());
+    CHECK(b.attn_flops() < b.attn_flops_dense());  // really sparse
+    CHECK(on_gpu.cache.bytes_read_last_forward == on_cpu.cache.bytes_read_last_forward);
+  }
+}
+
 TEST_CASE("a model on a GPU refuses what it cannot run", "[gpu]") {
   testing::require_device();
   const auto gpu = LlamaModel::load(testing::gpu_model_path(), ModelDevice::Cuda);

@@ -152,14 +152,15 @@ TEST_CASE("sparse prefill: kept keys and pair counts follow the rule over many t
     check_against_rule(p, shape_pattern(0, 70, 600));
     std::vector<int32_t> columns, offsets;
     for (int h = 0; h < 4; ++h) {
-      for (int32_t x : {3 + h, 200, 517}) columns.push_back(x);
-      for (int32_t x : {0, 1, 150 + 7 * h}) offsets.push_back(x);
+      // A key on a column and a diagonal, and entries listed twice, count once.
+      for (int32_t x : {3 + h, 200, 517, 200}) columns.push_back(x);
+      for (int32_t x : {0, 1, 150 + 7 * h, 1}) offsets.push_back(x);
     }
     SparsePattern lists = shape_pattern(0, 0);
     lists.columns = columns.data();
-    lists.n_columns = 3;
+    lists.n_columns = 4;
     lists.offsets = offsets.data();
-    lists.n_offsets = 3;
+    lists.n_offsets = 4;
     check_against_rule(p, lists);
   }
 }
@@ -376,8 +377,13 @@ TEST_CASE("sparse prefill: specs compose with eviction, storage and retrieval, a
     INFO(bad);
     CHECK_THROWS_AS(resolve_method_spec(bad), InputError);
   }
-  CHECK_THROWS_AS(check_runs_on(resolve_method_spec("a_shape"), ModelDevice::Cuda), InputError);
-  CHECK_NOTHROW(check_runs_on(resolve_method_spec("a_shape"), ModelDevice::Cpu));
+  // On a GPU too (methods/cuda_sparse_prefill.h), composed as on the CPU.
+  for (const char* spec :
+       {"a_shape", "tri_shape", "minference", "tri_shape+snapkv:ratio=0.5+kivi:bits=2"}) {
+    INFO(spec);
+    CHECK_NOTHROW(check_runs_on(resolve_method_spec(spec), ModelDevice::Cuda));
+    CHECK_NOTHROW(check_runs_on(resolve_method_spec(spec), ModelDevice::Cpu));
+  }
 }
 
 TEST_CASE("sparse prefill: through the model, covering everything equals full",

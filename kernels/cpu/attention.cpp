@@ -12,6 +12,7 @@
 #include "kernels/cpu/avx2.h"
 #include "kernels/cpu/narrow.h"
 #include "kernels/cpu/tile_gemm.h"
+#include "kernels/sparse_pairs.h"
 
 namespace kvbench {
 namespace {
@@ -288,11 +289,11 @@ TileRead tile_read(const SparsePattern& pattern, const PatternLookup& lookup, in
 // tested by its position range (tile_read): one no row reads is skipped whole (it would add
 // nothing), one every row reads whole is folded as the dense kernel folds it; the others
 // are tested key by key and computed whole with the unread keys masked, as block-sparse
-// kernels do. Adds the item's query-key pairs (pattern's and dense causal) to *pairs.
+// kernels do.
 void attend_sparse_tile(const AttentionQuery& query, const DenseKv& kv,
                         const SparsePattern& pattern, const PatternLookup& lookup,
                         const Plan& plan, int kvh, int q0, int q1, int64_t t0, int64_t t1,
-                        Scratch& w, AttentionPairs* pairs) {
+                        Scratch& w) {
   const int dim = kv.head_dim;
   const int rows = (q1 - q0) * plan.group;
   const QueryRange queries = begin_rows(query, kv, plan, kvh, q0, q1, w);
@@ -307,37 +308,22 @@ void attend_sparse_tile(const AttentionQuery& query, const DenseKv& kv,
     if (mask == TileMask::Skip) continue;
     const auto [kmin, kmax] = std::minmax_element(pos, pos + nk);
     const TileRead reads = tile_read(pattern, lookup, kvh, plan.group, queries, *kmin, *kmax);
-    if (reads != TileRead::Some) {
-      int64_t visible = static_cast<int64_t>(rows) * nk;
-      if (mask == TileMask::Partial) {
-        visible = 0;
-        for (int r = 0; r < rows; ++r) {
-          for (int j = 0; j < nk; ++j) visible += pos[j] <= w.qpos[r];
-        }
-      }
-      pairs->dense += visible;
-      if (reads == TileRead::None) continue;
-      pairs->computed += visible;  // as the dense kernel folds it
+    if (reads == TileRead::None) continue;
+    if (reads == TileRead::All) {  // as the dense kernel folds it
       attend_keys(dim, rows, queries, k_head + k0 * dim, v_head + k0 * dim, pos, nk, w);
       continue;
     }
-    int64_t read = 0;
+    bool any = false;
     for (int r = 0; r < rows; ++r) {
       const int h = kvh * plan.group + r % plan.group;
       const int32_t qp = w.qpos[r];
       uint8_t* row_keep = w.keep.data() + static_cast<int64_t>(r) * nk;
-      int64_t visible = 0, row_read = 0;
       for (int j = 0; j < nk; ++j) {
-        const bool sees = pos[j] <= qp;
-        row_keep[j] = sees && pattern_reads(pattern, lookup, h, qp, pos[j]);
-        visible += sees;
-        row_read += row_keep[j];
+        row_keep[j] = pos[j] <= qp && pattern_reads(pattern, lookup, h, qp, pos[j]);
+        any = any || row_keep[j];
       }
-      pairs->dense += visible;
-      read += row_read;
     }
-    pairs->computed += read;
-    if (read == 0) continue;
+    if (!any) continue;
     attend_keys(dim, rows, queries, k_head + k0 * dim, v_head + k0 * dim, pos, nk, w,
                 w.keep.data());
   }
@@ -505,18 +491,15 @@ AttentionPairs attention_sparse_cpu(const AttentionQuery& query, const DenseKv& 
   // tiles in the same order: bit for bit attention_dense_cpu.
   const Plan plan = make_plan(query, kv, threads);
   const PatternLookup lookup = make_lookup(query, pattern);
-  std::vector<AttentionPairs> per_thread(threads);
   run_items(query, kv, plan, threads, [&](int kvh, int q0, int q1, int split, Scratch& w) {
     const int64_t t0 = split * plan.split_len;
     const int64_t t1 = std::min(kv.n_tokens, t0 + plan.split_len);
-    AttentionPairs& pairs = per_thread[threads > 1 ? omp_get_thread_num() : 0];
-    attend_sparse_tile(query, kv, pattern, lookup, plan, kvh, q0, q1, t0, t1, w, &pairs);
+    attend_sparse_tile(query, kv, pattern, lookup, plan, kvh, q0, q1, t0, t1, w);
   });
-  for (const AttentionPairs& p : per_thread) {
-    total.computed += p.computed;
-    total.dense += p.dense;
-  }
-  return total;
+  // Counted from positions, as attention_sparse_cuda counts: exactly the pairs folded above
+  // (a whole tile read counts its visible pairs, a masked one the keys kept).
+  return count_sparse_pairs(query.q_positions, query.n_queries, query.n_heads, kv.positions,
+                            kv.n_kv_heads, kv.capacity, kv.n_tokens, pattern);
 }
 
 void attention_ragged_cpu(const AttentionQuery& query, const DenseKv* heads, int32_t n_kv_heads) {

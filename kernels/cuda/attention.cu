@@ -3,10 +3,12 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/narrow_element.h"
+#include "kernels/sparse_pairs.h"
 
 namespace kvbench {
 namespace {
@@ -20,6 +22,7 @@ constexpr int kMaxGroup = 8;        // query heads of one KV group handled by on
 constexpr int kMinSplitKeys = 64;  // split-K never makes a split shorter than this
 constexpr int kMaxSplits = 256;    // nor more splits than this (the merge walks them in turn)
 constexpr int kBlocksPerSm = 8;    // split until about this many blocks per SM (latency hiding)
+constexpr int kKeyTile = 64;       // a sparse pattern skips slots in tiles of this many
 constexpr float kLog2e = 1.4426950408889634f;
 
 // The stored slots a block walks, as indices j in [0, count): every slot in order (dense) ...
@@ -38,6 +41,30 @@ struct SelectedSlots {
     const int32_t page = pages[static_cast<int64_t>(kvh) * n_selected + j / page_tokens];
     const int64_t t = static_cast<int64_t>(page) * page_tokens + j % page_tokens;
     return page >= 0 && t < n_tokens ? t : -1;
+  }
+};
+
+// Which visible keys a block's query heads read: all of them (dense) ...
+struct AllKeys {
+  static constexpr bool kSparse = false;
+  __device__ __forceinline__ bool reads(int, int32_t, int32_t) const { return true; }
+};
+
+// ... or those of a sparse pattern (SparsePattern's rule), its lists as one byte per (query
+// head, position) on the device: column[h * span + kp], offset[h * span + (qp - kp)]. span is
+// one past the last query position, so every visible key and offset falls inside.
+struct PatternKeys {
+  static constexpr bool kSparse = true;
+  int32_t sink;
+  int32_t local;
+  int32_t dense_from;
+  const uint8_t* column;  // [n_heads, span]; nullptr without columns
+  const uint8_t* offset;  // [n_heads, span]; nullptr without offsets
+  int64_t span;
+  __device__ __forceinline__ bool reads(int h, int32_t qp, int32_t kp) const {
+    if (qp >= dense_from || kp < sink || qp - kp < local) return true;
+    if (column != nullptr && column[h * span + kp]) return true;
+    return offset != nullptr && offset[h * span + (qp - kp)];
   }
 };
 
@@ -151,11 +178,13 @@ struct NarrowRows {
 // Each warp keeps an online softmax (max m, denominator l, unnormalised acc) per head over
 // the keys it visits (coalesced: lane holds elements lane, lane + 32, ...); the block then
 // merges its warps. One split writes normalised output; several write (acc, m, l) partials.
-template <int D, class Slots, class Rows>
+// A sparse pattern (Keys) first tests each tile of kKeyTile slots: one that no head of the
+// block reads is skipped whole; in the others a head folds only the keys it reads.
+template <int D, class Slots, class Rows, class Keys>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_split_kernel(AttentionQuery query, Rows kv, Slots slots, int64_t n_slots,
                            int group, int head_chunks, int64_t split_len, int n_splits,
-                           float* partial) {
+                           float* partial, Keys keys) {
   constexpr int E = D / 32;
   const int i = blockIdx.x;
   const int kvh = blockIdx.y / head_chunks;
@@ -193,40 +222,64 @@ __global__ void __launch_bounds__(kWarps * 32)
   // nothing; visibility is decided when the key is used.
   float kr[E], vr[E], kn[E], vn[E];
   int32_t pos = INT32_MAX, pos_next = INT32_MAX;
-  auto fetch = [&](int64_t j, float (&k)[E], float (&v)[E], int32_t& p) {
+  auto fetch = [&](int64_t j, int64_t end, float (&k)[E], float (&v)[E], int32_t& p) {
     p = INT32_MAX;  // invisible unless loaded
-    if (j >= t1) return;
+    if (j >= end) return;
     const int64_t t = slots.slot(kvh, j);
     if (t < 0 || t >= rows.n_tokens) return;  // past a ragged head's own count
     p = rows.positions[t];
     rows.template load<E>(t, lane, k, v);
   };
-  fetch(t0 + warp, kr, vr, pos);
-  for (int64_t j = t0 + warp; j < t1; j += kWarps) {
-    fetch(j + kWarps, kn, vn, pos_next);
-    if (pos <= qpos) {  // uniform across the warp
+  // Slot indices [a, b), warp w taking a + w, a + w + kWarps, ...: every key a head reads
+  // folded into its online softmax.
+  auto walk = [&](int64_t a, int64_t b) {
+    fetch(a + warp, b, kr, vr, pos);
+    for (int64_t j = a + warp; j < b; j += kWarps) {
+      fetch(j + kWarps, b, kn, vn, pos_next);
+      if (pos <= qpos) {  // uniform across the warp
 #pragma unroll
-      for (int g = 0; g < kMaxGroup; ++g) {
-        if (g < ng) {
-          float s = 0.0f;
+        for (int g = 0; g < kMaxGroup; ++g) {
+          if (g < ng && keys.reads(kvh * group + g0 + g, qpos, pos)) {
+            float s = 0.0f;
 #pragma unroll
-          for (int e = 0; e < E; ++e) s = fmaf(q[g][e], kr[e], s);
-          s = warp_sum(s);
-          const float m_new = fmaxf(m[g], s);
-          const float alpha = exp2f(m[g] - m_new);  // 0 while m was -inf
-          const float p = exp2f(s - m_new);
-          l[g] = l[g] * alpha + p;
+            for (int e = 0; e < E; ++e) s = fmaf(q[g][e], kr[e], s);
+            s = warp_sum(s);
+            const float m_new = fmaxf(m[g], s);
+            const float alpha = exp2f(m[g] - m_new);  // 0 while m was -inf
+            const float p = exp2f(s - m_new);
+            l[g] = l[g] * alpha + p;
 #pragma unroll
-          for (int e = 0; e < E; ++e) acc[g][e] = fmaf(acc[g][e], alpha, p * vr[e]);
-          m[g] = m_new;
+            for (int e = 0; e < E; ++e) acc[g][e] = fmaf(acc[g][e], alpha, p * vr[e]);
+            m[g] = m_new;
+          }
         }
       }
-    }
-    pos = pos_next;
+      pos = pos_next;
 #pragma unroll
-    for (int e = 0; e < E; ++e) {
-      kr[e] = kn[e];
-      vr[e] = vn[e];
+      for (int e = 0; e < E; ++e) {
+        kr[e] = kn[e];
+        vr[e] = vn[e];
+      }
+    }
+  };
+  if constexpr (!Keys::kSparse) {
+    walk(t0, t1);
+  } else {
+    // Tiles start at t0 and hold a multiple of kWarps slots, so each warp folds the keys it
+    // folds in the dense walk, in the same order: a pattern that reads every key gives the
+    // dense output bit for bit. Each warp tests the tile itself (its lanes two slots each).
+    for (int64_t a = t0; a < t1; a += kKeyTile) {
+      const int64_t b = min(t1, a + static_cast<int64_t>(kKeyTile));
+      bool read = false;
+      for (int64_t j = a + lane; j < b && !read; j += 32) {
+        const int64_t t = slots.slot(kvh, j);
+        if (t < 0 || t >= rows.n_tokens) continue;
+        const int32_t p = rows.positions[t];
+        for (int g = 0; g < ng && p <= qpos && !read; ++g) {
+          read = keys.reads(kvh * group + g0 + g, qpos, p);
+        }
+      }
+      if (__any_sync(0xffffffffu, read)) walk(a, b);
     }
   }
 
@@ -274,9 +327,9 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-template <int D, class Slots, class Rows>
+template <int D, class Slots, class Rows, class Keys>
 void launch(const AttentionQuery& query, int32_t n_kv_heads, Rows kv, Slots slots,
-            int64_t n_slots, const char* who, cudaStream_t stream) {
+            int64_t n_slots, const char* who, cudaStream_t stream, Keys keys) {
   const int group = query.n_heads / n_kv_heads;
   const int head_chunks = (group + kMaxGroup - 1) / kMaxGroup;
   int device = 0, sms = 1;
@@ -298,8 +351,8 @@ void launch(const AttentionQuery& query, int32_t n_kv_heads, Rows kv, Slots slot
 
   const dim3 grid(query.n_queries, n_kv_heads * head_chunks, static_cast<unsigned>(splits));
   if (splits == 1) {
-    attention_split_kernel<D><<<grid, kWarps * 32, 0, stream>>>(query, kv, slots, n_slots, group,
-                                                                head_chunks, split_len, 1, nullptr);
+    attention_split_kernel<D><<<grid, kWarps * 32, 0, stream>>>(
+        query, kv, slots, n_slots, group, head_chunks, split_len, 1, nullptr, keys);
     check(cudaGetLastError(), who, "split kernel launch");
     return;
   }
@@ -309,7 +362,8 @@ void launch(const AttentionQuery& query, int32_t n_kv_heads, Rows kv, Slots slot
   cuda::keep_pool_memory(who);
   check(cudaMallocAsync(reinterpret_cast<void**>(&partial), bytes, stream), who, "cudaMallocAsync");
   attention_split_kernel<D><<<grid, kWarps * 32, 0, stream>>>(
-      query, kv, slots, n_slots, group, head_chunks, split_len, static_cast<int>(splits), partial);
+      query, kv, slots, n_slots, group, head_chunks, split_len, static_cast<int>(splits), partial,
+      keys);
   check(cudaGetLastError(), who, "split kernel launch");
   merge_splits_kernel<D><<<static_cast<unsigned>(query.n_queries * query.n_heads), D, 0, stream>>>(
       query, static_cast<int>(splits), partial);
@@ -332,21 +386,44 @@ void check_pages(const PageSelection& pages, const char* who) {
   }
 }
 
-// One head_dim table for every entry point.
-template <class Slots, class Rows>
-void dispatch(const AttentionQuery& query, int32_t n_kv_heads, int32_t head_dim, Rows kv,
-              Slots slots, int64_t n_slots, const char* who, cudaStream_t stream) {
-  switch (head_dim) {
-    case 64:
-      launch<64>(query, n_kv_heads, kv, slots, n_slots, who, stream);
-      break;
-    case 128:
-      launch<128>(query, n_kv_heads, kv, slots, n_slots, who, stream);
-      break;
-    default:
-      throw std::invalid_argument(std::string(who) + ": head_dim must be 64 or 128, got " +
-                                  std::to_string(head_dim));
+void check_head_dim(int32_t head_dim, const char* who) {
+  if (head_dim != 64 && head_dim != 128) {
+    throw std::invalid_argument(std::string(who) + ": head_dim must be 64 or 128, got " +
+                                std::to_string(head_dim));
   }
+}
+
+// One head_dim table for every entry point.
+template <class Slots, class Rows, class Keys = AllKeys>
+void dispatch(const AttentionQuery& query, int32_t n_kv_heads, int32_t head_dim, Rows kv,
+              Slots slots, int64_t n_slots, const char* who, cudaStream_t stream,
+              Keys keys = Keys{}) {
+  check_head_dim(head_dim, who);
+  if (head_dim == 64) {
+    launch<64>(query, n_kv_heads, kv, slots, n_slots, who, stream, keys);
+  } else {
+    launch<128>(query, n_kv_heads, kv, slots, n_slots, who, stream, keys);
+  }
+}
+
+// marks[h * span + x] = 1 for each entry x in [0, span) of row h of list [n_heads, n].
+__global__ void mark_positions_kernel(const int32_t* list, int32_t n, int64_t n_entries,
+                                      int64_t span, uint8_t* marks) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= n_entries) return;
+  const int32_t x = list[idx];
+  if (x >= 0 && x < span) marks[(idx / n) * span + x] = 1;
+}
+
+// A host copy of n elements at device pointer `from`, enqueued on the stream.
+template <class T>
+std::vector<T> copy_down(const T* from, int64_t n, const char* who, cudaStream_t stream) {
+  std::vector<T> host(static_cast<size_t>(std::max<int64_t>(n, 0)));
+  if (n > 0) {
+    check(cudaMemcpyAsync(host.data(), from, n * sizeof(T), cudaMemcpyDeviceToHost, stream), who,
+          "copy to the host");
+  }
+  return host;
 }
 
 // Every stored slot, or only the selected pages.
@@ -382,6 +459,66 @@ void attention_dense_cuda(const AttentionQuery& query, const DenseKv& kv, cudaSt
   check_heads(query, kv.n_kv_heads, who);
   dispatch_slots(query, kv.n_kv_heads, kv.head_dim, kv.n_tokens, f32_rows(kv), nullptr, who,
                  stream);
+}
+
+AttentionPairs attention_sparse_cuda(const AttentionQuery& query, const DenseKv& kv,
+                                     const SparsePattern& pattern, cudaStream_t stream) {
+  const char* who = "attention_sparse_cuda";
+  if (query.n_queries <= 0) return AttentionPairs{};
+  check_heads(query, kv.n_kv_heads, who);
+  check_head_dim(kv.head_dim, who);
+  // Host copies of the positions and the lists: the pairs are counted there, and the lists'
+  // marks span the positions up to the last query's.
+  const int64_t n_columns = static_cast<int64_t>(query.n_heads) * std::max(0, pattern.n_columns);
+  const int64_t n_offsets = static_cast<int64_t>(query.n_heads) * std::max(0, pattern.n_offsets);
+  const std::vector<int32_t> q_positions =
+      copy_down(query.q_positions, query.n_queries, who, stream);
+  const std::vector<int32_t> columns = copy_down(pattern.columns, n_columns, who, stream);
+  const std::vector<int32_t> offsets = copy_down(pattern.offsets, n_offsets, who, stream);
+  std::vector<int32_t> key_positions(static_cast<size_t>(kv.n_kv_heads * kv.n_tokens));
+  if (kv.n_tokens > 0) {
+    const size_t row = static_cast<size_t>(kv.n_tokens) * sizeof(int32_t);
+    check(cudaMemcpy2DAsync(key_positions.data(), row, kv.positions,
+                            static_cast<size_t>(kv.capacity) * sizeof(int32_t), row,
+                            static_cast<size_t>(kv.n_kv_heads), cudaMemcpyDeviceToHost, stream),
+          who, "copy positions to the host");
+  }
+  check(cudaStreamSynchronize(stream), who, "cudaStreamSynchronize");
+  SparsePattern on_host = pattern;
+  on_host.columns = n_columns > 0 ? columns.data() : nullptr;
+  on_host.offsets = n_offsets > 0 ? offsets.data() : nullptr;
+  const AttentionPairs pairs =
+      count_sparse_pairs(q_positions.data(), query.n_queries, query.n_heads, key_positions.data(),
+                         kv.n_kv_heads, kv.n_tokens, kv.n_tokens, on_host);
+
+  int32_t last = 0;
+  for (int32_t qp : q_positions) last = std::max(last, qp);
+  PatternKeys keys{pattern.sink, pattern.local, pattern.dense_from, nullptr, nullptr,
+                   static_cast<int64_t>(last) + 1};
+  const int64_t marks = static_cast<int64_t>(query.n_heads) * keys.span;
+  const int n_lists = (n_columns > 0) + (n_offsets > 0);
+  uint8_t* lists = nullptr;
+  if (n_lists > 0) {
+    cuda::keep_pool_memory(who);
+    check(cudaMallocAsync(reinterpret_cast<void**>(&lists), n_lists * marks, stream), who,
+          "cudaMallocAsync");
+    check(cudaMemsetAsync(lists, 0, n_lists * marks, stream), who, "cudaMemsetAsync");
+    uint8_t* next = lists;
+    const auto mark = [&](const int32_t* list, int32_t n, int64_t n_entries) {
+      const unsigned blocks = static_cast<unsigned>((n_entries + 255) / 256);
+      mark_positions_kernel<<<blocks, 256, 0, stream>>>(list, n, n_entries, keys.span, next);
+      check(cudaGetLastError(), who, "mark kernel launch");
+      const uint8_t* marked = next;
+      next += marks;
+      return marked;
+    };
+    if (n_columns > 0) keys.column = mark(pattern.columns, pattern.n_columns, n_columns);
+    if (n_offsets > 0) keys.offset = mark(pattern.offsets, pattern.n_offsets, n_offsets);
+  }
+  dispatch(query, kv.n_kv_heads, kv.head_dim, f32_rows(kv), AllSlots{}, kv.n_tokens, who, stream,
+           keys);
+  if (lists != nullptr) check(cudaFreeAsync(lists, stream), who, "cudaFreeAsync");
+  return pairs;
 }
 
 void attention_pages_cuda(const AttentionQuery& query, const DenseKv& kv,

@@ -1,5 +1,5 @@
-// CUDA twins of attention_dense_cpu, attention_pages_cpu, attention_ragged_cpu and
-// attention_narrow_cpu (kernels/cpu/attention.h): same layouts, device pointers. Include only
+// CUDA twins of attention_dense_cpu, attention_sparse_cpu, attention_pages_cpu,
+// attention_ragged_cpu and attention_narrow_cpu (kernels/cpu/attention.h): same layouts, device pointers. Include only
 // from CUDA-aware code: this header pulls in <cuda_runtime.h>.
 #pragma once
 
@@ -14,6 +14,17 @@ namespace kvbench {
 // Split-K (flash-decoding) when there are too few (query, head) pairs to fill the GPU.
 // Throws std::invalid_argument for an unsupported head_dim, std::runtime_error on a CUDA error.
 void attention_dense_cuda(const AttentionQuery& query, const DenseKv& kv, cudaStream_t stream);
+
+// As attention_dense_cuda, each query head reading only the keys `pattern` selects (sparse
+// prefill; attention_sparse_cpu's twin), the same kernel: a tile of 64 slots that no query
+// head of a block reads is skipped whole (its keys neither loaded nor computed), and keys
+// outside the pattern are masked. A pattern that reads every key gives attention_dense_cuda's
+// output bit for bit. pattern.columns and pattern.offsets are DEVICE pointers. Returns the
+// query-key pairs (count_sparse_pairs, as the CPU's), counted on the host from copies of the
+// positions and the lists: it waits for `stream` to reach the call (a prefill's few KiB).
+// Throws as attention_dense_cuda.
+AttentionPairs attention_sparse_cuda(const AttentionQuery& query, const DenseKv& kv,
+                                     const SparsePattern& pattern, cudaStream_t stream);
 
 // As attention_dense_cuda, reading only KV head h's selected pages (Quest's gathered attention,
 // as attention_pages_cpu): pages.pages is a device pointer, each head's row strictly ascending

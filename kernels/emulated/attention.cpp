@@ -1,7 +1,7 @@
-// attention_dense_cuda, attention_pages_cuda, attention_ragged_cuda and attention_narrow_cuda
-// (kernels/cuda/attention.h) on the host: the CUDA wrapper's argument checks, every device
-// pointer checked against the live allocations, then attention_dense_cpu / attention_pages_cpu /
-// attention_ragged_cpu / attention_narrow_cpu.
+// attention_dense_cuda, attention_sparse_cuda, attention_pages_cuda, attention_ragged_cuda and
+// attention_narrow_cuda (kernels/cuda/attention.h) on the host: the CUDA wrapper's argument
+// checks, every device pointer checked against the live allocations, then attention_dense_cpu /
+// attention_sparse_cpu / attention_pages_cpu / attention_ragged_cpu / attention_narrow_cpu.
 // Synchronous; the stream is ignored.
 #include "kernels/cuda/attention.h"
 
@@ -86,6 +86,27 @@ void attention_dense_cuda(const AttentionQuery& query, const DenseKv& kv, cudaSt
   emulated::require_query(query, kv.head_dim, who);
   emulated::require_dense_kv(kv, who);
   attention_dense_cpu(query, kv);
+}
+
+AttentionPairs attention_sparse_cuda(const AttentionQuery& query, const DenseKv& kv,
+                                     const SparsePattern& pattern, cudaStream_t) {
+  const char* who = "attention_sparse_cuda";
+  if (query.n_queries <= 0) return AttentionPairs{};
+  check_heads(query, kv.n_kv_heads, kv.head_dim, who);
+  emulated::require_query(query, kv.head_dim, who);
+  emulated::require_dense_kv(kv, who);
+  // The lists are read on the device (and copied down to count the pairs).
+  if (pattern.n_columns > 0) {
+    emulated::require_device_array(pattern.columns,
+                                   static_cast<int64_t>(query.n_heads) * pattern.n_columns, who,
+                                   "pattern.columns");
+  }
+  if (pattern.n_offsets > 0) {
+    emulated::require_device_array(pattern.offsets,
+                                   static_cast<int64_t>(query.n_heads) * pattern.n_offsets, who,
+                                   "pattern.offsets");
+  }
+  return attention_sparse_cpu(query, kv, pattern);
 }
 
 void attention_pages_cuda(const AttentionQuery& query, const DenseKv& kv,
