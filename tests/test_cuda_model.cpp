@@ -172,8 +172,9 @@ TEST_CASE("sparse prefills on a GPU generate and count as on the CPU", "[gpu][sp
   const auto gpu = LlamaModel::load(path, ModelDevice::Cuda);
   const std::vector<int32_t> prompt = long_prompt(*cpu);
   // A-shape (positions alone pick its keys) and MInference (its estimate on host copies of
-  // the device's queries and keys): attention_sparse_cuda over the device store.
-  for (const char* method : {"a_shape", "minference"}) {
+  // the device's queries and keys): attention_sparse_cuda over the device store; Tri-shape
+  // over a bf16 store's fp32 view, before SnapKV compresses it.
+  for (const char* method : {"a_shape", "minference", "tri_shape+snapkv:budget=256+bf16"}) {
     INFO(method);
     const ResolvedSpec spec = resolve_method_spec(method);
     KvCache a = new_cache(*cpu, spec), b = new_cache(*gpu, spec);
