@@ -10,19 +10,10 @@ namespace kvbench {
 
 void check_runs_on(const ResolvedSpec& spec, ModelDevice device) {
   if (device != ModelDevice::Cuda) return;
-  // On a GPU the KV lives in device stores (dense, narrow or KIVI's; heads of their own in the
-  // dense one, as on the host); policies and read policies plan on host copies
+  // On a GPU the KV lives in device stores (dense, narrow or KIVI's; heads of their own in
+  // each, as on the host); policies and read policies plan on host copies
   // (methods/cuda_host_policies.h). Reuse keeps host memory.
-  bool ragged = false;
-  for (const auto& component : spec.components) {
-    ragged = ragged || makes_ragged_heads(*component.first);
-  }
   for (const auto& [info, params] : spec.components) {
-    if (info->kind == MethodKind::Storage && ragged) {
-      throw InputError("method '" + info->name + "' in '" + spec.canonical +
-                       "' does not run on --device cuda yet after a head-wise budget: its "
-                       "device store does not hold KV heads apart (the host's does)");
-    }
     if (info->propagates_tokens) {
       throw InputError("method '" + info->name + "' in '" + spec.canonical +
                        "' does not run on --device cuda yet: its token-selective propagation "

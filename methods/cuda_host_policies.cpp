@@ -7,7 +7,9 @@
 #include "methods/cuda_dense_store.h"
 #include "methods/cuda_kivi_store.h"
 #include "methods/cuda_narrow_store.h"
+#include "methods/cuda_row_memory.h"
 #include "methods/cuda_sparse_prefill.h"
+#include "methods/head_split.h"
 #include "methods/kivi.h"
 #include "methods/registry.h"
 
@@ -155,6 +157,14 @@ KvCache make_cuda_cache(const ResolvedSpec& spec, const KvShape& shape) {
     } else {
       throw InputError("method '" + info->name + "' does not run on --device cuda yet");
     }
+  }
+  bool ragged = false;  // then the narrow and KIVI stores hold their heads apart, as on the host
+  for (const auto& component : spec.components) {
+    ragged = ragged || makes_ragged_heads(*component.first);
+  }
+  if (ragged && !layers.empty() && layers[0]->head_store(0)) {
+    layers = split_heads_on_ragged_plans(std::move(layers), shape.n_kv_heads, shape.head_dim,
+                                         device_memory());
   }
   std::unique_ptr<TokenPolicy> policy;
   if (parts.policy) policy = std::make_unique<HostPolicyOnDevice>(std::move(parts.policy));

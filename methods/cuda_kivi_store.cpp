@@ -566,6 +566,49 @@ std::unique_ptr<LayerKv> CudaKiviLayerKv::clone() const {
   return copy;
 }
 
+std::unique_ptr<LayerKv> CudaKiviLayerKv::head_store(int32_t head) const {
+  auto one = std::make_unique<CudaKiviLayerKv>(1, head_dim_, config_);
+  one->resize_blocks(n_blocks_);  // PackedBlocks::head's room: n_blocks plus slack
+  const auto copy_units_of_head = [&](auto* to, const auto* from, int64_t per_unit,
+                                      const char* what) {
+    if (n_blocks_ == 0) return;
+    const size_t unit_bytes = per_unit * sizeof(*from);
+    check(cudaMemcpy2DAsync(to, unit_bytes, from + head * per_unit, n_kv_heads_ * unit_bytes,
+                            unit_bytes, n_blocks_, cudaMemcpyDeviceToDevice, nullptr),
+          what);
+  };
+  const int64_t code_bytes = int64_t{config_.group} * head_dim_ * config_.bits / 8;
+  Blocks& to = one->blocks_;
+  copy_units_of_head(to.k_codes.data(), blocks_.k_codes.data(), code_bytes, "copy key codes");
+  copy_units_of_head(to.v_codes.data(), blocks_.v_codes.data(), code_bytes, "copy value codes");
+  copy_units_of_head(to.k_scale.data(), blocks_.k_scale.data(), head_dim_, "copy key scales");
+  copy_units_of_head(to.k_min.data(), blocks_.k_min.data(), head_dim_, "copy key minimums");
+  copy_units_of_head(to.v_scale.data(), blocks_.v_scale.data(), head_dim_, "copy value scales");
+  copy_units_of_head(to.v_min.data(), blocks_.v_min.data(), head_dim_, "copy value minimums");
+  copy_units_of_head(to.positions.data(), blocks_.positions.data(), config_.group,
+                     "copy block positions");
+  one->tail_ = one->allocate_rows(tail_capacity_);
+  one->tail_capacity_ = tail_capacity_;
+  one->tail_tokens_ = tail_tokens_;
+  if (tail_tokens_ > 0) {
+    const int64_t at = static_cast<int64_t>(head) * tail_capacity_;  // the head's first row
+    const size_t rows = static_cast<size_t>(tail_tokens_);
+    check(cudaMemcpyAsync(one->tail_.k.data(), tail_.k.data() + at * head_dim_,
+                          rows * head_dim_ * sizeof(float), cudaMemcpyDeviceToDevice, nullptr),
+          "copy a head's tail keys");
+    check(cudaMemcpyAsync(one->tail_.v.data(), tail_.v.data() + at * head_dim_,
+                          rows * head_dim_ * sizeof(float), cudaMemcpyDeviceToDevice, nullptr),
+          "copy a head's tail values");
+    check(cudaMemcpyAsync(one->tail_.positions.data(), tail_.positions.data() + at,
+                          rows * sizeof(int32_t), cudaMemcpyDeviceToDevice, nullptr),
+          "copy a head's tail positions");
+  }
+  wait_default_stream();
+  one->keys_rounded_[0] = keys_rounded_[head];
+  one->values_rounded_[0] = values_rounded_[head];
+  return one;
+}
+
 int64_t CudaKiviLayerKv::bytes_resident() const {
   return blocks_.k_codes.bytes() + blocks_.v_codes.bytes() + blocks_.k_scale.bytes() +
          blocks_.k_min.bytes() + blocks_.v_scale.bytes() + blocks_.v_min.bytes() +

@@ -67,6 +67,9 @@ class CudaKiviLayerKv : public LayerKv {
   // the view buffers while held.
   int64_t bytes_resident() const override;
   const char* tier() const override { return "device"; }
+  // KV head `head` alone in a device store: its blocks and fp32 tail as they are, sized as
+  // KiviLayerKv::head_store sizes them.
+  std::unique_ptr<LayerKv> head_store(int32_t head) const override;
 
   // The storage as the kernels read it: DEVICE pointers.
   KiviKv layout() const;

@@ -221,6 +221,32 @@ std::unique_ptr<LayerKv> CudaNarrowLayerKv::clone() const {
   return copy;
 }
 
+std::unique_ptr<LayerKv> CudaNarrowLayerKv::head_store(int32_t head) const {
+  auto one = std::make_unique<CudaNarrowLayerKv>(1, head_dim_, element_);
+  one->rows_ = one->allocate(n_tokens_);
+  one->capacity_ = n_tokens_;
+  one->n_tokens_ = n_tokens_;
+  one->evicted_ = evicted_;
+  if (n_tokens_ == 0) return one;
+  const int64_t at = static_cast<int64_t>(head) * capacity_;  // the head's first row
+  const auto copy = [&](auto* to, const auto* from, int64_t row_bytes, const char* what) {
+    check(cudaMemcpyAsync(to, reinterpret_cast<const uint8_t*>(from) + at * row_bytes,
+                          n_tokens_ * row_bytes, cudaMemcpyDeviceToDevice, nullptr),
+          what);
+  };
+  copy(one->rows_.k.data(), rows_.k.data(), row_bytes_, "copy a head's keys");
+  copy(one->rows_.v.data(), rows_.v.data(), row_bytes_, "copy a head's values");
+  copy(one->rows_.positions.data(), rows_.positions.data(), sizeof(int32_t),
+       "copy a head's positions");
+  if (element_ == KvElement::F8E4M3) {
+    copy(one->rows_.k_scale.data(), rows_.k_scale.data(), sizeof(float), "copy a head's key scales");
+    copy(one->rows_.v_scale.data(), rows_.v_scale.data(), sizeof(float),
+         "copy a head's value scales");
+  }
+  wait_default_stream();
+  return one;
+}
+
 int64_t CudaNarrowLayerKv::bytes_resident() const {
   return rows_.k.bytes() + rows_.v.bytes() + rows_.k_scale.bytes() + rows_.v_scale.bytes() +
          rows_.positions.bytes();

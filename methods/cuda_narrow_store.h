@@ -53,6 +53,8 @@ class CudaNarrowLayerKv : public LayerKv {
   // Device bytes of the rows at capacity: elements, fp8's scales, positions.
   int64_t bytes_resident() const override;
   const char* tier() const override { return "device"; }
+  // KV head `head` alone in a device store sized to its count (NarrowLayerKv::head_store's).
+  std::unique_ptr<LayerKv> head_store(int32_t head) const override;
 
   // The storage as the kernels read it: DEVICE pointers.
   NarrowKv layout() const;

@@ -10,29 +10,33 @@ namespace kvbench {
 
 namespace {
 
-// Rows of one head out of rows interleaved by head ([n, n_heads, dim] -> [n, group, dim]
-// for heads first.. first + group), and back.
-void gather_heads(const float* from, int64_t n, int32_t n_heads, int32_t first, int32_t group,
-                  int32_t dim, float* to) {
-  const int64_t row = static_cast<int64_t>(group) * dim;
-  for (int64_t i = 0; i < n; ++i) {
-    std::copy_n(from + (i * n_heads + first) * dim, row, to + i * row);
+class HostMemory : public RowMemory {
+ public:
+  std::shared_ptr<float> floats(int64_t n) const override {
+    return std::shared_ptr<float>(new float[static_cast<size_t>(n)],
+                                  std::default_delete<float[]>());
   }
-}
-
-void scatter_heads(const float* from, int64_t n, int32_t n_heads, int32_t first, int32_t group,
-                   int32_t dim, float* to) {
-  const int64_t row = static_cast<int64_t>(group) * dim;
-  for (int64_t i = 0; i < n; ++i) {
-    std::copy_n(from + i * row, row, to + (i * n_heads + first) * dim);
+  void copy_rows(float* to, int64_t to_stride, const float* from, int64_t from_stride,
+                 int64_t width, int64_t n_rows) const override {
+    for (int64_t i = 0; i < n_rows; ++i) {
+      std::copy_n(from + i * from_stride, width, to + i * to_stride);
+    }
   }
-}
+};
 
 }  // namespace
 
+const std::shared_ptr<const RowMemory>& host_memory() {
+  static const std::shared_ptr<const RowMemory> memory = std::make_shared<HostMemory>();
+  return memory;
+}
+
 HeadSplitLayerKv::HeadSplitLayerKv(std::unique_ptr<LayerKv> whole, int32_t n_kv_heads,
-                                   int32_t head_dim)
-    : n_kv_heads_(n_kv_heads), head_dim_(head_dim), whole_(std::move(whole)) {
+                                   int32_t head_dim, std::shared_ptr<const RowMemory> memory)
+    : n_kv_heads_(n_kv_heads),
+      head_dim_(head_dim),
+      memory_(std::move(memory)),
+      whole_(std::move(whole)) {
   if (!whole_->head_store(0)) {
     throw std::invalid_argument("HeadSplitLayerKv: the store cannot hold its heads apart");
   }
@@ -53,11 +57,13 @@ void HeadSplitLayerKv::append(const float* k, const float* v, const int32_t* pos
     whole_->append(k, v, positions, n_new);
     return;
   }
-  std::vector<float> head_k(static_cast<size_t>(n_new * head_dim_)), head_v(head_k.size());
+  const int64_t row = static_cast<int64_t>(n_kv_heads_) * head_dim_;
+  const std::shared_ptr<float> head_k = memory_->floats(n_new * head_dim_);
+  const std::shared_ptr<float> head_v = memory_->floats(n_new * head_dim_);
   for (int32_t h = 0; h < n_kv_heads_; ++h) {
-    gather_heads(k, n_new, n_kv_heads_, h, 1, head_dim_, head_k.data());
-    gather_heads(v, n_new, n_kv_heads_, h, 1, head_dim_, head_v.data());
-    heads_[h]->append(head_k.data(), head_v.data(), positions, n_new);
+    memory_->copy_rows(head_k.get(), head_dim_, k + h * head_dim_, row, head_dim_, n_new);
+    memory_->copy_rows(head_v.get(), head_dim_, v + h * head_dim_, row, head_dim_, n_new);
+    heads_[h]->append(head_k.get(), head_v.get(), positions, n_new);
   }
 }
 
@@ -65,16 +71,18 @@ int64_t HeadSplitLayerKv::attend(const AttentionQuery& query, const PageSelectio
   if (!split()) return whole_->attend(query, pages);
   if (pages) throw std::logic_error("HeadSplitLayerKv::attend: pages over heads of their own");
   const int32_t group = query.n_heads / n_kv_heads_;
-  const size_t n = static_cast<size_t>(query.n_queries) * group * head_dim_;
-  std::vector<float> q(n), out(n);
+  const int64_t row = static_cast<int64_t>(query.n_heads) * head_dim_;
+  const int64_t group_row = static_cast<int64_t>(group) * head_dim_;
+  const std::shared_ptr<float> q = memory_->floats(query.n_queries * group_row);
+  const std::shared_ptr<float> out = memory_->floats(query.n_queries * group_row);
   int64_t bytes = 0;
   for (int32_t h = 0; h < n_kv_heads_; ++h) {
-    gather_heads(query.q, query.n_queries, query.n_heads, h * group, group, head_dim_, q.data());
-    const AttentionQuery one{q.data(), query.q_positions, out.data(), query.n_queries, group,
+    const int64_t first = h * group_row;
+    memory_->copy_rows(q.get(), group_row, query.q + first, row, group_row, query.n_queries);
+    const AttentionQuery one{q.get(), query.q_positions, out.get(), query.n_queries, group,
                              query.scale};
     bytes += heads_[h]->attend(one, nullptr);
-    scatter_heads(out.data(), query.n_queries, query.n_heads, h * group, group, head_dim_,
-                  query.out);
+    memory_->copy_rows(query.out + first, row, out.get(), group_row, group_row, query.n_queries);
   }
   return bytes;
 }
@@ -114,8 +122,10 @@ void HeadSplitLayerKv::settle() {
 }
 
 std::unique_ptr<LayerKv> HeadSplitLayerKv::clone() const {
-  if (!split()) return std::make_unique<HeadSplitLayerKv>(whole_->clone(), n_kv_heads_, head_dim_);
-  std::unique_ptr<HeadSplitLayerKv> copy(new HeadSplitLayerKv(n_kv_heads_, head_dim_));
+  if (!split()) {
+    return std::make_unique<HeadSplitLayerKv>(whole_->clone(), n_kv_heads_, head_dim_, memory_);
+  }
+  std::unique_ptr<HeadSplitLayerKv> copy(new HeadSplitLayerKv(n_kv_heads_, head_dim_, memory_));
   for (const auto& head : heads_) copy->heads_.push_back(head->clone());
   return copy;
 }
@@ -146,9 +156,10 @@ int64_t HeadSplitLayerKv::bytes_resident() const {
 }
 
 std::vector<std::unique_ptr<LayerKv>> split_heads_on_ragged_plans(
-    std::vector<std::unique_ptr<LayerKv>> layers, int32_t n_kv_heads, int32_t head_dim) {
+    std::vector<std::unique_ptr<LayerKv>> layers, int32_t n_kv_heads, int32_t head_dim,
+    const std::shared_ptr<const RowMemory>& memory) {
   for (auto& layer : layers) {
-    layer = std::make_unique<HeadSplitLayerKv>(std::move(layer), n_kv_heads, head_dim);
+    layer = std::make_unique<HeadSplitLayerKv>(std::move(layer), n_kv_heads, head_dim, memory);
   }
   return layers;
 }

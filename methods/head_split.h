@@ -10,7 +10,8 @@
 // Attention runs head by head: KV head h's query heads are gathered from the chunk into a
 // query of their own and attended by h's store with its own kernel (the narrow or KIVI
 // kernel), then scattered back. The gather copies n_queries x n_heads x head_dim floats,
-// nothing next to the attention itself. The stores it wraps take no queries
+// nothing next to the attention itself. The gathers run where the rows live (RowMemory): host
+// memory, or device memory for the device stores (methods/cuda_head_split.h). The stores it wraps take no queries
 // (observe_queries), so none are passed on.
 //
 // make_cache wraps a storage method's layers in it only when an allocation or ragged-head
@@ -25,10 +26,25 @@
 
 namespace kvbench {
 
+// Where a layer's rows live, for the gathers of HeadSplitLayerKv.
+class RowMemory {
+ public:
+  virtual ~RowMemory() = default;
+  // Room for n floats there, freed with the last handle.
+  virtual std::shared_ptr<float> floats(int64_t n) const = 0;
+  // n_rows rows of `width` floats: row i from from + i * from_stride to to + i * to_stride.
+  virtual void copy_rows(float* to, int64_t to_stride, const float* from, int64_t from_stride,
+                         int64_t width, int64_t n_rows) const = 0;
+};
+
+// Host memory.
+const std::shared_ptr<const RowMemory>& host_memory();
+
 class HeadSplitLayerKv : public LayerKv {
  public:
-  // whole: an empty store of the layer's shape that gives head_store.
-  HeadSplitLayerKv(std::unique_ptr<LayerKv> whole, int32_t n_kv_heads, int32_t head_dim);
+  // whole: an empty store of the layer's shape that gives head_store, its rows in `memory`.
+  HeadSplitLayerKv(std::unique_ptr<LayerKv> whole, int32_t n_kv_heads, int32_t head_dim,
+                   std::shared_ptr<const RowMemory> memory = host_memory());
 
   void reserve(int64_t n_tokens) override;
   void append(const float* k, const float* v, const int32_t* positions, int64_t n_new) override;
@@ -52,11 +68,12 @@ class HeadSplitLayerKv : public LayerKv {
   const LayerKv& head(int32_t h) const { return *heads_[h]; }
 
  private:
-  HeadSplitLayerKv(int32_t n_kv_heads, int32_t head_dim)
-      : n_kv_heads_(n_kv_heads), head_dim_(head_dim) {}
+  HeadSplitLayerKv(int32_t n_kv_heads, int32_t head_dim, std::shared_ptr<const RowMemory> memory)
+      : n_kv_heads_(n_kv_heads), head_dim_(head_dim), memory_(std::move(memory)) {}
 
   int32_t n_kv_heads_;
   int32_t head_dim_;
+  std::shared_ptr<const RowMemory> memory_;
   std::unique_ptr<LayerKv> whole_;              // until the first ragged plan
   std::vector<std::unique_ptr<LayerKv>> heads_;  // after it: KV head h alone in heads_[h]
 };
@@ -64,6 +81,7 @@ class HeadSplitLayerKv : public LayerKv {
 // The layers of `layers` each wrapped in a HeadSplitLayerKv. Throws std::invalid_argument
 // when a store cannot give its heads (head_store returns nullptr).
 std::vector<std::unique_ptr<LayerKv>> split_heads_on_ragged_plans(
-    std::vector<std::unique_ptr<LayerKv>> layers, int32_t n_kv_heads, int32_t head_dim);
+    std::vector<std::unique_ptr<LayerKv>> layers, int32_t n_kv_heads, int32_t head_dim,
+    const std::shared_ptr<const RowMemory>& memory = host_memory());
 
 }  // namespace kvbench

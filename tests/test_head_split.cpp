@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "harness/model_cache.h"
+#include "harness/model_cache.h"  // check_runs_on
 #include "kernels/cpu/narrow.h"
 #include "methods/full_cache.h"
 #include "methods/head_split.h"
@@ -264,11 +264,9 @@ TEST_CASE("heads of their own compose in front of the storage methods that split
   CHECK_NOTHROW(resolve_method_spec("duo_attention:ratio=0.5+bf16"));
   CHECK_THROWS_WITH(resolve_method_spec("adakv+snapkv:ratio=0.25+mikv"),
                     Catch::Contains("only the fp32 store and"));
-  // The device's narrow and KIVI stores do not split their heads yet.
-  CHECK_THROWS_WITH(check_runs_on(resolve_method_spec("adakv+snapkv+kivi"), ModelDevice::Cuda),
-                    Catch::Contains("after a head-wise budget"));
-  CHECK_NOTHROW(check_runs_on(resolve_method_spec("adakv+snapkv"), ModelDevice::Cuda));
-  CHECK_NOTHROW(check_runs_on(resolve_method_spec("snapkv+kivi"), ModelDevice::Cuda));
+  // The device's narrow and KIVI stores split their heads too (tests/test_cuda_kivi_store.cpp).
+  CHECK_NOTHROW(check_runs_on(resolve_method_spec("adakv+snapkv+kivi"), ModelDevice::Cuda));
+  CHECK_NOTHROW(check_runs_on(resolve_method_spec("duo_attention:ratio=0.5+fp8"), ModelDevice::Cuda));
 
   // Through a cache: adakv+snapkv+kivi keeps per head exactly what adakv+snapkv keeps (its
   // plan is made on the fp32 context, before anything is packed), in KIVI's bytes.
