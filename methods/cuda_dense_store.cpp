@@ -251,14 +251,8 @@ void CudaDenseLayerKv::retain_per_head(RetainPlan& plan) {
   }
   // Heads of their own: each applies its row of the plan as a one-head store would, and
   // plan.slots takes each head's placement (DenseLayerKv::retain's ragged branch).
-  std::vector<int32_t> placed;
-  placed.reserve(plan.slots.size());
-  for (int32_t h = 0; h < n_kv_heads_; ++h) {
-    RetainPlan one = one_head_plan(plan, h, head_dim_);
-    heads_[h]->retain(one);
-    placed.insert(placed.end(), one.slots.begin(), one.slots.end());
-  }
-  plan.slots = std::move(placed);
+  retain_head_by_head(plan, n_kv_heads_, head_dim_,
+                      [&](int32_t h, RetainPlan& one) { heads_[h]->retain(one); });
 }
 
 void CudaDenseLayerKv::move_in_place(const std::vector<int64_t>& from,

@@ -155,18 +155,14 @@ void DenseLayerKv::retain(RetainPlan& plan) {
   }
   // Heads of their own: each applies its row of the plan as a one-head store would, and
   // plan.slots takes each head's placement.
-  std::vector<int32_t> placed;
-  placed.reserve(plan.slots.size());
-  for (int32_t h = 0; h < static_cast<int32_t>(heads_.size()); ++h) {
+  const auto n_heads = static_cast<int32_t>(heads_.size());
+  retain_head_by_head(plan, n_heads, rows_.head_dim, [&](int32_t h, RetainPlan& one) {
     HeadRows& head = heads_[h];
-    RetainPlan one = one_head_plan(plan, h, rows_.head_dim);
     retain_rows_in_place(head.k.data(), head.v.data(), head.positions.data(), 1, head.head_dim,
                          head.capacity, head.n_tokens, one);
     head.n_tokens = one.n_keep;
     if (retain_shrinks(head.capacity, head.n_tokens)) head.reallocate(head.n_tokens);
-    placed.insert(placed.end(), one.slots.begin(), one.slots.end());
-  }
-  plan.slots = std::move(placed);
+  });
 }
 
 DenseKv DenseLayerKv::view() const {

@@ -97,15 +97,8 @@ void HeadSplitLayerKv::retain(RetainPlan& plan) {
     for (int32_t h = 0; h < n_kv_heads_; ++h) heads_.push_back(whole_->head_store(h));
     whole_.reset();
   }
-  // Each head applies its row as a one-head store does; plan.slots takes each placement.
-  std::vector<int32_t> placed;
-  placed.reserve(plan.slots.size());
-  for (int32_t h = 0; h < n_kv_heads_; ++h) {
-    RetainPlan one = one_head_plan(plan, h, head_dim_);
-    heads_[h]->retain(one);
-    placed.insert(placed.end(), one.slots.begin(), one.slots.end());
-  }
-  plan.slots = std::move(placed);
+  retain_head_by_head(plan, n_kv_heads_, head_dim_,
+                      [&](int32_t h, RetainPlan& one) { heads_[h]->retain(one); });
 }
 
 DenseKv HeadSplitLayerKv::view() const {

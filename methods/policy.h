@@ -56,6 +56,21 @@ inline RetainPlan one_head_plan(const RetainPlan& plan, int32_t head, int32_t he
   return one;
 }
 
+// Applies `plan` head by head: apply(h, one) with KV head h's one_head_plan, after which
+// one.slots is that head's placement; plan.slots becomes the heads' placements in order.
+template <class ApplyToHead>
+void retain_head_by_head(RetainPlan& plan, int32_t n_kv_heads, int32_t head_dim,
+                         const ApplyToHead& apply) {
+  std::vector<int32_t> placed;
+  placed.reserve(plan.slots.size());
+  for (int32_t h = 0; h < n_kv_heads; ++h) {
+    RetainPlan one = one_head_plan(plan, h, head_dim);
+    apply(h, one);
+    placed.insert(placed.end(), one.slots.begin(), one.slots.end());
+  }
+  plan.slots = std::move(placed);
+}
+
 // Rows a model forward feeds at most at once (LlamaModel::prefill_chunk): longer inputs
 // go in chunks of this many, the cache advancing after each.
 constexpr int64_t kPrefillChunk = 512;

@@ -14,8 +14,10 @@
 #include "methods/registry.h"
 #include "tests/cache_feed.h"
 #include "tests/kept_positions.h"
+#include "tests/ragged_plan.h"
 
 using namespace kvbench;
+using kvbench::testing::ragged_plan;
 
 namespace {
 
@@ -67,16 +69,6 @@ std::vector<float> attend(const LayerKv& store, const std::vector<float>& q,
                               1.f / std::sqrt(static_cast<float>(kDim))},
                nullptr);
   return out;
-}
-
-RetainPlan ragged_plan(const std::vector<std::vector<int32_t>>& kept) {
-  RetainPlan plan;
-  for (const auto& head : kept) {
-    plan.head_keep.push_back(static_cast<int64_t>(head.size()));
-    plan.slots.insert(plan.slots.end(), head.begin(), head.end());
-    plan.n_keep = std::max<int64_t>(plan.n_keep, head.size());
-  }
-  return plan;
 }
 
 void check_close(const std::vector<float>& got, const std::vector<float>& want) {

@@ -12,6 +12,7 @@
 
 #include "attention_problem.h"
 #include "cuda_device.h"
+#include "device_problem.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cuda/attention.h"
 
@@ -20,6 +21,7 @@ namespace {
 using kvbench::testing::AttentionProblem;
 using kvbench::testing::Case;
 using kvbench::testing::Device;
+using kvbench::testing::DeviceProblem;
 using kvbench::testing::max_abs_diff;
 using kvbench::testing::require_device;
 
@@ -29,18 +31,9 @@ using kvbench::DenseKv;
 
 // Runs the CUDA kernel on a device copy of the problem and brings the output back.
 std::vector<float> run_cuda(const AttentionProblem& p) {
-  Device<float> k(p.k), v(p.v), q(p.q), out(std::vector<float>(p.q.size(), 123.0f));
-  Device<int32_t> pos(p.positions), qpos(p.q_positions);
-  DenseKv kv = p.kv;
-  kv.k = k.get();
-  kv.v = v.get();
-  kv.positions = pos.get();
-  AttentionQuery query = p.query;
-  query.q = q.get();
-  query.q_positions = qpos.get();
-  query.out = out.get();
-  kvbench::attention_dense_cuda(query, kv, nullptr);
-  return out.host();
+  const DeviceProblem d(p);
+  kvbench::attention_dense_cuda(d.query, d.kv, nullptr);
+  return d.out.host();
 }
 
 }  // namespace

@@ -19,12 +19,14 @@
 #include "methods/head_split.h"
 #include "methods/kivi.h"
 #include "methods/narrow_kv.h"
+#include "ragged_plan.h"
 #include "random_floats.h"
 
 namespace {
 
 using namespace kvbench;
 using kvbench::testing::Device;
+using kvbench::testing::ragged_plan;
 using kvbench::testing::random_floats;
 using kvbench::testing::require_device;
 
@@ -51,13 +53,7 @@ struct Twin {
   }
 
   void retain(const std::vector<std::vector<int32_t>>& kept) {
-    RetainPlan plan;
-    for (const auto& head : kept) {
-      plan.head_keep.push_back(static_cast<int64_t>(head.size()));
-      plan.slots.insert(plan.slots.end(), head.begin(), head.end());
-      plan.n_keep = std::max<int64_t>(plan.n_keep, head.size());
-    }
-    RetainPlan same = plan;
+    RetainPlan plan = ragged_plan(kept), same = plan;
     cpu.retain(plan);
     gpu.retain(same);
     CHECK(same.slots == plan.slots);  // placed alike

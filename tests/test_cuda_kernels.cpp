@@ -16,6 +16,7 @@
 
 #include "attention_problem.h"
 #include "cuda_device.h"
+#include "device_problem.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/kivi_attention.h"
 #include "kernels/cpu/merge.h"
@@ -41,6 +42,7 @@ using kvbench::QuantGroups;
 using kvbench::testing::AttentionProblem;
 using kvbench::testing::Case;
 using kvbench::testing::Device;
+using kvbench::testing::DeviceProblem;
 using kvbench::testing::KiviCase;
 using kvbench::testing::KiviProblem;
 using kvbench::testing::max_abs_diff;
@@ -259,19 +261,11 @@ TEST_CASE("attention_kivi_cuda: unsorted positions, long decode, no visible slot
 
 std::vector<float> run_pages_cuda(const AttentionProblem& p, const std::vector<int32_t>& sel,
                                   int n_selected, int page_tokens) {
-  Device<float> k(p.k), v(p.v), q(p.q), out(std::vector<float>(p.q.size(), 123.0f));
-  Device<int32_t> pos(p.positions), qpos(p.q_positions), pages(sel);
-  DenseKv kv = p.kv;
-  kv.k = k.get();
-  kv.v = v.get();
-  kv.positions = pos.get();
-  AttentionQuery query = p.query;
-  query.q = q.get();
-  query.q_positions = qpos.get();
-  query.out = out.get();
-  kvbench::attention_pages_cuda(query, kv, PageSelection{pages.get(), n_selected, page_tokens},
-                                nullptr);
-  return out.host();
+  const DeviceProblem d(p);
+  const Device<int32_t> pages(sel);
+  kvbench::attention_pages_cuda(d.query, d.kv,
+                                PageSelection{pages.get(), n_selected, page_tokens}, nullptr);
+  return d.out.host();
 }
 
 std::vector<float> run_pages_reference(AttentionProblem& p, const PageSelection& pages) {

@@ -11,6 +11,7 @@
 
 #include "attention_problem.h"
 #include "cuda_device.h"
+#include "device_problem.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cuda/attention.h"
 
@@ -18,6 +19,7 @@ using namespace kvbench;
 using kvbench::testing::AttentionProblem;
 using kvbench::testing::Case;
 using kvbench::testing::Device;
+using kvbench::testing::DeviceProblem;
 using kvbench::testing::max_abs_diff;
 using kvbench::testing::require_device;
 
@@ -44,29 +46,20 @@ struct Run {
 
 // The device problem, with the pattern's lists uploaded when given.
 Run run_cuda(const AttentionProblem& p, const HostPattern* pattern) {
-  Device<float> k(p.k), v(p.v), q(p.q), out(std::vector<float>(p.q.size(), 123.0f));
-  Device<int32_t> pos(p.positions), qpos(p.q_positions);
+  const DeviceProblem d(p);
   const std::vector<int32_t> no_list;
-  Device<int32_t> columns(pattern ? pattern->columns : no_list);
-  Device<int32_t> offsets(pattern ? pattern->offsets : no_list);
-  DenseKv kv = p.kv;
-  kv.k = k.get();
-  kv.v = v.get();
-  kv.positions = pos.get();
-  AttentionQuery query = p.query;
-  query.q = q.get();
-  query.q_positions = qpos.get();
-  query.out = out.get();
+  const Device<int32_t> columns(pattern ? pattern->columns : no_list);
+  const Device<int32_t> offsets(pattern ? pattern->offsets : no_list);
   Run run;
   if (pattern) {
     SparsePattern on_device = pattern->pattern;
     on_device.columns = pattern->columns.empty() ? nullptr : columns.get();
     on_device.offsets = pattern->offsets.empty() ? nullptr : offsets.get();
-    run.pairs = attention_sparse_cuda(query, kv, on_device, nullptr);
+    run.pairs = attention_sparse_cuda(d.query, d.kv, on_device, nullptr);
   } else {
-    attention_dense_cuda(query, kv, nullptr);
+    attention_dense_cuda(d.query, d.kv, nullptr);
   }
-  run.out = out.host();
+  run.out = d.out.host();
   return run;
 }
 

@@ -19,8 +19,10 @@
 #include "methods/narrow_kv.h"
 #include "methods/registry.h"
 #include "tests/cache_feed.h"
+#include "tests/ragged_plan.h"
 
 using namespace kvbench;
+using kvbench::testing::ragged_plan;
 
 namespace {
 
@@ -52,16 +54,6 @@ std::vector<float> head_rows(const std::vector<float>& rows, int32_t n_heads, in
     out.insert(out.end(), at, at + count * kDim);
   }
   return out;
-}
-
-RetainPlan ragged_plan(const std::vector<std::vector<int32_t>>& kept) {
-  RetainPlan plan;
-  for (const auto& head : kept) {
-    plan.head_keep.push_back(static_cast<int64_t>(head.size()));
-    plan.slots.insert(plan.slots.end(), head.begin(), head.end());
-    plan.n_keep = std::max<int64_t>(plan.n_keep, head.size());
-  }
-  return plan;
 }
 
 // Every 3rd slot in head 0, every odd one in head 1: 100 and 150 of 300 (both sized to
