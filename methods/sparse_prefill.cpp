@@ -46,23 +46,31 @@ void estimate_vertical_slash(const AttentionQuery& query, const DenseKv& kv, int
   const int32_t group = query.n_heads / kv.n_kv_heads;
   vertical.assign(static_cast<size_t>(query.n_heads * span), 0.0f);
   slash.assign(vertical.size(), 0.0f);
-  const int32_t n_last = std::min(last_q, query.n_queries);
-  for (int32_t i = query.n_queries - n_last; i < query.n_queries; ++i) {
-    AttentionQuery row = query;  // query row i alone
-    row.q += static_cast<int64_t>(i) * query.n_heads * dim;
-    row.q_positions += i;
-    row.n_queries = 1;
-    const std::vector<float> p = last_row_scores_cpu(row, kv);  // [n_heads, n_tokens]
-    const int32_t qp = query.q_positions[i];
-    for (int32_t h = 0; h < query.n_heads; ++h) {
-      const int32_t* pos = kv.positions + static_cast<int64_t>(h / group) * kv.capacity;
-      const float* ph = p.data() + static_cast<int64_t>(h) * kv.n_tokens;
-      float* vh = vertical.data() + h * span;
-      float* sh = slash.data() + h * span;
-      for (int64_t t = 0; t < kv.n_tokens; ++t) {
-        if (pos[t] > qp) continue;
-        vh[pos[t]] += ph[t];
-        sh[qp - pos[t]] += ph[t];
+  // The last rows scored together (the GEMM path), in slices of at most about 64 MiB of
+  // probabilities.
+  const int64_t row_floats = static_cast<int64_t>(query.n_heads) * kv.n_tokens;
+  const int32_t slice = static_cast<int32_t>(std::max<int64_t>(1, (int64_t{16} << 20) / row_floats));
+  std::vector<float> p;
+  for (int32_t first = query.n_queries - std::min(last_q, query.n_queries);
+       first < query.n_queries; first += slice) {
+    AttentionQuery rows = query;
+    rows.q += static_cast<int64_t>(first) * query.n_heads * dim;
+    rows.q_positions += first;
+    rows.n_queries = std::min(slice, query.n_queries - first);
+    p.resize(static_cast<size_t>(rows.n_queries * row_floats));
+    attention_row_scores_cpu(rows, kv, p.data());  // [rows, n_heads, n_tokens]
+    for (int32_t i = 0; i < rows.n_queries; ++i) {
+      const int32_t qp = rows.q_positions[i];
+      for (int32_t h = 0; h < query.n_heads; ++h) {
+        const int32_t* pos = kv.positions + static_cast<int64_t>(h / group) * kv.capacity;
+        const float* ph = p.data() + (i * query.n_heads + h) * kv.n_tokens;
+        float* vh = vertical.data() + h * span;
+        float* sh = slash.data() + h * span;
+        for (int64_t t = 0; t < kv.n_tokens; ++t) {
+          if (pos[t] > qp) continue;
+          vh[pos[t]] += ph[t];
+          sh[qp - pos[t]] += ph[t];
+        }
       }
     }
   }

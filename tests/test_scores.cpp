@@ -242,3 +242,34 @@ TEST_CASE("top_k_indices_cpu: k largest, ties to the lower index, ascending", "[
     }
   }
 }
+
+TEST_CASE("attention_row_scores_cpu: each query row's probabilities, as the reference over that "
+          "row alone",
+          "[unit]") {
+  // The direct and GEMM paths, many blocks, shuffled positions, and a fully masked first row.
+  for (const Case& c :
+       {Case{9, 3, 64, 130, 2}, Case{9, 3, 64, 130, 7}, Case{9, 3, 64, 1000, 64, true},
+        Case{4, 4, 128, 4097, 9}, Case{14, 2, 64, 600, 100, true}}) {
+    AttentionProblem p(c, 4);
+    p.q_positions[0] = 4;  // sees no stored key (they start at 5): a row of zeros
+    const int64_t row = static_cast<int64_t>(c.n_heads) * c.n_tokens;
+    std::vector<float> got(c.n_queries * row + kGuard, kGuardValue);
+    kvbench::attention_row_scores_cpu(p.query, p.kv, got.data());
+    for (int e = 0; e < kGuard; ++e) REQUIRE(got[c.n_queries * row + e] == kGuardValue);
+    float worst = 0.0f;
+    for (int i = 0; i < c.n_queries; ++i) {
+      AttentionQuery one = p.query;  // row i alone
+      one.q += static_cast<int64_t>(i) * c.n_heads * c.head_dim;
+      one.q_positions += i;
+      one.n_queries = 1;
+      std::vector<float> expected(row, 0.0f);
+      attention_scores_reference(one, p.kv, expected.data());
+      const std::vector<float> got_row(got.begin() + i * row, got.begin() + (i + 1) * row);
+      worst = std::max(worst, max_rel_diff(got_row, expected, kFloor));
+    }
+    INFO("heads " << c.n_heads << "/" << c.n_kv_heads << " tokens " << c.n_tokens << " queries "
+                  << c.n_queries << ": max relative difference " << worst);
+    CHECK(worst <= kRelTol);
+    CHECK(std::all_of(got.begin(), got.begin() + row, [](float x) { return x == 0.0f; }));
+  }
+}

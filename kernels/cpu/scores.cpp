@@ -74,12 +74,23 @@ struct ScoreScratch {
   std::vector<std::pair<int64_t, int64_t>> runs;  // stored-token ranges some row of the block sees
 };
 
-// One block of queries [q0, q1) of KV head kvh: adds each row's softmax probabilities into
-// acc[g * acc_stride + t] for the row's head g in the group. kt: the head's keys, transposed
-// per tile ([n_tiles, head_dim, kKeyTile]), or null when the block reads keys in place.
+// Room in w for a block of `rows` rows.
+void ensure(ScoreScratch& w, int rows, int dim, int64_t ld) {
+  if (w.q.size() < static_cast<size_t>(rows) * dim) w.q.resize(static_cast<size_t>(rows) * dim);
+  if (w.qpos.size() < static_cast<size_t>(rows)) {
+    w.qpos.resize(rows);
+    w.m.resize(rows);
+  }
+  if (w.s.size() < static_cast<size_t>(rows * ld)) w.s.resize(rows * ld);
+}
+
+// One block of queries [q0, q1) of KV head kvh: adds the softmax probabilities of query
+// q0 + j's row for head g of the group into acc[j * query_stride + g * acc_stride + t]
+// (query_stride 0: every query into its head's one row). kt: the head's keys, transposed per
+// tile ([n_tiles, head_dim, kKeyTile]), or null when the block reads keys in place.
 void score_block(const AttentionQuery& query, const DenseKv& kv, const ScorePlan& plan,
                  const float* kt, int kvh, int q0, int q1, ScoreScratch& w, float* acc,
-                 int64_t acc_stride) {
+                 int64_t acc_stride, int64_t query_stride) {
   const int dim = kv.head_dim;
   const int group = plan.group;
   const int rows = (q1 - q0) * group;
@@ -126,11 +137,16 @@ void score_block(const AttentionQuery& query, const DenseKv& kv, const ScorePlan
     float sum = 0.0f;
     for (const auto& [a, b] : w.runs) sum += exp2_shift_sum(srow + a, static_cast<int>(b - a), m);
     const float inv = 1.0f / sum;  // sum >= 1: the max itself contributes 2^0
-    float* dst = acc + (r % group) * acc_stride;
+    float* dst = acc + (r / group) * query_stride + (r % group) * acc_stride;
     for (const auto& [a, b] : w.runs) {
       for (int64_t t = a; t < b; ++t) dst[t] += srow[t] * inv;
     }
   }
+}
+
+// Floats of one KV head's keys transposed tile by tile.
+int64_t key_tiles_floats(const DenseKv& kv, const ScorePlan& plan) {
+  return static_cast<int64_t>(plan.n_tiles) * kv.head_dim * kKeyTile;
 }
 
 // Keys of every KV head transposed tile by tile, for the GEMM path: [n_kv_heads, n_tiles,
@@ -148,6 +164,17 @@ void pack_key_tiles(const DenseKv& kv, const ScorePlan& plan, int threads, float
   }
 }
 
+// The keys transposed per tile when the plan takes the GEMM path (else null), in a buffer of
+// the calling thread reused across calls (layers, decode steps); workers reach it through the
+// pointer, not by name (thread_local).
+const float* packed_keys(const DenseKv& kv, const ScorePlan& plan, int threads) {
+  if (!plan.packed) return nullptr;
+  static thread_local std::vector<float> kt_buffer;
+  kt_buffer.resize(kv.n_kv_heads * key_tiles_floats(kv, plan));
+  pack_key_tiles(kv, plan, threads, kt_buffer.data());
+  return kt_buffer.data();
+}
+
 }  // namespace
 
 void attention_scores_cpu(const AttentionQuery& query, const DenseKv& kv, float* scores) {
@@ -158,16 +185,9 @@ void attention_scores_cpu(const AttentionQuery& query, const DenseKv& kv, float*
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   const ScorePlan plan = make_score_plan(query, kv, threads);
   const int group = plan.group;
-
-  // Buffers of the calling thread, reused across calls (layers, decode steps).
-  // Workers reach them through the plain pointers below, not by name (thread_local).
-  static thread_local std::vector<float> kt_buffer, partial_buffer;
-  const int64_t kt_head = static_cast<int64_t>(plan.n_tiles) * dim * kKeyTile;
-  if (plan.packed) {
-    kt_buffer.resize(kv.n_kv_heads * kt_head);
-    pack_key_tiles(kv, plan, threads, kt_buffer.data());
-  }
-  const float* kt = kt_buffer.data();
+  const float* kt = packed_keys(kv, plan, threads);
+  const int64_t kt_head = key_tiles_floats(kv, plan);
+  static thread_local std::vector<float> partial_buffer;
   // With one slab per KV head each work item owns its heads' rows of `scores`; otherwise the
   // slabs add into their own zeroed partial rows [item, group, n], summed in a fixed order.
   const int64_t n_items = static_cast<int64_t>(kv.n_kv_heads) * plan.slabs;
@@ -177,13 +197,7 @@ void attention_scores_cpu(const AttentionQuery& query, const DenseKv& kv, float*
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (int64_t item = 0; item < n_items; ++item) {
     static thread_local ScoreScratch w;
-    const int rows = plan.q_block * group;
-    if (w.q.size() < static_cast<size_t>(rows) * dim) w.q.resize(static_cast<size_t>(rows) * dim);
-    if (w.qpos.size() < static_cast<size_t>(rows)) {
-      w.qpos.resize(rows);
-      w.m.resize(rows);
-    }
-    if (w.s.size() < static_cast<size_t>(rows * plan.ld)) w.s.resize(rows * plan.ld);
+    ensure(w, plan.q_block * group, dim, plan.ld);
     const int kvh = static_cast<int>(item / plan.slabs);
     const int slab = static_cast<int>(item % plan.slabs);
     float* acc = plan.slabs > 1 ? partial + item * group * n
@@ -192,7 +206,7 @@ void attention_scores_cpu(const AttentionQuery& query, const DenseKv& kv, float*
     for (int b = slab; b < plan.n_blocks; b += plan.slabs) {
       const int q0 = b * plan.q_block;
       const int q1 = std::min(query.n_queries, q0 + plan.q_block);
-      score_block(query, kv, plan, kt_kvh, kvh, q0, q1, w, acc, n);
+      score_block(query, kv, plan, kt_kvh, kvh, q0, q1, w, acc, n, 0);
     }
   }
   if (plan.slabs == 1) return;
@@ -204,6 +218,32 @@ void attention_scores_cpu(const AttentionQuery& query, const DenseKv& kv, float*
     for (int slab = 0; slab < plan.slabs; ++slab) {
       const float* src = partial + ((kvh * plan.slabs + slab) * group + g) * n;
       for (int64_t t = 0; t < n; ++t) dst[t] += src[t];
+    }
+  }
+}
+
+void attention_row_scores_cpu(const AttentionQuery& query, const DenseKv& kv, float* probs) {
+  assert(query.n_heads % kv.n_kv_heads == 0);
+  const int64_t n = kv.n_tokens;
+  std::fill(probs, probs + static_cast<int64_t>(query.n_queries) * query.n_heads * n, 0.0f);
+  if (query.n_queries <= 0 || n <= 0) return;
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const ScorePlan plan = make_score_plan(query, kv, threads);
+  const float* kt = packed_keys(kv, plan, threads);
+  const int64_t kt_head = key_tiles_floats(kv, plan);
+  // Every row is written by the one block that holds it: no partial sums.
+  const int64_t n_items = static_cast<int64_t>(kv.n_kv_heads) * plan.slabs;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+  for (int64_t item = 0; item < n_items; ++item) {
+    static thread_local ScoreScratch w;
+    ensure(w, plan.q_block * plan.group, kv.head_dim, plan.ld);
+    const int kvh = static_cast<int>(item / plan.slabs);
+    const float* kt_kvh = kt ? kt + kvh * kt_head : nullptr;
+    for (int b = static_cast<int>(item % plan.slabs); b < plan.n_blocks; b += plan.slabs) {
+      const int q0 = b * plan.q_block;
+      const int q1 = std::min(query.n_queries, q0 + plan.q_block);
+      float* rows = probs + (static_cast<int64_t>(q0) * query.n_heads + kvh * plan.group) * n;
+      score_block(query, kv, plan, kt_kvh, kvh, q0, q1, w, rows, n, query.n_heads * n);
     }
   }
 }

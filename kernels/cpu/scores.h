@@ -18,6 +18,11 @@ namespace kvbench {
 // key adds nothing. The fp32 summation order depends on the thread count.
 void attention_scores_cpu(const AttentionQuery& query, const DenseKv& kv, float* scores);
 
+// Each query row's attention to each stored slot, per query head, row by row:
+// probs[(i * query.n_heads + h) * kv.n_tokens + t] (overwritten; a row that sees no stored key
+// is zeros). MInference estimates its pattern from these for a chunk's last queries.
+void attention_row_scores_cpu(const AttentionQuery& query, const DenseKv& kv, float* probs);
+
 // The attention the chunk's last query row gives each stored slot, per query head:
 // [query.n_heads, kv.n_tokens] (what TOVA, SAGE-KV and LazyEviction score by; on a GPU,
 // TokenPolicy::ScoredRows::Last computes the same there).
