@@ -249,6 +249,14 @@ TEST_CASE("cli: session refuses an unknown mode, append source or sample id", "[
                                   " --method full --mode multi-turn --sample-id nope"),
                       "no sample with id 'nope'");
   require_clear_error(run_kvbench("session --sample " + path + " --method full"), "--mode");
+  const std::string session = "session --sample " + path + " --method ";
+  require_clear_error(run_kvbench(session + "full --mode multi-turn --turn-gap 5"),
+                      "it needs --mode multi-request");
+  require_clear_error(run_kvbench(session + "full --mode multi-request --turn-gap -1"),
+                      "--turn-gap -1: expected seconds >= 0");
+  require_clear_error(
+      run_kvbench(session + "prefix:block=64+snapkv --mode multi-request --query-aware"),
+      "query setting aware");
 }
 
 TEST_CASE("cli: session on a tiny model prints the table and a summary", "[unit]") {
@@ -265,6 +273,13 @@ TEST_CASE("cli: session on a tiny model prints the table and a summary", "[unit]
     CHECK(run.output.find("summary s1: 2 turns") != std::string::npos);
     CHECK(run.output.find("mean KL 0.0000 | mean top-1 1.000") != std::string::npos);
   }
+  // A query-aware run and a gap between requests say so in the header.
+  const Run aware = run_kvbench("--model " + model + " --threads 1 session --sample " + path +
+                                " --method snapkv:budget=8,window=4 --mode multi-request --max-new 4 "
+                                "--query-aware --turn-gap 30");
+  INFO(aware.output);
+  CHECK(aware.exit_code == 0);
+  CHECK(aware.output.find("query aware, turn gap 30 s (simulated)") != std::string::npos);
   const Run none = run_kvbench("--model " + model + " --threads 1 session --sample " + path +
                                " --method full --mode multi-turn --no-fidelity --turns 1");
   INFO(none.output);

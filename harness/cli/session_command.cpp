@@ -5,19 +5,21 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <string>
 
 #include "datasets/sample.h"
 #include "harness/cli/commands.h"
+#include "common/input_error.h"
 #include "harness/cli/turn_table.h"
 #include "harness/evaluation.h"
-#include "common/input_error.h"
+#include "harness/head_probe.h"
 #include "harness/model/llama_model.h"
 #include "harness/model_cache.h"
 #include "harness/session.h"
-#include "harness/head_probe.h"
+#include "harness/session_mode.h"
 #include "methods/registry.h"
 
 namespace kvbench {
@@ -33,6 +35,9 @@ struct SessionArgs {
   int32_t turns = 0;
   std::string sample_id;
   bool no_fidelity = false;
+  bool query_aware = false;  // the first query inside the compressed span
+  double turn_gap_s = 0;     // multi-request: simulated seconds between requests
+  std::string turn_gap_text;  // as given, for the error line
 };
 
 void run_session_command(const ModelOptions& model_options, const SessionArgs& args) {
@@ -43,10 +48,21 @@ void run_session_command(const ModelOptions& model_options, const SessionArgs& a
   options.append = parse_answer_source(args.append);
   options.max_new_tokens = args.max_new;
   options.max_turns = args.turns;
+  options.query = args.query_aware ? QuerySetting::Aware : QuerySetting::Agnostic;
+  if (!args.turn_gap_text.empty()) {
+    if (!(args.turn_gap_s >= 0) || !std::isfinite(args.turn_gap_s)) {
+      throw InputError("--turn-gap " + args.turn_gap_text + ": expected seconds >= 0");
+    }
+    if (options.mode != SessionMode::MultiRequest) {
+      throw InputError("--turn-gap is the time between requests: it needs --mode multi-request");
+    }
+  }
+  options.turn_gap_s = args.turn_gap_s;
   std::vector<ResolvedSpec> specs;
   for (const std::string& method : args.methods) {
     specs.push_back(resolve_method_spec(method));
     check_runs_on(specs.back(), model_device(model_options));
+    check_query_setting(specs.back(), options.query);
   }
   std::vector<Sample> samples = load_samples_jsonl(args.sample_path);
   if (!args.sample_id.empty()) {
@@ -67,9 +83,11 @@ void run_session_command(const ModelOptions& model_options, const SessionArgs& a
 
   std::printf("methods:");
   for (const ResolvedSpec& spec : specs) std::printf(" %s", spec.canonical.c_str());
-  std::printf("\nmode: %s, append %s, max-new %d, %zu sample(s) from %s\n",
-              to_string(options.mode), to_string(options.append), options.max_new_tokens,
-              samples.size(), args.sample_path.c_str());
+  std::printf("\nmode: %s, append %s, query %s", to_string(options.mode),
+              to_string(options.append), to_string(options.query));
+  if (options.turn_gap_s > 0) std::printf(", turn gap %g s (simulated)", options.turn_gap_s);
+  std::printf(", max-new %d, %zu sample(s) from %s\n", options.max_new_tokens, samples.size(),
+              args.sample_path.c_str());
   std::printf(args.no_fidelity
                   ? "fidelity: off (--no-fidelity)\n"
                   : "fidelity: against the full cache, run once per sample in the same mode\n");
@@ -102,6 +120,13 @@ void add_session_command(CLI::App& app, ModelOptions& model) {
   cmd->add_option("--sample-id", args->sample_id, "Run only the sample with this id");
   cmd->add_flag("--no-fidelity", args->no_fidelity,
                 "Skip the full-cache reference run (KL and top-1 are not measured)");
+  cmd->add_flag("--query-aware", args->query_aware,
+                "Compress the context after the first turn's query (multi-request: after each "
+                "request's query), not before any question");
+  cmd->add_option("--turn-gap", args->turn_gap_s,
+                  "Multi-request: simulated seconds between requests, read by TTLs (apc_ttl, "
+                  "tiers policy=ttl); nothing sleeps (default 0)")
+      ->each([args](const std::string& text) { args->turn_gap_text = text; });
   cmd->callback([&model, args] { run_session_command(model, *args); });
 }
 
