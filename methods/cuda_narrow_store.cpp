@@ -239,7 +239,8 @@ std::unique_ptr<LayerKv> CudaNarrowLayerKv::head_store(int32_t head) const {
   copy(one->rows_.positions.data(), rows_.positions.data(), sizeof(int32_t),
        "copy a head's positions");
   if (element_ == KvElement::F8E4M3) {
-    copy(one->rows_.k_scale.data(), rows_.k_scale.data(), sizeof(float), "copy a head's key scales");
+    copy(one->rows_.k_scale.data(), rows_.k_scale.data(), sizeof(float),
+         "copy a head's key scales");
     copy(one->rows_.v_scale.data(), rows_.v_scale.data(), sizeof(float),
          "copy a head's value scales");
   }

@@ -93,7 +93,9 @@ void HeadSplitLayerKv::retain(RetainPlan& plan) {
     return;
   }
   if (!split()) {  // the first ragged plan: each head into a store of its own
-    if (!plan.k.empty()) throw std::invalid_argument("HeadSplitLayerKv::retain: a ragged plan merges");
+    if (!plan.k.empty()) {
+      throw std::invalid_argument("HeadSplitLayerKv::retain: a ragged plan merges");
+    }
     for (int32_t h = 0; h < n_kv_heads_; ++h) heads_.push_back(whole_->head_store(h));
     whole_.reset();
   }

@@ -11,8 +11,8 @@
 // query of their own and attended by h's store with its own kernel (the narrow or KIVI
 // kernel), then scattered back. The gather copies n_queries x n_heads x head_dim floats,
 // nothing next to the attention itself. The gathers run where the rows live (RowMemory): host
-// memory, or device memory for the device stores (methods/cuda_head_split.h). The stores it wraps take no queries
-// (observe_queries), so none are passed on.
+// memory, or device memory for the device stores (methods/cuda_row_memory.h). The stores it
+// wraps take no queries (observe_queries), so none are passed on.
 //
 // make_cache wraps a storage method's layers in it only when an allocation or ragged-head
 // method comes before it (adakv+snapkv:ratio=0.25+kivi); other caches never see it.

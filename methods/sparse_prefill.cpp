@@ -49,7 +49,8 @@ void estimate_vertical_slash(const AttentionQuery& query, const DenseKv& kv, int
   // The last rows scored together (the GEMM path), in slices of at most about 64 MiB of
   // probabilities.
   const int64_t row_floats = static_cast<int64_t>(query.n_heads) * kv.n_tokens;
-  const int32_t slice = static_cast<int32_t>(std::max<int64_t>(1, (int64_t{16} << 20) / row_floats));
+  const int32_t slice =
+      static_cast<int32_t>(std::max<int64_t>(1, (int64_t{16} << 20) / row_floats));
   std::vector<float> p;
   for (int32_t first = query.n_queries - std::min(last_q, query.n_queries);
        first < query.n_queries; first += slice) {

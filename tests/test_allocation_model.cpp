@@ -70,8 +70,9 @@ TEST_CASE("adakv+snapkv+kivi on the real model: the heads adakv+snapkv keeps, ea
                                           "/../../datasets/examples/kv_retrieval.jsonl");
   const std::vector<int32_t> context = model->tokenizer().encode(samples[0].context);
   KvCache fp32 = new_cache(*model, resolve_method_spec("adakv+snapkv:ratio=0.5"));
-  KvCache packed = new_cache(*model, resolve_method_spec("adakv+snapkv:ratio=0.5+kivi:bits=4,residual=32"));
-  KvCache even = new_cache(*model, resolve_method_spec("snapkv:ratio=0.5+kivi:bits=4,residual=32"));
+  const std::string kivi = "+kivi:bits=4,residual=32";
+  KvCache packed = new_cache(*model, resolve_method_spec("adakv+snapkv:ratio=0.5" + kivi));
+  KvCache even = new_cache(*model, resolve_method_spec("snapkv:ratio=0.5" + kivi));
   for (KvCache* cache : {&fp32, &packed, &even}) {
     model->forward(context, *cache);
     cache->end_context();

@@ -80,7 +80,9 @@ struct Twin {
     CHECK(gpu_bytes == cpu_bytes);
     const std::vector<float> gpu_out = dout.host();
     float worst = 0.0f;
-    for (size_t i = 0; i < q.size(); ++i) worst = std::max(worst, std::abs(gpu_out[i] - cpu_out[i]));
+    for (size_t i = 0; i < q.size(); ++i) {
+      worst = std::max(worst, std::abs(gpu_out[i] - cpu_out[i]));
+    }
     CHECK(worst < 1e-4f);
   }
 };

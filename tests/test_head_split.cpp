@@ -138,14 +138,15 @@ TEST_CASE("a narrow layer with heads of their own attends as the fp32 ragged sto
 
   // Slots move as each store places them, so the later plan is made by position.
   const std::unique_ptr<LayerKv> copy = store.clone();
-  const std::vector<std::vector<int32_t>> keep_positions = {{0, 3, 6, 9, 12, 15, 18, 21, 24, 27, 300, 301},
-                                                            {1, 3, 301}};
+  const std::vector<std::vector<int32_t>> keep_positions = {
+      {0, 3, 6, 9, 12, 15, 18, 21, 24, 27, 300, 301}, {1, 3, 301}};
   const auto plan_by_position = [&](const std::vector<DenseKv>& heads) {
     std::vector<std::vector<int32_t>> slots(kKvHeads);
     for (int32_t h = 0; h < kKvHeads; ++h) {
       for (int32_t t = 0; t < heads[h].n_tokens; ++t) {
         const int32_t p = heads[h].positions[t];
-        if (std::count(keep_positions[h].begin(), keep_positions[h].end(), p)) slots[h].push_back(t);
+        const auto& keep = keep_positions[h];
+        if (std::count(keep.begin(), keep.end(), p)) slots[h].push_back(t);
       }
     }
     return ragged_plan(slots);
@@ -175,7 +176,9 @@ TEST_CASE("a KIVI layer with heads of their own holds each head as a one-head KI
   const testing::Chunk all = testing::random_chunk(400, shape, kHeads, rng);
   HeadSplitLayerKv store(std::make_unique<KiviLayerKv>(kKvHeads, kDim, config), kKvHeads, kDim);
   std::vector<std::unique_ptr<KiviLayerKv>> alone;
-  for (int32_t h = 0; h < kKvHeads; ++h) alone.push_back(std::make_unique<KiviLayerKv>(1, kDim, config));
+  for (int32_t h = 0; h < kKvHeads; ++h) {
+    alone.push_back(std::make_unique<KiviLayerKv>(1, kDim, config));
+  }
   const auto append = [&](int32_t from, int32_t n) {
     const int64_t kv_row = kKvHeads * kDim;
     const std::vector<int32_t> positions = range(from, n);
@@ -197,7 +200,8 @@ TEST_CASE("a KIVI layer with heads of their own holds each head as a one-head KI
     int64_t bytes = 0;
     for (int32_t h = 0; h < kKvHeads; ++h) {
       const std::vector<float> group_q = head_rows(q.q, kHeads, h * kGroup, kGroup);
-      CHECK(head_rows(got, kHeads, h * kGroup, kGroup) == attend(*alone[h], group_q, q_pos, kGroup));
+      const std::vector<float> want = attend(*alone[h], group_q, q_pos, kGroup);
+      CHECK(head_rows(got, kHeads, h * kGroup, kGroup) == want);
       CHECK(store.head_tokens(h) == alone[h]->n_tokens());
       bytes += alone[h]->bytes_resident();
     }
@@ -258,7 +262,8 @@ TEST_CASE("heads of their own compose in front of the storage methods that split
                     Catch::Contains("only the fp32 store and"));
   // The device's narrow and KIVI stores split their heads too (tests/test_cuda_kivi_store.cpp).
   CHECK_NOTHROW(check_runs_on(resolve_method_spec("adakv+snapkv+kivi"), ModelDevice::Cuda));
-  CHECK_NOTHROW(check_runs_on(resolve_method_spec("duo_attention:ratio=0.5+fp8"), ModelDevice::Cuda));
+  CHECK_NOTHROW(
+      check_runs_on(resolve_method_spec("duo_attention:ratio=0.5+fp8"), ModelDevice::Cuda));
 
   // Through a cache: adakv+snapkv+kivi keeps per head exactly what adakv+snapkv keeps (its
   // plan is made on the fp32 context, before anything is packed), in KIVI's bytes.
