@@ -6,9 +6,11 @@
 #include <vector>
 
 #include "harness/model/llama_model.h"
+#include "harness/session_mode.h"
 
 namespace CLI {
 class App;
+class Option;
 }
 
 namespace kvbench {
@@ -60,6 +62,17 @@ void write_reports_for(const std::string& db_path, const std::string& out_dir,
                        const std::string& reference = "bf16");
 // The `--reference bf16|fp32` option of the commands that write reports.
 void add_reference_option(CLI::App* cmd, std::string& reference);
+
+// `--query-aware` and `--turn-gap`, as `run` and `session` take them.
+struct QuerySettingArgs {
+  bool query_aware = false;          // the first query inside the compressed span
+  double turn_gap_s = 0;             // multi-request: simulated seconds between requests
+  const CLI::Option* gap = nullptr;  // --turn-gap, once added
+};
+void add_query_setting_options(CLI::App* cmd, QuerySettingArgs& args);
+QuerySetting query_setting(const QuerySettingArgs& args);
+// InputError for a --turn-gap below 0 or not finite, or one given outside multi-request.
+void check_turn_gap(const QuerySettingArgs& args, SessionMode mode);
 
 void add_calibrate_command(CLI::App& app, ModelOptions& model);
 void add_generate_command(CLI::App& app, ModelOptions& model);

@@ -4,7 +4,6 @@
 #include <CLI/CLI.hpp>
 
 #include <chrono>
-#include <cmath>
 #include <map>
 #include <cstdio>
 #include <filesystem>
@@ -44,8 +43,7 @@ struct RunArgs {
   int32_t max_new = 0;             // 0: the task's
   bool no_fidelity = false;
   bool summary_only = false;
-  bool query_aware = false;  // the first query inside the compressed span
-  double turn_gap_s = 0;     // multi-request: simulated seconds between requests
+  QuerySettingArgs query;
   std::string db;  // --task: store the run in this db
   std::string out = "kvbench-out";  // the default sweep's folder: results.db and the report
 };
@@ -86,8 +84,8 @@ void run_run_command(const ModelOptions& model_options, const RunArgs& args,
   evaluation.session.mode = parse_session_mode(args.mode);
   evaluation.session.append = parse_answer_source(args.append);
   evaluation.session.max_new_tokens = args.max_new;
-  evaluation.session.query = args.query_aware ? QuerySetting::Aware : QuerySetting::Agnostic;
-  evaluation.session.turn_gap_s = args.turn_gap_s;
+  evaluation.session.query = query_setting(args.query);
+  evaluation.session.turn_gap_s = args.query.turn_gap_s;
   evaluation.fidelity = !args.no_fidelity;
   std::vector<std::string> methods;
   std::vector<ResolvedSpec> specs;
@@ -160,7 +158,9 @@ void run_run_command(const ModelOptions& model_options, const RunArgs& args,
   for (const std::string& m : methods) std::printf(" %s", m.c_str());
   std::printf("\nmode: %s, append %s, query %s", args.mode.c_str(), args.append.c_str(),
               to_string(evaluation.session.query));
-  if (args.turn_gap_s > 0) std::printf(", turn gap %g s (simulated)", args.turn_gap_s);
+  if (args.query.turn_gap_s > 0) {
+    std::printf(", turn gap %g s (simulated)", args.query.turn_gap_s);
+  }
   std::printf(", %zu sample(s)", samples.size());
   if (!generated.empty()) {
     std::printf(", context %lld tokens, seed %llu",
@@ -225,8 +225,8 @@ void run_into_db(const ModelOptions& model, const RunArgs& args, const GivenOpti
   }
   config.methods = args.methods;
   config.modes = {to_string(parse_session_mode(args.mode))};
-  config.query_settings = {args.query_aware ? "aware" : "agnostic"};
-  config.turn_gaps_s = {args.turn_gap_s};
+  config.query_settings = {to_string(query_setting(args.query))};
+  config.turn_gaps_s = {args.query.turn_gap_s};
   config.seeds = {args.seed};
   config.samples = args.samples > 0 ? args.samples : (file ? 100000 : GeneratorOptions{}.samples);
   if (args.turns > 0) config.turns = args.turns;
@@ -282,15 +282,10 @@ void add_run_command(CLI::App& app, ModelOptions& model) {
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_flag("--no-fidelity", args->no_fidelity,
                 "Skip the full-cache reference run (KL and top-1 are not measured)");
-  cmd->add_flag("--query-aware", args->query_aware,
-                "Compress the context after the first turn's query (multi-request: after each "
-                "request's query), not before any question");
-  auto* gap = cmd->add_option("--turn-gap", args->turn_gap_s,
-                              "Multi-request: simulated seconds between requests, read by TTLs "
-                              "(apc_ttl, tiers policy=ttl); nothing sleeps (default 0)");
+  add_query_setting_options(cmd, args->query);
   cmd->add_flag("--summary-only", args->summary_only,
                 "One progress line per (sample, method) instead of per-turn tables");
-  cmd->callback([&model, args, cmd, ctx, seed, knob, out, gap] {
+  cmd->callback([&model, args, cmd, ctx, seed, knob, out] {
     if (args->tasks.empty() && args->methods.empty()) {
       // The default sweep: only --out and the global options apply.
       for (const CLI::Option* o : cmd->get_options()) {
@@ -316,12 +311,7 @@ void add_run_command(CLI::App& app, ModelOptions& model) {
       throw InputError("--out belongs to the default sweep; write a report of a db with "
                        "kvbench report DB -o DIR");
     }
-    if (!(args->turn_gap_s >= 0) || !std::isfinite(args->turn_gap_s)) {
-      throw InputError("--turn-gap " + gap->as<std::string>() + ": expected seconds >= 0");
-    }
-    if (gap->count() > 0 && parse_session_mode(args->mode) != SessionMode::MultiRequest) {
-      throw InputError("--turn-gap is the time between requests: it needs --mode multi-request");
-    }
+    check_turn_gap(args->query, parse_session_mode(args->mode));
     GivenOptions given;
     given.context_tokens = ctx->count() > 0;
     given.seed = seed->count() > 0;

@@ -35,9 +35,7 @@ struct SessionArgs {
   int32_t turns = 0;
   std::string sample_id;
   bool no_fidelity = false;
-  bool query_aware = false;  // the first query inside the compressed span
-  double turn_gap_s = 0;     // multi-request: simulated seconds between requests
-  std::string turn_gap_text;  // as given, for the error line
+  QuerySettingArgs query;
 };
 
 void run_session_command(const ModelOptions& model_options, const SessionArgs& args) {
@@ -48,16 +46,9 @@ void run_session_command(const ModelOptions& model_options, const SessionArgs& a
   options.append = parse_answer_source(args.append);
   options.max_new_tokens = args.max_new;
   options.max_turns = args.turns;
-  options.query = args.query_aware ? QuerySetting::Aware : QuerySetting::Agnostic;
-  if (!args.turn_gap_text.empty()) {
-    if (!(args.turn_gap_s >= 0) || !std::isfinite(args.turn_gap_s)) {
-      throw InputError("--turn-gap " + args.turn_gap_text + ": expected seconds >= 0");
-    }
-    if (options.mode != SessionMode::MultiRequest) {
-      throw InputError("--turn-gap is the time between requests: it needs --mode multi-request");
-    }
-  }
-  options.turn_gap_s = args.turn_gap_s;
+  check_turn_gap(args.query, options.mode);
+  options.query = query_setting(args.query);
+  options.turn_gap_s = args.query.turn_gap_s;
   std::vector<ResolvedSpec> specs;
   for (const std::string& method : args.methods) {
     specs.push_back(resolve_method_spec(method));
@@ -120,14 +111,30 @@ void add_session_command(CLI::App& app, ModelOptions& model) {
   cmd->add_option("--sample-id", args->sample_id, "Run only the sample with this id");
   cmd->add_flag("--no-fidelity", args->no_fidelity,
                 "Skip the full-cache reference run (KL and top-1 are not measured)");
-  cmd->add_flag("--query-aware", args->query_aware,
+  add_query_setting_options(cmd, args->query);
+  cmd->callback([&model, args] { run_session_command(model, *args); });
+}
+
+void add_query_setting_options(CLI::App* cmd, QuerySettingArgs& args) {
+  cmd->add_flag("--query-aware", args.query_aware,
                 "Compress the context after the first turn's query (multi-request: after each "
                 "request's query), not before any question");
-  cmd->add_option("--turn-gap", args->turn_gap_s,
-                  "Multi-request: simulated seconds between requests, read by TTLs (apc_ttl, "
-                  "tiers policy=ttl); nothing sleeps (default 0)")
-      ->each([args](const std::string& text) { args->turn_gap_text = text; });
-  cmd->callback([&model, args] { run_session_command(model, *args); });
+  args.gap = cmd->add_option("--turn-gap", args.turn_gap_s,
+                             "Multi-request: simulated seconds between requests, read by TTLs "
+                             "(apc_ttl, tiers policy=ttl); nothing sleeps (default 0)");
+}
+
+QuerySetting query_setting(const QuerySettingArgs& args) {
+  return args.query_aware ? QuerySetting::Aware : QuerySetting::Agnostic;
+}
+
+void check_turn_gap(const QuerySettingArgs& args, SessionMode mode) {
+  if (!(args.turn_gap_s >= 0) || !std::isfinite(args.turn_gap_s)) {
+    throw InputError("--turn-gap " + args.gap->as<std::string>() + ": expected seconds >= 0");
+  }
+  if (args.gap->count() > 0 && mode != SessionMode::MultiRequest) {
+    throw InputError("--turn-gap is the time between requests: it needs --mode multi-request");
+  }
 }
 
 }  // namespace kvbench
