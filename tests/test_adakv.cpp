@@ -14,7 +14,7 @@
 #include "methods/registry.h"
 #include "tests/cache_feed.h"
 #include "tests/kept_positions.h"
-#include "tests/ragged_plan.h"
+#include "tests/retain_plans.h"
 
 using namespace kvbench;
 using kvbench::testing::ragged_plan;

@@ -22,6 +22,7 @@
 #include "methods/full_cache.h"
 #include "page_picks.h"
 #include "random_floats.h"
+#include "retain_plans.h"
 
 namespace {
 
@@ -30,6 +31,7 @@ using kvbench::testing::Device;
 using kvbench::testing::pages_of;
 using kvbench::testing::Pick;
 using kvbench::testing::pick_pages;
+using kvbench::testing::add_random_slots;
 using kvbench::testing::random_floats;
 using kvbench::testing::require_device;
 
@@ -167,16 +169,6 @@ void require_same_attention(const Twin& twin, const std::vector<int32_t>& q_posi
 }
 
 // n_keep random slots per head, ascending (different per head: per-head eviction).
-// Appends one head's n_keep random slots of n_tokens, ascending, to plan.slots.
-void add_random_slots(RetainPlan& plan, int64_t n_tokens, int64_t n_keep, std::mt19937& rng) {
-  std::vector<int32_t> slots(static_cast<size_t>(n_tokens));
-  std::iota(slots.begin(), slots.end(), 0);
-  std::shuffle(slots.begin(), slots.end(), rng);
-  slots.resize(static_cast<size_t>(n_keep));
-  std::sort(slots.begin(), slots.end());
-  plan.slots.insert(plan.slots.end(), slots.begin(), slots.end());
-}
-
 RetainPlan random_plan(int64_t n_tokens, int64_t n_keep, uint32_t seed) {
   std::mt19937 rng(seed);
   RetainPlan plan;

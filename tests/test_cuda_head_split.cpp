@@ -19,8 +19,8 @@
 #include "methods/head_split.h"
 #include "methods/kivi.h"
 #include "methods/narrow_kv.h"
-#include "ragged_plan.h"
 #include "random_floats.h"
+#include "retain_plans.h"
 
 namespace {
 

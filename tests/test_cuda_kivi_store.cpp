@@ -26,6 +26,7 @@
 #include "methods/registry.h"
 #include "page_picks.h"
 #include "random_floats.h"
+#include "retain_plans.h"
 
 namespace {
 
@@ -34,6 +35,7 @@ using kvbench::testing::Device;
 using kvbench::testing::pages_of;
 using kvbench::testing::Pick;
 using kvbench::testing::pick_pages;
+using kvbench::testing::add_random_slots;
 using kvbench::testing::random_floats;
 using kvbench::testing::require_device;
 
@@ -220,14 +222,7 @@ RetainPlan random_plan(int64_t n_tokens, int64_t n_keep, uint32_t seed) {
   std::mt19937 rng(seed);
   RetainPlan plan;
   plan.n_keep = n_keep;
-  for (int32_t h = 0; h < kKvHeads; ++h) {
-    std::vector<int32_t> slots(static_cast<size_t>(n_tokens));
-    std::iota(slots.begin(), slots.end(), 0);
-    std::shuffle(slots.begin(), slots.end(), rng);
-    slots.resize(static_cast<size_t>(n_keep));
-    std::sort(slots.begin(), slots.end());
-    plan.slots.insert(plan.slots.end(), slots.begin(), slots.end());
-  }
+  for (int32_t h = 0; h < kKvHeads; ++h) add_random_slots(plan, n_tokens, n_keep, rng);
   return plan;
 }
 

@@ -20,6 +20,7 @@
 #include "methods/registry.h"
 #include "page_picks.h"
 #include "random_floats.h"
+#include "retain_plans.h"
 
 namespace {
 
@@ -29,6 +30,7 @@ using kvbench::testing::download;
 using kvbench::testing::pages_of;
 using kvbench::testing::Pick;
 using kvbench::testing::pick_pages;
+using kvbench::testing::add_random_slots;
 using kvbench::testing::random_floats;
 using kvbench::testing::require_device;
 
@@ -134,14 +136,7 @@ RetainPlan random_plan(int64_t n_tokens, int64_t n_keep, uint32_t seed, int32_t 
   std::mt19937 rng(seed);
   RetainPlan plan;
   plan.n_keep = n_keep;
-  for (int32_t h = 0; h < kKvHeads; ++h) {
-    std::vector<int32_t> all(static_cast<size_t>(n_tokens));
-    std::iota(all.begin(), all.end(), 0);
-    std::shuffle(all.begin(), all.end(), rng);
-    all.resize(static_cast<size_t>(n_keep));
-    std::sort(all.begin(), all.end());
-    plan.slots.insert(plan.slots.end(), all.begin(), all.end());
-  }
+  for (int32_t h = 0; h < kKvHeads; ++h) add_random_slots(plan, n_tokens, n_keep, rng);
   if (merged_dim > 0) {
     plan.k = random_floats(plan.slots.size() * merged_dim, seed + 1);
     plan.v = random_floats(plan.slots.size() * merged_dim, seed + 2);

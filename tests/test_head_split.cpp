@@ -19,7 +19,7 @@
 #include "methods/narrow_kv.h"
 #include "methods/registry.h"
 #include "tests/cache_feed.h"
-#include "tests/ragged_plan.h"
+#include "tests/retain_plans.h"
 
 using namespace kvbench;
 using kvbench::testing::ragged_plan;
