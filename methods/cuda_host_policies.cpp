@@ -148,6 +148,10 @@ const PageSelection* HostReaderOnDevice::select(int32_t layer, const AttentionQu
 KvCache make_cuda_cache(const ResolvedSpec& spec, const KvShape& shape) {
   CacheParts parts = make_cache_parts(spec, shape);
   std::vector<std::unique_ptr<LayerKv>> layers = make_cuda_dense_layers(shape);
+  bool ragged = false;  // then a storage method's stores hold their heads apart, as on the host
+  for (const auto& component : spec.components) {
+    ragged = ragged || makes_ragged_heads(*component.first);
+  }
   for (const auto& [info, params] : spec.components) {
     if (info->kind != MethodKind::Storage) continue;
     if (info->name == "kivi") {
@@ -157,14 +161,10 @@ KvCache make_cuda_cache(const ResolvedSpec& spec, const KvShape& shape) {
     } else {
       throw InputError("method '" + info->name + "' does not run on --device cuda yet");
     }
-  }
-  bool ragged = false;  // then the narrow and KIVI stores hold their heads apart, as on the host
-  for (const auto& component : spec.components) {
-    ragged = ragged || makes_ragged_heads(*component.first);
-  }
-  if (ragged && !layers.empty() && layers[0]->head_store(0)) {
-    layers = split_heads_on_ragged_plans(std::move(layers), shape.n_kv_heads, shape.head_dim,
-                                         device_memory());
+    if (ragged) {  // the dense device store holds them itself
+      layers = split_heads_on_ragged_plans(std::move(layers), shape.n_kv_heads, shape.head_dim,
+                                           device_memory());
+    }
   }
   std::unique_ptr<TokenPolicy> policy;
   if (parts.policy) policy = std::make_unique<HostPolicyOnDevice>(std::move(parts.policy));

@@ -36,11 +36,7 @@ HeadSplitLayerKv::HeadSplitLayerKv(std::unique_ptr<LayerKv> whole, int32_t n_kv_
     : n_kv_heads_(n_kv_heads),
       head_dim_(head_dim),
       memory_(std::move(memory)),
-      whole_(std::move(whole)) {
-  if (!whole_->head_store(0)) {
-    throw std::invalid_argument("HeadSplitLayerKv: the store cannot hold its heads apart");
-  }
-}
+      whole_(std::move(whole)) {}
 
 void HeadSplitLayerKv::reserve(int64_t n_tokens) {
   if (!split()) {
@@ -96,7 +92,14 @@ void HeadSplitLayerKv::retain(RetainPlan& plan) {
     if (!plan.k.empty()) {
       throw std::invalid_argument("HeadSplitLayerKv::retain: a ragged plan merges");
     }
-    for (int32_t h = 0; h < n_kv_heads_; ++h) heads_.push_back(whole_->head_store(h));
+    std::vector<std::unique_ptr<LayerKv>> heads;
+    for (int32_t h = 0; h < n_kv_heads_; ++h) {
+      heads.push_back(whole_->head_store(h));
+      if (!heads.back()) {
+        throw std::logic_error("HeadSplitLayerKv: the store cannot hold its heads apart");
+      }
+    }
+    heads_ = std::move(heads);
     whole_.reset();
   }
   retain_head_by_head(plan, n_kv_heads_, head_dim_,

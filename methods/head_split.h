@@ -78,8 +78,9 @@ class HeadSplitLayerKv : public LayerKv {
   std::vector<std::unique_ptr<LayerKv>> heads_;  // after it: KV head h alone in heads_[h]
 };
 
-// The layers of `layers` each wrapped in a HeadSplitLayerKv. Throws std::invalid_argument
-// when a store cannot give its heads (head_store returns nullptr).
+// The layers of `layers` each wrapped in a HeadSplitLayerKv; stores of a storage method that
+// splits_heads (methods/registry.h). One that cannot give its heads (head_store returns
+// nullptr) throws std::logic_error at the first ragged plan.
 std::vector<std::unique_ptr<LayerKv>> split_heads_on_ragged_plans(
     std::vector<std::unique_ptr<LayerKv>> layers, int32_t n_kv_heads, int32_t head_dim,
     const std::shared_ptr<const RowMemory>& memory = host_memory());
