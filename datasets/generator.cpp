@@ -18,62 +18,15 @@
 #include <vector>
 
 #include "common/input_error.h"
+#include "datasets/generator_parts.h"
 #include "harness/model/tokenizer.h"
 
 namespace kvbench {
 
 namespace {
 
-// ---------------------------------------------------------------------------------------
-// PRNG: splitmix64 (Steele, Lea, Flood 2014), with our own bounded draws.
+using namespace generator_parts;
 
-uint64_t splitmix64_mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t next() {
-    state_ += 0x9E3779B97F4A7C15ULL;
-    return splitmix64_mix(state_);
-  }
-  // Uniform in [0, n), n > 0 (Lemire's multiply-shift; the tiny bias is irrelevant here
-  // and the result is the same everywhere).
-  uint64_t below(uint64_t n) {
-    return static_cast<uint64_t>((static_cast<unsigned __int128>(next()) * n) >> 64);
-  }
-  int64_t between(int64_t lo, int64_t hi) {  // inclusive
-    return lo + static_cast<int64_t>(below(static_cast<uint64_t>(hi - lo) + 1));
-  }
-
- private:
-  uint64_t state_;
-};
-
-uint64_t derive_seed(uint64_t seed, uint64_t salt) {
-  return splitmix64_mix(seed ^ splitmix64_mix(salt + 0x632BE59BD9B4E019ULL));
-}
-
-// The first k entries of a seeded shuffle of 0..n-1 (partial Fisher-Yates).
-std::vector<int64_t> choose_distinct(Rng& rng, int64_t n, int64_t k) {
-  std::vector<int64_t> idx(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) idx[static_cast<size_t>(i)] = i;
-  for (int64_t i = 0; i < k; ++i) {
-    const int64_t j = rng.between(i, n - 1);
-    std::swap(idx[static_cast<size_t>(i)], idx[static_cast<size_t>(j)]);
-  }
-  idx.resize(static_cast<size_t>(k));
-  return idx;
-}
-
-std::string random_string(Rng& rng, const char* alphabet, size_t alphabet_size, int64_t len) {
-  std::string s(static_cast<size_t>(len), ' ');
-  for (auto& c : s) c = alphabet[rng.below(alphabet_size)];
-  return s;
-}
 
 constexpr char kHex[] = "0123456789abcdef";
 constexpr char kLowerDigits[] = "abcdefghijklmnopqrstuvwxyz0123456789";
@@ -114,6 +67,24 @@ const std::vector<TaskInfo>& registry() {
        {{"documents", "8",
          "documents in the context (2..64), the same ones in every sample of a seed, each "
          "sample in its own order; every other one holds a second fact"}}},
+      {"niah",
+       "RULER's multi-key needle in a haystack over real prose (corpus gnu-standards): "
+       "special magic numbers for adjective-noun keys at seeded depths; each turn asks one key",
+       {{"needles", "0", "needles in the context, each key asked at most once; 0 means one per turn"},
+        {"depth_from", "0", "the shallowest needle depth, % of the haystack (0..100)"},
+        {"depth_to", "100", "the deepest needle depth, % of the haystack (0..100)"},
+        {"value_digits", "7", "digits of each number (3..12)"},
+        {"distractors", "0",
+         "per asked key, this many needles with the same key, another number and another kind "
+         "(special magic codes, dates, counts) (0..3)"}}},
+      {"repoqa",
+       "Code.RepoQA over real Python (corpus more-itertools): each turn quotes a function's "
+       "docstring, removed from the context, and asks the function's name",
+       {{"functions", "0",
+         "functions whose docstrings are removed, each asked at most once; 0 means one per turn"},
+        {"rename", "1",
+         "1: every top-level function name becomes a seeded neutral name (func_qzkt) at its def "
+         "and every use, so the answer needs the context; 0: the library's own names"}}},
       {"mix",
        "Two tasks over one context (their contexts concatenated); turns alternate, the first "
        "task first. The parts' knobs pass through",
@@ -135,70 +106,6 @@ std::string task_names() {
   return s;
 }
 
-[[noreturn]] void fail(const std::string& task, const std::string& what) {
-  throw InputError("task " + task + ": " + what);
-}
-
-// A task's knob values: the defaults from the registry overridden by the options.
-class Knobs {
- public:
-  Knobs(const TaskInfo& info, const std::map<std::string, std::string>& given)
-      : info_(info), given_(given) {}
-
-  std::string text(const std::string& name) const {
-    auto it = given_.find(name);
-    if (it != given_.end()) return it->second;
-    for (const auto& k : info_.knobs) {
-      if (k.name == name) return k.default_value;
-    }
-    throw std::logic_error("generator: no knob " + name);
-  }
-
-  int64_t integer(const std::string& name, int64_t lo, int64_t hi) const {
-    const std::string v = text(name);
-    char* end = nullptr;
-    errno = 0;
-    const long long x = v.empty() ? 0 : std::strtoll(v.c_str(), &end, 10);
-    if (v.empty() || errno != 0 || *end != '\0' || x < lo || x > hi) {
-      fail(info_.name, "knob " + name + " must be an integer in [" + std::to_string(lo) + ", " +
-                           std::to_string(hi) + "], not '" + v + "'");
-    }
-    return x;
-  }
-
- private:
-  const TaskInfo& info_;
-  const std::map<std::string, std::string>& given_;
-};
-
-// ---------------------------------------------------------------------------------------
-// Builders and the sizer.
-
-struct Built {
-  std::string context;
-  std::vector<SampleTurn> turns;
-  std::vector<std::string> documents;  // docs_kv: the context's parts (Sample::documents)
-};
-
-SampleTurn make_turn(std::string input, std::vector<std::string> answers) {
-  SampleTurn turn;
-  turn.input = std::move(input);
-  turn.answers = std::move(answers);
-  return turn;
-}
-
-std::string join(const std::vector<std::string>& items, const std::string& sep) {
-  std::string out;
-  for (size_t i = 0; i < items.size(); ++i) out += (i ? sep : "") + items[i];
-  return out;
-}
-
-struct Plan {
-  std::string task;
-  int64_t min_items = 0;
-  int64_t pad_max = 0;  // 0: no padding item
-  std::function<Built(int64_t items, int64_t pad)> build;
-};
 
 bool within(int64_t tokens, int64_t target) {
   return std::abs(static_cast<double>(tokens - target)) <=
@@ -688,7 +595,13 @@ Plan plan_docs_kv(const Knobs& knobs, int32_t turns, uint64_t documents_seed,
 // docs_kv's documents come from the run's seed (shared by its samples), every other task
 // from the sample's.
 Plan plan_for(const std::string& task, const Knobs& knobs, int32_t turns, uint64_t seed,
-              uint64_t run_seed) {
+              uint64_t run_seed, const GeneratorOptions& options) {
+  if (task == "niah") {
+    return plan_niah(knobs, turns, seed, options.prose ? *options.prose : pinned_prose_corpus());
+  }
+  if (task == "repoqa") {
+    return plan_repoqa(knobs, turns, seed, options.code ? *options.code : pinned_code_corpus());
+  }
   if (task == "docs_kv") return plan_docs_kv(knobs, turns, run_seed, seed);
   if (task == "retr_kv") return plan_retr_kv(knobs, turns, seed);
   if (task == "retr_prefix_suffix") return plan_prefix_suffix(knobs, turns, seed);
@@ -760,8 +673,7 @@ std::vector<Sample> generate_samples(const GeneratorOptions& options, const Toke
     const TaskInfo* ta = find_task(a);
     const TaskInfo* tb = find_task(b);
     if (!ta || !tb || a == "mix" || b == "mix" || a == b) {
-      fail(task, "knob tasks must be two different tasks A+B among retr_kv, retr_prefix_suffix, "
-                 "multihop_vt, math_find, docs_kv, not '" + spec + "'");
+      fail(task, "knob tasks must be two different tasks A+B among the generated tasks, not '" + spec + "'");
     }
     parts = {ta, tb};
   }
@@ -777,7 +689,7 @@ std::vector<Sample> generate_samples(const GeneratorOptions& options, const Toke
     sample.task = task;
     if (parts.empty()) {
       const Knobs knobs(*info, options.knobs);
-      const Plan plan = plan_for(task, knobs, options.turns, sample_seed, run_seed);
+      const Plan plan = plan_for(task, knobs, options.turns, sample_seed, run_seed, options);
       Built b = size_to(plan, tokenizer, options.context_tokens, options.turns);
       sample.context = std::move(b.context);
       sample.turns = std::move(b.turns);
@@ -793,12 +705,14 @@ std::vector<Sample> generate_samples(const GeneratorOptions& options, const Toke
       const Knobs knobs_b(*parts[1], kb);
       const std::string sep = "\n\n";
       const Plan pa =
-          plan_for(parts[0]->name, knobs_a, turns_a, derive_seed(sample_seed, 1), run_seed);
+          plan_for(parts[0]->name, knobs_a, turns_a, derive_seed(sample_seed, 1), run_seed,
+                   options);
       Built a = size_to(pa, tokenizer, options.context_tokens / 2, turns_a);
       Built b;
       if (turns_b > 0) {
         const Plan pb =
-            plan_for(parts[1]->name, knobs_b, turns_b, derive_seed(sample_seed, 2), run_seed);
+            plan_for(parts[1]->name, knobs_b, turns_b, derive_seed(sample_seed, 2), run_seed,
+                     options);
         int64_t target_b = options.context_tokens - count_context_tokens(tokenizer, a.context + sep);
         for (int attempt = 0;; ++attempt) {
           if (target_b < 1) {
@@ -813,7 +727,7 @@ std::vector<Sample> generate_samples(const GeneratorOptions& options, const Toke
         sample.context = a.context + sep + b.context;
       } else {
         // One turn: only part A is asked, but the context still holds both parts.
-        const Plan pb = plan_for(parts[1]->name, knobs_b, 1, derive_seed(sample_seed, 2), run_seed);
+        const Plan pb = plan_for(parts[1]->name, knobs_b, 1, derive_seed(sample_seed, 2), run_seed, options);
         const int64_t target_b =
             options.context_tokens - count_context_tokens(tokenizer, a.context + sep);
         if (target_b < 1) fail(task, "context_tokens is too small for both parts");

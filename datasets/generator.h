@@ -1,6 +1,7 @@
-// Seeded generators of SCBench's synthetic shared-context tasks (Retr.KV,
+// Seeded generators of SCBench's shared-context tasks: the synthetic ones (Retr.KV,
 // Retr.Prefix-Suffix, Retr.MultiHop = RULER variable tracking, Math.Find, a mix of two, and
-// kvbench's docs_kv: separately cacheable documents for CacheBlend),
+// kvbench's docs_kv: separately cacheable documents for CacheBlend) and the natural ones cut
+// from pinned corpora (niah over real prose, repoqa over real code; datasets/corpus.h),
 // sized in real tokens: the context, counted with the given tokenizer, lands within 2% of
 // `context_tokens`. Deterministic: the same options and seed give byte-identical samples on
 // every platform (own splitmix64 PRNG, no <random> distributions).
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "datasets/corpus.h"
 #include "datasets/sample.h"
 
 namespace kvbench {
@@ -29,6 +31,9 @@ struct GeneratorOptions {
   // Task-specific difficulty knobs by name, values as text ("hops" -> "4"); a knob left out
   // takes its default from task_registry(). An unknown name is an InputError.
   std::map<std::string, std::string> knobs;
+  // The corpora niah and repoqa are cut from; nullptr: the pinned ones (datasets/corpus.h).
+  const ProseCorpus* prose = nullptr;
+  const CodeCorpus* code = nullptr;
 };
 
 struct KnobInfo {

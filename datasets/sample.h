@@ -45,6 +45,17 @@ inline const std::string& turn_task(const Sample& sample, const SampleTurn& turn
   return turn.task.empty() ? sample.task : turn.task;
 }
 
+// The no-context control: the same samples with the context (and its documents) removed,
+// so every turn's question is asked alone. A task whose answers the model gives without
+// the context cannot measure what a cache method lost.
+inline std::vector<Sample> without_context(std::vector<Sample> samples) {
+  for (Sample& sample : samples) {
+    sample.context.clear();
+    sample.documents.clear();
+  }
+  return samples;
+}
+
 // Reads a JSONL file of samples. Throws InputError naming the file and line for a missing
 // file, malformed JSON, a missing or mistyped field, documents that do not join to the
 // context, or an empty file. Ids may be numbers or strings (kept as text); options, a

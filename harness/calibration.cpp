@@ -32,6 +32,21 @@ void Calibration::put(const CalibrationCell& cell) {
   cells.push_back(cell);
 }
 
+SweepEstimate estimate_sweep(const std::vector<PlannedUnits>& plan, const Calibration& calibration) {
+  SweepEstimate estimate;
+  for (const PlannedUnits& p : plan) {
+    const CalibrationCell* cell = calibration.find(p.task, p.context_tokens);
+    if (cell == nullptr || cell->samples <= 0 || cell->turns <= 0 || cell->seconds <= 0) {
+      estimate.untimed.push_back(p.task + " at " + std::to_string(p.context_tokens) + " tokens");
+      continue;
+    }
+    const double per_turn = cell->seconds / (static_cast<double>(cell->samples) * cell->turns);
+    estimate.seconds += per_turn * p.turns * static_cast<double>(p.units);
+    estimate.timed_units += p.units;
+  }
+  return estimate;
+}
+
 std::string calibration_path(const std::string& model_path) {
   std::string name = known_model_name(model_path);
   if (name.empty()) name = std::filesystem::path(model_path).stem().string();
@@ -73,6 +88,16 @@ Calibration load_calibration(const std::string& path) {
       x.low = cell.at("low").get<double>();
       x.high = cell.at("high").get<double>();
       x.seconds = cell.value("seconds", 0.0);
+      if (cell.contains("no_context")) {
+        const json& control = cell.at("no_context");
+        x.no_context_accuracy = control.at("accuracy").get<double>();
+        x.no_context_low = control.at("low").get<double>();
+        x.no_context_high = control.at("high").get<double>();
+        if (!(x.no_context_accuracy >= 0 && x.no_context_accuracy <= 1)) {
+          throw InputError(path + ": malformed calibration file (no_context accuracy must be "
+                           "in [0, 1])");
+        }
+      }
       c.cells.push_back(x);
     }
     return c;
@@ -84,14 +109,16 @@ Calibration load_calibration(const std::string& path) {
 void save_calibration(const Calibration& c, const std::string& path) {
   json cells = json::array();
   for (const CalibrationCell& x : c.cells) {
-    cells.push_back({{"task", x.task},
-                     {"context_tokens", x.context_tokens},
-                     {"samples", x.samples},
-                     {"turns", x.turns},
-                     {"accuracy", x.accuracy},
-                     {"low", x.low},
-                     {"high", x.high},
-                     {"seconds", x.seconds}});
+    json cell = {{"task", x.task},         {"context_tokens", x.context_tokens},
+                 {"samples", x.samples},   {"turns", x.turns},
+                 {"accuracy", x.accuracy}, {"low", x.low},
+                 {"high", x.high},         {"seconds", x.seconds}};
+    if (x.has_control()) {
+      cell["no_context"] = {{"accuracy", x.no_context_accuracy},
+                            {"low", x.no_context_low},
+                            {"high", x.no_context_high}};
+    }
+    cells.push_back(std::move(cell));
   }
   const json root = {{"model", c.model},       {"model_sha256", c.model_sha256},
                      {"mode", c.mode},         {"seed", c.seed},

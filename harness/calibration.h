@@ -19,6 +19,30 @@ struct CalibrationCell {
   double accuracy = 0;     // mean score of the full cache, in [0, 1]
   double low = 0, high = 0;  // its 95% interval
   double seconds = 0;      // wall time of the cell (prefill and decode of every turn)
+  // The no-context control: the same questions asked with the context removed. A task
+  // measures a cache only if its answers need the context. Negative: not measured (a cell
+  // from before the control).
+  double no_context_accuracy = -1;
+  double no_context_low = 0, no_context_high = 0;
+
+  bool has_control() const { return no_context_accuracy >= 0; }
+};
+
+// The time a sweep's units will take, from the calibration's full-cache timings: a unit is
+// one sample of `turns` turns through one method, costed as the full cache's time per sample
+// and turn at that task and length. Methods that score or rebuild the cache cost more,
+// shared prefills less: a plan, not a promise.
+struct PlannedUnits {
+  std::string task;  // a calibration label
+  int64_t context_tokens = 0;
+  int32_t turns = 0;
+  int64_t units = 0;
+};
+
+struct SweepEstimate {
+  double seconds = 0;                // of the timed units
+  int64_t timed_units = 0;
+  std::vector<std::string> untimed;  // tasks without a cell at their length
 };
 
 struct Calibration {
@@ -33,6 +57,8 @@ struct Calibration {
   // Adds the cell, replacing one of the same setting.
   void put(const CalibrationCell& cell);
 };
+
+SweepEstimate estimate_sweep(const std::vector<PlannedUnits>& plan, const Calibration& calibration);
 
 // The calibration file of a model: configs/calibration/<name>.json in the source tree, the
 // name being the short name of a known model or the file's name without .gguf.

@@ -1,5 +1,6 @@
 #include "harness/sweep.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -146,20 +147,34 @@ void apply_calibration(SweepConfig& config, const Calibration& calibration,
       config.excluded_tasks.push_back(
           {task.label(), "not calibrated" + at + " (kvbench calibrate --task " + task.label() +
                              " --lengths " + std::to_string(config.context_tokens) + ")"});
+    } else if (!cell->has_control()) {
+      config.excluded_tasks.push_back(
+          {task.label(), "no no-context control" + at + " in calibration (rerun kvbench "
+                             "calibrate --task " + task.label() + " --lengths " +
+                             std::to_string(config.context_tokens) + ")"});
     } else if (cell->accuracy < config.min_full_accuracy) {
       config.excluded_tasks.push_back(
           {task.label(), "full cache " + percent(cell->accuracy) + " (95% interval " +
                              percent(cell->low) + "-" + percent(cell->high) + ", " +
                              std::to_string(cell->samples * cell->turns) + " turns)" + at +
                              " in calibration, below " + percent(config.min_full_accuracy)});
+    } else if (cell->no_context_accuracy > config.max_no_context_accuracy) {
+      config.excluded_tasks.push_back(
+          {task.label(), "answered " + percent(cell->no_context_accuracy) + " without the context" +
+                             at + " in calibration, above " +
+                             percent(config.max_no_context_accuracy) +
+                             ": the answers do not need the context"});
     } else {
+      config.calibrated_tasks.push_back({task.label(), cell->accuracy, cell->no_context_accuracy});
       kept.push_back(std::move(task));
     }
   }
   if (kept.empty()) {
-    throw InputError(calibration_file + ": the full cache scores below " +
-                     percent(config.min_full_accuracy) + " on every task of the sweep at " +
-                     std::to_string(config.context_tokens) + " tokens; nothing to run");
+    throw InputError(calibration_file + ": no task of the sweep at " +
+                     std::to_string(config.context_tokens) + " tokens scores " +
+                     percent(config.min_full_accuracy) + " or more with the full cache and " +
+                     percent(config.max_no_context_accuracy) +
+                     " or less without the context; nothing to run");
   }
   config.tasks = std::move(kept);
 }
@@ -236,9 +251,18 @@ SweepProgress run_sweep(const LlamaModel& model, const SweepConfig& config, cons
     }
     if (!left.empty()) {
       state.total += static_cast<int64_t>(left.size());
+      const std::string label = group.task->label();
+      auto planned = std::find_if(state.planned.begin(), state.planned.end(),
+                                  [&](const PlannedUnits& p) { return p.task == label; });
+      if (planned == state.planned.end()) {
+        state.planned.push_back({label, config.context_tokens, config.turns, 0});
+        planned = state.planned.end() - 1;
+      }
+      planned->units += static_cast<int64_t>(left.size());
       todo.emplace_back(&group, std::move(left));
     }
   }
+  if (progress) progress(state);  // the plan, before anything runs
   // The options of a group: an SCBench file's samples are cut to `turns` too.
   auto options_of = [&](const Group& group) {
     EvaluationOptions options;

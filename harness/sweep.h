@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/calibration.h"
 #include "harness/evaluation.h"
 #include "harness/sweep_config.h"
 #include "results/results_db.h"
@@ -34,6 +35,9 @@ struct SweepProgress {
   double elapsed_s = 0;
   std::string last_unit;
   PrefillCount prefill;  // context tokens prefilled so far, shared and by units alone
+  // This invocation's units per task, for the plan printed before the first unit: progress
+  // is called once with done 0 before anything runs.
+  std::vector<PlannedUnits> planned;
 };
 
 // Runs the shard's units that the db does not have yet. Units are grouped by (task, seed,

@@ -261,10 +261,16 @@ SweepConfig parse_sweep_config(const std::string& json_text, const std::string& 
         fail(source, "min_full_accuracy must be a number in [0, 1]");
       }
       config.min_full_accuracy = v.get<double>();
+    } else if (key == "max_no_context_accuracy") {
+      if (!v.is_number() || !(v.get<double>() >= 0 && v.get<double>() <= 1)) {
+        fail(source, "max_no_context_accuracy must be a number in [0, 1]");
+      }
+      config.max_no_context_accuracy = v.get<double>();
     } else {
       fail(source, "unknown key '" + key + "' (keys: tasks, methods, budgets, modes, "
                    "query_settings, turn_gaps_s, seeds, samples, turns, context_tokens, "
-                   "max_new, fidelity, shared_prefill, model, min_full_accuracy)");
+                   "max_new, fidelity, shared_prefill, model, min_full_accuracy, "
+                   "max_no_context_accuracy)");
     }
   }
   if (!has_tasks) fail(source, "missing 'tasks'");
@@ -320,12 +326,24 @@ std::string canonical_config_json(const SweepConfig& config) {
   if (config.turn_gaps_s != std::vector<double>{0}) root["turn_gaps_s"] = config.turn_gaps_s;
   if (!config.model.empty()) root["model"] = config.model;
   if (config.min_full_accuracy > 0) root["min_full_accuracy"] = config.min_full_accuracy;
+  if (config.max_no_context_accuracy != kDefaultMaxNoContextAccuracy) {
+    root["max_no_context_accuracy"] = config.max_no_context_accuracy;
+  }
   if (!config.excluded_tasks.empty()) {
     json excluded = json::array();
     for (const ExcludedTask& t : config.excluded_tasks) {
       excluded.push_back({{"task", t.task}, {"reason", t.reason}});
     }
     root["excluded_tasks"] = excluded;
+  }
+  if (!config.calibrated_tasks.empty()) {
+    json calibrated = json::array();
+    for (const CalibratedTask& t : config.calibrated_tasks) {
+      calibrated.push_back({{"task", t.task},
+                            {"accuracy", t.accuracy},
+                            {"no_context_accuracy", t.no_context_accuracy}});
+    }
+    root["calibrated_tasks"] = calibrated;
   }
   return dump_json(root);  // nlohmann's object keys are sorted
 }

@@ -16,8 +16,9 @@
 //    "max_new": 0,                                     // 0: each task's
 //    "fidelity": true,
 //    "model": "qwen2.5-0.5b",        // a short name or GGUF path; default: --model's
-//    "min_full_accuracy": 0.8}       // leave out task settings the model's calibration
+//    "min_full_accuracy": 0.8,       // leave out task settings the model's calibration
 //                                    // (harness/calibration.h) puts below this
+//    "max_no_context_accuracy": 0.2} // ... or, without the context, above this (default)
 #pragma once
 
 #include <cstdint>
@@ -26,6 +27,8 @@
 #include <vector>
 
 namespace kvbench {
+
+constexpr double kDefaultMaxNoContextAccuracy = 0.2;
 
 struct SweepTask {
   std::string name;                          // a task of tasks/task_catalog.h
@@ -39,6 +42,13 @@ struct SweepTask {
 struct ExcludedTask {
   std::string task;    // its label
   std::string reason;  // "full cache 40.0% (28-53) at 1024 tokens in calibration, below 80%"
+};
+
+// A task setting the calibration let in, with the numbers that let it in.
+struct CalibratedTask {
+  std::string task;  // its label
+  double accuracy = 0;             // the full cache's, with the context
+  double no_context_accuracy = 0;  // and without it
 };
 
 struct SweepConfig {
@@ -61,7 +71,11 @@ struct SweepConfig {
   bool shared_prefill = true;
   std::string model;             // "" : the command's --model (or the default model)
   double min_full_accuracy = 0;  // 0: every task runs, calibrated or not
+  // With min_full_accuracy: a setting the model answers this well without the context (the
+  // calibration's no-context control) does not measure a cache, and is left out too.
+  double max_no_context_accuracy = kDefaultMaxNoContextAccuracy;
   std::vector<ExcludedTask> excluded_tasks;  // filled by apply_calibration
+  std::vector<CalibratedTask> calibrated_tasks;  // likewise, the tasks it kept
 };
 
 // `kvbench run` with no task runs this config of the source tree.

@@ -381,6 +381,8 @@ struct Coverage {
   size_t runs = 0, unfinished = 0;
   std::string model_sha, version, git_sha, first, last;
   std::map<std::string, std::string> left_out;  // task -> why its sweep left it out
+  // task -> the calibration that let it in: "100% with the context, 4% without"
+  std::map<std::string, std::string> calibrated;
 };
 
 // The tasks a run's sweep left out (its config's "excluded_tasks", harness/sweep.h).
@@ -395,6 +397,26 @@ void add_left_out(const std::string& config_json, std::map<std::string, std::str
         t.value("reason", nlohmann::json()).is_string()) {
       out.emplace(t["task"].get<std::string>(), t["reason"].get<std::string>());
     }
+  }
+}
+
+// The tasks a run's calibration let in, with both numbers ("calibrated_tasks").
+void add_calibrated(const std::string& config_json, std::map<std::string, std::string>& out) {
+  const auto root = nlohmann::json::parse(config_json, nullptr, false);
+  if (!root.is_object() || !root.contains("calibrated_tasks") ||
+      !root["calibrated_tasks"].is_array()) {
+    return;
+  }
+  for (const auto& t : root["calibrated_tasks"]) {
+    if (!t.is_object() || !t.value("task", nlohmann::json()).is_string() ||
+        !t.value("accuracy", nlohmann::json()).is_number() ||
+        !t.value("no_context_accuracy", nlohmann::json()).is_number()) {
+      continue;
+    }
+    char text[96];
+    std::snprintf(text, sizeof text, "%.0f%% with the context, %.0f%% without it",
+                  100 * t["accuracy"].get<double>(), 100 * t["no_context_accuracy"].get<double>());
+    out.emplace(t["task"].get<std::string>(), text);
   }
 }
 
@@ -414,6 +436,7 @@ Coverage coverage(const std::vector<RunRecord>& runs) {
     gits.insert(r.git_sha.substr(0, 12));
     if (r.finished_at.empty()) ++c.unfinished;
     add_left_out(r.config_json, c.left_out);
+    add_calibrated(r.config_json, c.calibrated);
     if (!r.started_at.empty() && (c.first.empty() || r.started_at < c.first)) c.first = r.started_at;
     const std::string& end = r.finished_at.empty() ? r.started_at : r.finished_at;
     if (!end.empty() && end > c.last) c.last = end;
@@ -477,9 +500,16 @@ std::string render_leaderboard_markdown(const std::vector<RunRecord>& runs,
     }
   }
 
+  if (!c.calibrated.empty()) {
+    o << "\n**Calibration** of the tasks above (the full cache; without the context is the "
+         "control, the same questions asked alone):\n\n";
+    for (const auto& [task, numbers] : c.calibrated) {
+      o << "- " << md_escape(task) << ": " << md_escape(numbers) << "\n";
+    }
+  }
   if (!c.left_out.empty()) {
-    o << "\n**Left out**, because the model cannot do them with the full cache (so they "
-         "cannot tell methods apart):\n\n";
+    o << "\n**Left out**, because the model cannot do them with the full cache or answers "
+         "them without the context (so they cannot tell methods apart):\n\n";
     for (const auto& [task, why] : c.left_out) {
       o << "- " << md_escape(task) << ": " << md_escape(why) << "\n";
     }
@@ -894,9 +924,18 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
       << "</tr>\n";
   }
   o << "</table>\n";
+  if (!c.calibrated.empty()) {
+    o << "<p class=\"note\"><b>Calibration</b> of the tasks above (the full cache; without the "
+         "context is the control, the same questions asked alone):</p>\n<ul>\n";
+    for (const auto& [task, numbers] : c.calibrated) {
+      o << "<li>" << h(task) << ": " << h(numbers) << "</li>\n";
+    }
+    o << "</ul>\n";
+  }
   if (!c.left_out.empty()) {
     o << "<p class=\"note\"><b>Left out</b>, because the model cannot do them with the full "
-         "cache (so they cannot tell methods apart):</p>\n<ul>\n";
+         "cache or answers them without the context (so they cannot tell methods "
+         "apart):</p>\n<ul>\n";
     for (const auto& [task, why] : c.left_out) o << "<li>" << h(task) << ": " << h(why) << "</li>\n";
     o << "</ul>\n";
   }

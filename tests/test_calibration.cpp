@@ -20,8 +20,8 @@ Calibration two_cells() {
   Calibration c;
   c.model = "qwen2.5-0.5b";
   c.model_sha256 = std::string(64, 'a');
-  c.cells.push_back({"retr_kv", 1024, 5, 5, 0.96, 0.80, 0.99, 12.5});
-  c.cells.push_back({"math_find", 1024, 5, 5, 0.40, 0.23, 0.59, 10.0});
+  c.cells.push_back({"retr_kv", 1024, 5, 5, 0.96, 0.80, 0.99, 12.5, 0.0, 0.0, 0.13});
+  c.cells.push_back({"math_find", 1024, 5, 5, 0.40, 0.23, 0.59, 10.0, 0.08, 0.02, 0.25});
   return c;
 }
 
@@ -51,6 +51,10 @@ TEST_CASE("calibration: a file round-trips, and put replaces a cell of the same 
   CHECK(back.find("retr_kv", 1024)->samples == 2);
   CHECK(back.find("retr_kv", 2048)->high == 0.98);
   CHECK(back.find("retr_kv", 512) == nullptr);
+  CHECK_FALSE(back.find("retr_kv", 1024)->has_control());  // put without one
+  REQUIRE(back.find("math_find", 1024)->has_control());
+  CHECK(back.find("math_find", 1024)->no_context_accuracy == 0.08);
+  CHECK(back.find("math_find", 1024)->no_context_high == 0.25);
   std::remove(path.c_str());
 }
 
@@ -98,7 +102,7 @@ TEST_CASE("calibration: another model file's calibration, or nothing left, is re
                     Contains("cal.json: calibrated on another file of qwen2.5-0.5b"));
   SweepConfig strict = three_tasks(0.99);
   CHECK_THROWS_WITH(apply_calibration(strict, two_cells(), std::string(64, 'a'), "cal.json"),
-                    Contains("below 99% on every task"));
+                    Contains("no task of the sweep at 1024 tokens scores 99% or more"));
 }
 
 TEST_CASE("calibration: a config's min_full_accuracy must lie in [0, 1]", "[unit]") {
@@ -108,4 +112,52 @@ TEST_CASE("calibration: a config's min_full_accuracy must lie in [0, 1]", "[unit
   CHECK_THROWS_WITH(parse_sweep_config(R"({"tasks": ["retr_kv"], "methods": ["full"],
                                            "model": ""})", "cfg.json"),
                     Contains("model must be a short name"));
+}
+
+TEST_CASE("calibration: the no-context control keeps out tasks answered without the context",
+          "[unit]") {
+  Calibration c = two_cells();
+  c.put({"multihop_vt", 1024, 5, 5, 0.92, 0.75, 0.98, 9.0, 0.36, 0.2, 0.55});  // known by heart
+  SweepConfig config = three_tasks(0.3);
+  apply_calibration(config, c, std::string(64, 'a'), "cal.json");
+  REQUIRE(config.tasks.size() == 2);  // retr_kv and math_find (8% without the context)
+  REQUIRE(config.excluded_tasks.size() == 1);
+  CHECK(config.excluded_tasks[0].task == "multihop_vt");
+  CHECK_THAT(config.excluded_tasks[0].reason,
+             Contains("answered 36% without the context at 1024 tokens") && Contains("above 20%"));
+  // The kept ones carry both numbers into the run's config, for the report.
+  REQUIRE(config.calibrated_tasks.size() == 2);
+  CHECK(config.calibrated_tasks[0].task == "retr_kv");
+  CHECK(config.calibrated_tasks[0].accuracy == 0.96);
+  CHECK(config.calibrated_tasks[1].no_context_accuracy == 0.08);
+  CHECK_THAT(canonical_config_json(config),
+             Contains("\"calibrated_tasks\"") && Contains("\"no_context_accuracy\":0.08"));
+
+  // A looser control lets it in; a cell measured before the control never enters.
+  SweepConfig loose = parse_sweep_config(
+      R"({"tasks": ["multihop_vt"], "methods": ["full"], "context_tokens": 1024,
+          "min_full_accuracy": 0.8, "max_no_context_accuracy": 0.4})", "cfg.json");
+  apply_calibration(loose, c, std::string(64, 'a'), "cal.json");
+  CHECK(loose.tasks.size() == 1);
+  CHECK_THAT(canonical_config_json(loose), Contains("\"max_no_context_accuracy\":0.4"));
+  c.put({"multihop_vt", 1024, 5, 5, 0.92, 0.75, 0.98, 9.0});
+  SweepConfig old = three_tasks(0.8);
+  apply_calibration(old, c, std::string(64, 'a'), "cal.json");
+  REQUIRE(old.excluded_tasks.size() == 2);
+  CHECK_THAT(old.excluded_tasks[1].reason, Contains("no no-context control at 1024 tokens"));
+}
+
+TEST_CASE("calibration: a sweep's time estimate from the cells' timings", "[unit]") {
+  const Calibration c = two_cells();  // retr_kv: 12.5 s for 5 x 5 turns at 1024 tokens
+  const SweepEstimate e = estimate_sweep({{"retr_kv", 1024, 5, 40},
+                                          {"math_find", 1024, 2, 10},
+                                          {"retr_kv", 4096, 5, 3},
+                                          {"multihop_vt", 1024, 5, 7}},
+                                         c);
+  // 0.5 s a turn x 5 turns x 40 units + 0.4 s a turn x 2 turns x 10 units.
+  CHECK(e.seconds == Approx(100.0 + 8.0));
+  CHECK(e.timed_units == 50);
+  REQUIRE(e.untimed.size() == 2);
+  CHECK(e.untimed[0] == "retr_kv at 4096 tokens");
+  CHECK(e.untimed[1] == "multihop_vt at 1024 tokens");
 }

@@ -95,11 +95,12 @@ void run_calibrate(const ModelOptions& model_options, const CalibrateArgs& args)
   EvaluationOptions evaluation;  // multi-turn with gold answers appended: the sweeps' mode
   evaluation.session.max_new_tokens = 0;  // each task's decode budget, as sweeps use
   evaluation.fidelity = false;
-  std::printf("calibrate: %s, full cache, multi-turn, %d samples x %d turns per cell, seed %llu\n",
+  std::printf("calibrate: %s, full cache, multi-turn, %d samples x %d turns per cell, seed %llu; "
+              "then the same questions without the context (no ctx)\n",
               calibration.model.c_str(), args.samples, args.turns,
               static_cast<unsigned long long>(args.seed));
-  std::printf("%-36s %7s %7s %15s %6s %8s\n", "task", "tokens", "acc %", "95% interval", "turns",
-              "seconds");
+  std::printf("%-36s %7s %7s %15s %9s %15s %6s %8s\n", "task", "tokens", "acc %", "95% interval",
+              "no ctx %", "95% interval", "turns", "seconds");
   std::fflush(stdout);
   for (const SweepTask& task : tasks) {
     for (const int64_t length : args.lengths) {
@@ -116,6 +117,13 @@ void run_calibrate(const ModelOptions& model_options, const CalibrateArgs& args)
       const auto start = std::chrono::steady_clock::now();
       evaluate(*model, samples, {"full"}, evaluation,
                [&](const UnitResult& unit) { scores.push_back(unit.scores); });
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      // The control: the same questions with the context removed.
+      std::vector<std::vector<double>> alone;
+      evaluate(*model, without_context(samples), {"full"}, evaluation,
+               [&](const UnitResult& unit) { alone.push_back(unit.scores); });
+      const Interval control = accuracy_interval(alone);
       CalibrationCell cell;
       cell.task = task.label();
       cell.context_tokens = length;
@@ -125,15 +133,20 @@ void run_calibrate(const ModelOptions& model_options, const CalibrateArgs& args)
       cell.accuracy = interval.mean;
       cell.low = interval.low;
       cell.high = interval.high;
-      cell.seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      cell.seconds = seconds;
+      cell.no_context_accuracy = control.mean;
+      cell.no_context_low = control.low;
+      cell.no_context_high = control.high;
       calibration.put(cell);
       save_calibration(calibration, path);  // after every cell: a stopped run keeps its cells
       char bounds[32];
       std::snprintf(bounds, sizeof bounds, "%.1f-%.1f", 100 * cell.low, 100 * cell.high);
-      std::printf("%-36.36s %7lld %7.1f %15s %6d %8.1f\n", cell.task.c_str(),
+      char control_bounds[32];
+      std::snprintf(control_bounds, sizeof control_bounds, "%.1f-%.1f", 100 * control.low,
+                    100 * control.high);
+      std::printf("%-36.36s %7lld %7.1f %15s %9.1f %15s %6d %8.1f\n", cell.task.c_str(),
                   static_cast<long long>(length), 100 * cell.accuracy, bounds,
-                  cell.samples * cell.turns, cell.seconds);
+                  100 * control.mean, control_bounds, cell.samples * cell.turns, cell.seconds);
       std::fflush(stdout);
     }
   }

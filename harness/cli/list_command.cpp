@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <set>
 
+#include "datasets/corpus.h"
 #include "datasets/generator.h"
 #include "tasks/task_catalog.h"
 #include "harness/cli/commands.h"
@@ -123,6 +124,12 @@ void list_tasks() {
               "(defaults)\n",
               static_cast<long long>(defaults.context_tokens), defaults.turns, defaults.samples,
               static_cast<unsigned long long>(defaults.seed));
+  std::printf("\ncorpora of niah and repoqa (pinned; scripts/setup.sh unpacks them into %s):\n",
+              corpus_dir().c_str());
+  for (const CorpusInfo& corpus : corpus_registry()) {
+    std::printf("  %-16s %s\n  %-16s %s\n", corpus.name.c_str(), corpus.source.c_str(), "",
+                corpus.content.c_str());
+  }
   std::printf("\nSCBench task files (kvbench run --task NAME --data FILE.jsonl):\n");
   for (const TaskFormat& format : task_formats()) {
     if (format.source != TaskSource::Scbench) continue;

@@ -1,11 +1,14 @@
 // `kvbench sweep CONFIG --db DB [--shard i/n | --jobs N]` and `kvbench merge A.db B.db ... -o ALL.db`.
 #include <CLI/CLI.hpp>
+
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +53,30 @@ std::string duration_text(double seconds) {
     std::snprintf(text, sizeof text, "%ldm%02lds", s / 60, s % 60);
   }
   return text;
+}
+
+// The plan, before the first unit: units per task and the time the calibration's
+// full-cache timings give them (harness/calibration.h, estimate_sweep).
+void print_plan(const SweepProgress& p, const Calibration* timings) {
+  std::printf("sweep: plan: %lld units to run (%lld already there)\n",
+              static_cast<long long>(p.total), static_cast<long long>(p.skipped));
+  for (const PlannedUnits& u : p.planned) {
+    std::printf("sweep: plan:   %-40s %6lld units at %lld tokens\n", u.task.c_str(),
+                static_cast<long long>(u.units), static_cast<long long>(u.context_tokens));
+  }
+  if (timings == nullptr) {
+    std::printf("sweep: plan: no calibration file of this model: no time estimate\n");
+  } else if (!p.planned.empty()) {
+    const SweepEstimate e = estimate_sweep(p.planned, *timings);
+    std::printf("sweep: plan: about %s on one process for the %lld units with a calibration "
+                "timing (the full cache's time per turn; methods that score or rebuild the "
+                "cache take longer)\n",
+                duration_text(e.seconds).c_str(), static_cast<long long>(e.timed_units));
+    for (const std::string& t : e.untimed) {
+      std::printf("sweep: plan: no calibration timing for %s\n", t.c_str());
+    }
+  }
+  std::fflush(stdout);
 }
 
 // A bar with ETA on a terminal; a plain line per unit otherwise (logs of batch jobs).
@@ -141,9 +168,15 @@ void run_sweep_into(const ModelOptions& model_options, SweepConfig config, const
   RunRecord run;
   run.model_path = model_path;
   run.model_sha256 = sha256_file(model_path);
+  // The calibration: which tasks run (min_full_accuracy) and the plan's time estimate.
+  const std::string calibration_file = calibration_path(model_path);
+  std::optional<Calibration> calibration;
+  std::error_code exists_error;
+  if (config.min_full_accuracy > 0 || std::filesystem::exists(calibration_file, exists_error)) {
+    calibration = load_calibration(calibration_file);
+  }
   if (config.min_full_accuracy > 0) {
-    const std::string file = calibration_path(model_path);
-    apply_calibration(config, load_calibration(file), run.model_sha256, file);
+    apply_calibration(config, *calibration, run.model_sha256, calibration_file);
     for (const ExcludedTask& t : config.excluded_tasks) {
       std::printf("sweep: left out %s: %s\n", t.task.c_str(), t.reason.c_str());
     }
@@ -161,7 +194,17 @@ void run_sweep_into(const ModelOptions& model_options, SweepConfig config, const
   run.host = host_name();
   run.command_line = command_line();
   const size_t before = db->finished_unit_keys().size();
-  const SweepProgress done = run_sweep(*model, config, shard, *db, run, print_progress, on_unit);
+  // Timings of another model file would mislead: none then.
+  const Calibration* timings =
+      calibration && calibration->model_sha256 == run.model_sha256 ? &*calibration : nullptr;
+  const auto progress = [timings](const SweepProgress& p) {
+    if (p.done == 0) {
+      print_plan(p, timings);
+    } else {
+      print_progress(p);
+    }
+  };
+  const SweepProgress done = run_sweep(*model, config, shard, *db, run, progress, on_unit);
   const size_t after = db->finished_unit_keys().size();
   std::printf("sweep: %zu unit%s written to %s (shard %d/%d; %zu already there)\n", after - before,
               after - before == 1 ? "" : "s", db_path.c_str(), shard.index, shard.count, before);
