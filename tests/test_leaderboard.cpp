@@ -493,10 +493,16 @@ TEST_CASE("leaderboard: left-out tasks, intervals and the memory axis", "[report
   runs[0].config_json =
       R"({"tasks": [], "excluded_tasks": [{"task": "math_find", "reason": "full cache 40% (95% )"
       R"(interval 23%-59%, 25 turns) at 1024 tokens in calibration, below 80%"},)"
-      R"( {"task": "<b>x</b>", "reason": "not calibrated"}]})";
+      R"( {"task": "<b>x</b>", "reason": "not calibrated"}],)"
+      R"( "calibrated_tasks": [{"task": "retr_kv", "accuracy": 0.96, "no_context_accuracy": 0.04},)"
+      R"( {"task": "<img src=x>", "accuracy": 1, "no_context_accuracy": 0}]})";
   const auto rows = aggregate_units(fixed_units());
   const std::string md = render_leaderboard_markdown(runs, rows);
   CHECK(md.find("**Left out**") != std::string::npos);
+  // The no-context control beside the full cache's accuracy, for the tasks that ran.
+  CHECK(md.find("- retr\\_kv: 96% with the context, 4% without it") != std::string::npos);
+  CHECK(render_leaderboard_html(runs, rows).find("<li>&lt;img src=x&gt;: 100% with the context") !=
+        std::string::npos);
   CHECK(md.find("- math\\_find: full cache 40% (95% interval 23%-59%, 25 turns) at 1024 tokens "
                 "in calibration, below 80%") != std::string::npos);
   const std::string html = render_leaderboard_html(runs, rows);

@@ -211,11 +211,16 @@ TEST_CASE("sweep: every unit once, resumed runs skip, shards partition the units
     auto db = ResultsDb::open(whole);
     int64_t calls = 0;
     run_sweep(tiny_model(), c, Shard{}, *db, test_run(), [&](const SweepProgress& p) {
-      ++calls;
       CHECK(p.total == static_cast<int64_t>(units));
-      CHECK(p.done == calls);
+      CHECK(p.done == calls);  // the first call is the plan, before any unit
+      ++calls;
+      // The plan: every unit of this invocation, per task.
+      REQUIRE(p.planned.size() == 2);
+      CHECK(p.planned[0].units + p.planned[1].units == static_cast<int64_t>(units));
+      CHECK(p.planned[0].turns == c.turns);
+      CHECK(p.planned[0].context_tokens == c.context_tokens);
     });
-    CHECK(calls == static_cast<int64_t>(units));
+    CHECK(calls == static_cast<int64_t>(units) + 1);
     CHECK(db->finished_unit_keys().size() == units);
     const auto runs = db->runs();
     REQUIRE(runs.size() == 1);
@@ -223,8 +228,12 @@ TEST_CASE("sweep: every unit once, resumed runs skip, shards partition the units
     CHECK_FALSE(runs[0].finished_at.empty());
     // A rerun finds nothing to do.
     int64_t again = 0;
-    run_sweep(tiny_model(), c, Shard{}, *db, test_run(), [&](const SweepProgress&) { ++again; });
-    CHECK(again == 0);
+    run_sweep(tiny_model(), c, Shard{}, *db, test_run(), [&](const SweepProgress& p) {
+      ++again;  // only the plan: nothing to run, every unit already there
+      CHECK(p.total == 0);
+      CHECK(p.skipped == static_cast<int64_t>(units));
+    });
+    CHECK(again == 1);
     CHECK(db->finished_unit_keys().size() == units);
   }
   size_t whole_rows = 0;
