@@ -70,7 +70,8 @@ const std::vector<TaskInfo>& registry() {
       {"niah",
        "RULER's multi-key needle in a haystack over real prose (corpus gnu-standards): "
        "special magic numbers for adjective-noun keys at seeded depths; each turn asks one key",
-       {{"needles", "0", "needles in the context, each key asked at most once; 0 means one per turn"},
+       {{"needles", "0",
+         "needles in the context, each key asked at most once; 0 means one per turn"},
         {"depth_from", "0", "the shallowest needle depth, % of the haystack (0..100)"},
         {"depth_to", "100", "the deepest needle depth, % of the haystack (0..100)"},
         {"value_digits", "7", "digits of each number (3..12)"},
@@ -81,10 +82,11 @@ const std::vector<TaskInfo>& registry() {
        "Code.RepoQA over real Python (corpus more-itertools): each turn quotes a function's "
        "docstring, removed from the context, and asks the function's name",
        {{"functions", "0",
-         "functions whose docstrings are removed, each asked at most once; 0 means one per turn"},
+         "functions whose docstrings are removed, each asked at most once; 0 means one per "
+         "turn"},
         {"rename", "1",
-         "1: every top-level function name becomes a seeded neutral name (func_qzkt) at its def "
-         "and every use, so the answer needs the context; 0: the library's own names"}}},
+         "1: every top-level function name becomes a seeded neutral name (func_qzkt) at its "
+         "def and every use, so the answer needs the context; 0: the library's own names"}}},
       {"mix",
        "Two tasks over one context (their contexts concatenated); turns alternate, the first "
        "task first. The parts' knobs pass through",
@@ -134,10 +136,15 @@ Built size_to(const Plan& plan, const Tokenizer& tok, int64_t target, int32_t tu
   int64_t hi_n = std::max<int64_t>(plan.min_items * 2, plan.min_items + 1);
   Cand hi = make(hi_n, 0);
   while (hi.tokens <= target) {
+    if (plan.max_items > 0 && hi_n >= plan.max_items) {  // the whole corpus is not enough
+      if (within(hi.tokens, target)) return std::move(hi.built);
+      fail(plan.task, "context_tokens " + std::to_string(target) + " is more than the corpus " +
+                          "holds (" + std::to_string(hi.tokens) + " tokens)");
+    }
     lo_n = hi_n;
     lo = std::move(hi);
     if (hi_n > (int64_t{1} << 40)) throw std::logic_error("generator: context does not grow");
-    hi_n *= 2;
+    hi_n = plan.max_items > 0 ? std::min(hi_n * 2, plan.max_items) : hi_n * 2;
     hi = make(hi_n, 0);
   }
   while (hi_n - lo_n > 1) {
@@ -673,7 +680,8 @@ std::vector<Sample> generate_samples(const GeneratorOptions& options, const Toke
     const TaskInfo* ta = find_task(a);
     const TaskInfo* tb = find_task(b);
     if (!ta || !tb || a == "mix" || b == "mix" || a == b) {
-      fail(task, "knob tasks must be two different tasks A+B among the generated tasks, not '" + spec + "'");
+      fail(task, "knob tasks must be two different tasks A+B among the generated tasks, not '" +
+                     spec + "'");
     }
     parts = {ta, tb};
   }
@@ -727,7 +735,8 @@ std::vector<Sample> generate_samples(const GeneratorOptions& options, const Toke
         sample.context = a.context + sep + b.context;
       } else {
         // One turn: only part A is asked, but the context still holds both parts.
-        const Plan pb = plan_for(parts[1]->name, knobs_b, 1, derive_seed(sample_seed, 2), run_seed, options);
+        const Plan pb =
+            plan_for(parts[1]->name, knobs_b, 1, derive_seed(sample_seed, 2), run_seed, options);
         const int64_t target_b =
             options.context_tokens - count_context_tokens(tokenizer, a.context + sep);
         if (target_b < 1) fail(task, "context_tokens is too small for both parts");

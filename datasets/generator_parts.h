@@ -133,6 +133,7 @@ struct Plan {
   std::string task;
   int64_t min_items = 0;
   int64_t pad_max = 0;  // 0: no padding item
+  int64_t max_items = 0;  // the most items a corpus holds; 0: no limit
   std::function<Built(int64_t items, int64_t pad)> build;
 };
 

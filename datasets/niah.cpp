@@ -44,16 +44,16 @@ std::vector<ProseSentence> split_sentences(const ProseCorpus& corpus) {
 
 // RULER draws its keys from wonderwords' adjectives and nouns; kvbench's own short lists.
 constexpr const char* kAdjectives[] = {
-    "amber", "brave", "calm", "damp", "eager", "faint", "gentle", "hollow", "icy", "jolly",
-    "keen", "lush", "mellow", "narrow", "odd", "pale", "quiet", "rapid", "silent", "tidy",
-    "vivid", "wary", "young", "zesty", "bitter", "crisp", "dusty", "early", "fuzzy", "grand",
-    "humble", "lucky", "misty", "noble", "proud", "rough", "shiny", "tall", "warm", "wild"};
+    "amber",  "brave", "calm",   "damp",   "eager",  "faint", "gentle", "hollow", "icy",    "jolly",
+    "keen",   "lush",  "mellow", "narrow", "odd",    "pale",  "quiet",  "rapid",  "silent", "tidy",
+    "vivid",  "wary",  "young",  "zesty",  "bitter", "crisp", "dusty",  "early",  "fuzzy",  "grand",
+    "humble", "lucky", "misty",  "noble",  "proud",  "rough", "shiny",  "tall",   "warm",   "wild"};
 constexpr const char* kNouns[] = {
-    "anchor", "basket", "candle", "desert", "engine", "feather", "garden", "harbor", "island",
-    "jacket", "kettle", "ladder", "meadow", "needle", "orchard", "pencil", "quarry", "river",
-    "saddle", "tunnel", "valley", "window", "bridge", "cellar", "donkey", "falcon", "glove",
-    "hammer", "lantern", "mirror", "parrot", "rocket", "spider", "thimble", "violin", "wagon",
-    "acorn", "bucket", "cactus", "dolphin"};
+    "anchor", "basket",  "candle", "desert", "engine",  "feather", "garden",  "harbor",
+    "island", "jacket",  "kettle", "ladder", "meadow",  "needle",  "orchard", "pencil",
+    "quarry", "river",   "saddle", "tunnel", "valley",  "window",  "bridge",  "cellar",
+    "donkey", "falcon",  "glove",  "hammer", "lantern", "mirror",  "parrot",  "rocket",
+    "spider", "thimble", "violin", "wagon",  "acorn",   "bucket",  "cactus",  "dolphin"};
 constexpr int64_t kAdjectiveCount = sizeof(kAdjectives) / sizeof(kAdjectives[0]);
 constexpr int64_t kNounCount = sizeof(kNouns) / sizeof(kNouns[0]);
 
@@ -160,12 +160,14 @@ Plan plan_niah(const Knobs& knobs, int32_t turns, uint64_t seed, const ProseCorp
     Built b;
     b.context =
         "Some special magic numbers are hidden within the following text. Make sure to "
-        "memorize it. I will quiz you about the numbers afterwards.\n" + hay;
+        "memorize it. I will quiz you about the numbers afterwards.\n" +
+        hay;
     for (int64_t k : asked) {
       const std::string& key = keys[static_cast<size_t>(k)];
       b.turns.push_back(make_turn("What is the special magic number for " + key +
                                       " mentioned in the provided text? The special magic "
-                                      "number for " + key + " mentioned in the provided text is",
+                                      "number for " +
+                                      key + " mentioned in the provided text is",
                                   {values[static_cast<size_t>(k)]}));
     }
     return b;

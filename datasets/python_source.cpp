@@ -127,7 +127,9 @@ bool at_column_zero(const std::string& s, size_t offset) {
   return offset == 0 || s[offset - 1] == '\n';
 }
 
-std::string word(const std::string& s, const Token& t) { return s.substr(t.begin, t.end - t.begin); }
+std::string word(const std::string& s, const Token& t) {
+  return s.substr(t.begin, t.end - t.begin);
+}
 
 size_t line_start(const std::string& s, size_t offset) {
   const size_t nl = offset == 0 ? std::string::npos : s.rfind('\n', offset - 1);

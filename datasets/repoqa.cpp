@@ -42,8 +42,7 @@ std::vector<CorpusBlock> corpus_blocks(const CodeCorpus& corpus) {
         const bool body_left = rest.find_first_not_of(" \t\r\n") != std::string::npos;
         size_t words = 1;
         for (char c : summary) words += c == ' ';
-        if (words >= kMinSummaryWords && body_left &&
-            !has_identifier(summary, cb.block.def_name)) {
+        if (words >= kMinSummaryWords && body_left && !has_identifier(summary, cb.block.def_name)) {
           cb.summary = summary;
         }
       }
@@ -113,14 +112,12 @@ Plan plan_repoqa(const Knobs& knobs, int32_t turns, uint64_t seed, const CodeCor
   plan.task = "repoqa";
   plan.min_items = 0;
   plan.pad_max = kPadLines;
+  plan.max_items = static_cast<int64_t>(others.size());
   plan.build = [=](int64_t n, int64_t pad) {
     const int64_t total = static_cast<int64_t>(others.size());
-    if (n > total) {
-      fail("repoqa", "corpus " + corpus.name + " is too small for this context (" +
-                         std::to_string(total) + " blocks besides the asked functions)");
-    }
     std::vector<int64_t> chosen = needles;
-    for (int64_t i = 0; i < n; ++i) chosen.push_back(others[static_cast<size_t>((start + i) % total)]);
+    for (int64_t i = 0; i < n; ++i)
+      chosen.push_back(others[static_cast<size_t>((start + i) % total)]);
     std::sort(chosen.begin(), chosen.end());
     std::string code;
     size_t file = std::string::npos;
@@ -128,7 +125,8 @@ Plan plan_repoqa(const Knobs& knobs, int32_t turns, uint64_t seed, const CodeCor
       if (cb.file != file) {
         file = cb.file;
         if (!code.empty() && code.back() != '\n') code += "\n";
-        code += (code.empty() ? "" : "\n") + std::string("# file: ") + corpus.files[file].path + "\n";
+        code +=
+            (code.empty() ? "" : "\n") + std::string("# file: ") + corpus.files[file].path + "\n";
       }
       code += text;
     };
@@ -138,7 +136,8 @@ Plan plan_repoqa(const Knobs& knobs, int32_t turns, uint64_t seed, const CodeCor
     }
     // Padding: the first `pad` lines of the blocks after the n-th (a block is coarser than 2%).
     for (int64_t i = n, left = pad; left > 0 && i < total; ++i) {
-      const CorpusBlock& next = (*blocks)[static_cast<size_t>(others[static_cast<size_t>((start + i) % total)])];
+      const CorpusBlock& next =
+          (*blocks)[static_cast<size_t>(others[static_cast<size_t>((start + i) % total)])];
       const std::string part = first_lines(next.block.text, left);
       emit(next, part);
       left -= static_cast<int64_t>(std::count(part.begin(), part.end(), '\n'));
@@ -151,10 +150,10 @@ Plan plan_repoqa(const Knobs& knobs, int32_t turns, uint64_t seed, const CodeCor
     for (int64_t t = 0; t < turns; ++t) {
       const CorpusBlock& cb = (*blocks)[static_cast<size_t>(needles[static_cast<size_t>(t)])];
       const std::string name = rename ? renames.at(cb.block.def_name) : cb.block.def_name;
-      b.turns.push_back(make_turn(
-          "A function in the code above is documented as follows:\n\"" + cb.summary +
-              "\"\nWhat is the name of that function? Answer with the name only.",
-          {name}));
+      b.turns.push_back(
+          make_turn("A function in the code above is documented as follows:\n\"" + cb.summary +
+                        "\"\nWhat is the name of that function? Answer with the name only.",
+                    {name}));
     }
     return b;
   };

@@ -32,7 +32,8 @@ void Calibration::put(const CalibrationCell& cell) {
   cells.push_back(cell);
 }
 
-SweepEstimate estimate_sweep(const std::vector<PlannedUnits>& plan, const Calibration& calibration) {
+SweepEstimate estimate_sweep(const std::vector<PlannedUnits>& plan,
+                             const Calibration& calibration) {
   SweepEstimate estimate;
   for (const PlannedUnits& p : plan) {
     const CalibrationCell* cell = calibration.find(p.task, p.context_tokens);

@@ -58,7 +58,8 @@ struct Calibration {
   void put(const CalibrationCell& cell);
 };
 
-SweepEstimate estimate_sweep(const std::vector<PlannedUnits>& plan, const Calibration& calibration);
+SweepEstimate estimate_sweep(const std::vector<PlannedUnits>& plan,
+                             const Calibration& calibration);
 
 // The calibration file of a model: configs/calibration/<name>.json in the source tree, the
 // name being the short name of a known model or the file's name without .gguf.

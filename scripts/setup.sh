@@ -65,8 +65,13 @@ check_sha() {  # FILE SHA256: refuse a mismatch
     echo "setup: $1 has the wrong sha256 (expected $2)" >&2; rm -f "$1"; exit 1
   fi
 }
+# corpus_ok DIR: every file of corpora/DIR is there with the sha256 that
+# datasets/corpora.sha256 (the same as datasets/corpus.cpp's) gives it.
+corpus_ok() {
+  grep " $1/" datasets/corpora.sha256 | (cd corpora 2>/dev/null && sha256sum -c --status)
+}
 # Prose: the GNU Coding Standards and the GNU maintainers' guide, Debian's plain text.
-if [ ! -f corpora/gnu-standards/maintain.txt ]; then
+if ! corpus_ok gnu-standards; then
   echo "setup: fetching corpus gnu-standards (Debian gnu-standards 2022.03.23-0.1, 0.7 MB)"
   tmp="$(mktemp -d)"
   deb=gnu-standards_2022.03.23-0.1_all.deb
@@ -82,7 +87,7 @@ if [ ! -f corpora/gnu-standards/maintain.txt ]; then
   rm -rf "$tmp"
 fi
 # Code: the Python source of more-itertools, from its sdist on PyPI.
-if [ ! -f corpora/more-itertools/more_itertools/recipes.py ]; then
+if ! corpus_ok more-itertools; then
   echo "setup: fetching corpus more-itertools (PyPI more-itertools 10.5.0 sdist, 0.1 MB)"
   tmp="$(mktemp -d)"
   python3 -m pip download --quiet --no-deps --no-binary :all: --disable-pip-version-check \
@@ -94,6 +99,9 @@ if [ ! -f corpora/more-itertools/more_itertools/recipes.py ]; then
     more-itertools-10.5.0/more_itertools/more.py more-itertools-10.5.0/more_itertools/recipes.py
   rm -rf "$tmp"
 fi
+for corpus in gnu-standards more-itertools; do
+  corpus_ok "$corpus" || { echo "setup: corpus $corpus has the wrong sha256" >&2; exit 1; }
+done
 
 # --- Build ----------------------------------------------------------------------------------
 build="${KVBENCH_BUILD_DIR:-build}"

@@ -5,6 +5,7 @@
 // test_generators_model.cpp.
 #include <catch2/catch.hpp>
 
+#include <fstream>
 #include <map>
 #include <memory>
 #include <regex>
@@ -41,8 +42,8 @@ const ProseCorpus& test_prose() {
     for (int p = 0; p < 60; ++p) {
       std::string text;
       for (int s = 0; s < 5; ++s) {
-        text += (s ? " " : "") + std::string("Paragraph ") + std::to_string(p) + " says in sentence " +
-                std::to_string(s) + " that the river runs to the sea.";
+        text += (s ? " " : "") + std::string("Paragraph ") + std::to_string(p) +
+                " says in sentence " + std::to_string(s) + " that the river runs to the sea.";
       }
       c.paragraphs.push_back(text);
     }
@@ -54,7 +55,8 @@ const ProseCorpus& test_prose() {
 // A module of forty documented functions (each calling the one before), a decorated one, a
 // class, comments, and a string holding what looks like a def at column 0.
 std::string test_module() {
-  std::string m = "\"\"\"A test module.\"\"\"\nimport itertools\n\n__all__ = ['step_0', 'step_1']\n\n";
+  std::string m =
+      "\"\"\"A test module.\"\"\"\nimport itertools\n\n__all__ = ['step_0', 'step_1']\n\n";
   for (int i = 0; i < 40; ++i) {
     const std::string name = "step_" + std::to_string(i);
     m += "# helper " + std::to_string(i) + "\n";
@@ -68,7 +70,8 @@ std::string test_module() {
     m += "    return total\n\n\n";
   }
   m += "TEMPLATE = '''\ndef not_a_block():\n    pass\n'''\n\n\n";
-  m += "class Holder:\n    \"\"\"Holds values.\"\"\"\n\n    def get(self):\n        return step_3([1])\n";
+  m += "class Holder:\n    \"\"\"Holds values.\"\"\"\n\n    def get(self):\n        return "
+       "step_3([1])\n";
   return m;
 }
 
@@ -117,7 +120,7 @@ TEST_CASE("python_source: top-level blocks, docstrings and renaming", "[unit]") 
     joined += b.text;
     if (!b.def_name.empty()) defs.push_back(b.def_name);
   }
-  CHECK(joined == m);  // the blocks are the file, cut
+  CHECK(joined == m);          // the blocks are the file, cut
   REQUIRE(defs.size() == 40);  // not_a_block is in a string; get is a method
   CHECK(defs[0] == "step_0");
   CHECK(defs[39] == "step_39");
@@ -134,7 +137,8 @@ TEST_CASE("python_source: top-level blocks, docstrings and renaming", "[unit]") 
     CHECK(docstring_summary(b.docstring).rfind("Return the values shifted by ", 0) == 0);
     CHECK(docstring_summary(b.docstring).find("More text") == std::string::npos);
   }
-  const std::string renamed = rename_identifiers(m, {{"step_0", "func_abcd"}, {"step_3", "func_wxyz"}});
+  const std::string renamed =
+      rename_identifiers(m, {{"step_0", "func_abcd"}, {"step_3", "func_wxyz"}});
   CHECK(count_of(renamed, "def step_3(") == 0);
   CHECK(count_of(renamed, "step_3(total)") == 0);  // the call in step_4
   CHECK(count_of(renamed, "func_wxyz(total)") == 1);
@@ -188,13 +192,13 @@ TEST_CASE("niah and repoqa: seeded, byte-identical, sized within 2%", "[unit]") 
 }
 
 TEST_CASE("niah: every needle once, at its stated depth; distractors another kind", "[unit]") {
-  const auto samples =
-      generate_samples(opts("niah", 3000, 5, {{"depth_from", "50"}, {"depth_to", "50"},
-                                              {"distractors", "1"}}),
-                       tiny_tokenizer());
+  const auto samples = generate_samples(
+      opts("niah", 3000, 5, {{"depth_from", "50"}, {"depth_to", "50"}, {"distractors", "1"}}),
+      tiny_tokenizer());
   // A needle's depth: its offset in the haystack with every needle taken out, over the
   // haystack's length without them.
-  static const std::regex any_needle("One of the special magic [a-z]+ for [a-z]+-[a-z]+ is: [0-9]+\\. ?");
+  static const std::regex any_needle(
+      "One of the special magic [a-z]+ for [a-z]+-[a-z]+ is: [0-9]+\\. ?");
   for (const Sample& s : samples) {
     const size_t hay = s.context.find('\n') + 1;
     std::string bare = s.context.substr(hay);
@@ -213,7 +217,8 @@ TEST_CASE("niah: every needle once, at its stated depth; distractors another kin
         REQUIRE(std::regex_search(t.input, m, re));
         return m;
       }();
-      const std::string needle = "special magic numbers for " + key[1].str() + " is: " + t.answers[0] + ".";
+      const std::string needle =
+          "special magic numbers for " + key[1].str() + " is: " + t.answers[0] + ".";
       REQUIRE(count_of(s.context, needle) == 1);
       REQUIRE(bare_offset.count("One of the " + needle) == 1);
       const double depth = static_cast<double>(bare_offset["One of the " + needle]) / length;
@@ -228,8 +233,8 @@ TEST_CASE("niah: every needle once, at its stated depth; distractors another kin
   }
   // Depth 0: the needles open the haystack; 100: they close it.
   for (const char* depth : {"0", "100"}) {
-    const auto at = generate_samples(opts("niah", 1500, 1, {{"depth_from", depth}, {"depth_to", depth}}),
-                                     tiny_tokenizer());
+    const auto at = generate_samples(
+        opts("niah", 1500, 1, {{"depth_from", depth}, {"depth_to", depth}}), tiny_tokenizer());
     const std::string& ctx = at[0].context;
     const size_t first = ctx.find("One of the special magic numbers");
     const size_t last = ctx.rfind("One of the special magic numbers");
@@ -277,5 +282,28 @@ TEST_CASE("niah and repoqa: bad knobs are one line naming the task", "[unit]") {
   CHECK(error_of(opts("repoqa", 1000, 3, {{"functions", "99"}}))
             .find("is more than the 40 documented functions of corpus test-code") !=
         std::string::npos);
-  CHECK(error_of(opts("repoqa", 100000)).find("corpus test-code is too small") != std::string::npos);
+  CHECK(error_of(opts("repoqa", 100000))
+            .find("task repoqa: context_tokens 100000 is more than the corpus holds") !=
+        std::string::npos);
+}
+
+TEST_CASE("the corpora's pinned sha256s: setup's manifest and kvbench's agree", "[unit]") {
+  // scripts/setup.sh checks the unpacked files against datasets/corpora.sha256; kvbench
+  // checks them against corpus_registry() when it reads them.
+  std::ifstream in(std::string(KVBENCH_FIXTURES) + "/../../datasets/corpora.sha256");
+  REQUIRE(in);
+  std::map<std::string, std::string> manifest;
+  std::string sha, path;
+  while (in >> sha >> path) manifest[path] = sha;
+  size_t files = 0;
+  for (const CorpusInfo& corpus : corpus_registry()) {
+    for (const CorpusFile& file : corpus.files) {
+      INFO(file.path);
+      CHECK(manifest[file.path] == file.sha256);
+      ++files;
+    }
+  }
+  CHECK(manifest.size() == files);
+  CHECK(prose_corpus_info().name == "gnu-standards");
+  CHECK(code_corpus_info().name == "more-itertools");
 }
