@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -41,8 +42,12 @@ SweepEstimate estimate_sweep(const std::vector<PlannedUnits>& plan,
       estimate.untimed.push_back(p.task + " at " + std::to_string(p.context_tokens) + " tokens");
       continue;
     }
-    const double per_turn = cell->seconds / (static_cast<double>(cell->samples) * cell->turns);
-    estimate.seconds += per_turn * p.turns * static_cast<double>(p.units);
+    const double prefill = std::min(cell->prefill_seconds, cell->seconds);
+    const double per_sample_prefill = prefill / cell->samples;
+    const double per_turn =
+        (cell->seconds - prefill) / (static_cast<double>(cell->samples) * cell->turns);
+    estimate.seconds += per_sample_prefill * static_cast<double>(p.groups) +
+                        per_turn * p.turns * static_cast<double>(p.units);
     estimate.timed_units += p.units;
   }
   return estimate;
@@ -89,6 +94,7 @@ Calibration load_calibration(const std::string& path) {
       x.low = cell.at("low").get<double>();
       x.high = cell.at("high").get<double>();
       x.seconds = cell.value("seconds", 0.0);
+      x.prefill_seconds = cell.value("prefill_seconds", 0.0);
       if (cell.contains("no_context")) {
         const json& control = cell.at("no_context");
         x.no_context_accuracy = control.at("accuracy").get<double>();
@@ -114,6 +120,7 @@ void save_calibration(const Calibration& c, const std::string& path) {
                  {"samples", x.samples},   {"turns", x.turns},
                  {"accuracy", x.accuracy}, {"low", x.low},
                  {"high", x.high},         {"seconds", x.seconds}};
+    if (x.prefill_seconds > 0) cell["prefill_seconds"] = x.prefill_seconds;
     if (x.has_control()) {
       cell["no_context"] = {{"accuracy", x.no_context_accuracy},
                             {"low", x.no_context_low},

@@ -19,6 +19,7 @@ struct CalibrationCell {
   double accuracy = 0;     // mean score of the full cache, in [0, 1]
   double low = 0, high = 0;  // its 95% interval
   double seconds = 0;      // wall time of the cell (prefill and decode of every turn)
+  double prefill_seconds = 0;  // of which the samples' context prefills (0: not recorded)
   // The no-context control: the same questions asked with the context removed. A task
   // measures a cache only if its answers need the context. Negative: not measured (a cell
   // from before the control).
@@ -28,15 +29,17 @@ struct CalibrationCell {
   bool has_control() const { return no_context_accuracy >= 0; }
 };
 
-// The time a sweep's units will take, from the calibration's full-cache timings: a unit is
-// one sample of `turns` turns through one method, costed as the full cache's time per sample
-// and turn at that task and length. Methods that score or rebuild the cache cost more,
-// shared prefills less: a plan, not a promise.
+// The time a sweep's units will take, from the calibration's full-cache timings: each group
+// (a sample in a mode) prefills its context once, shared by its methods, at the full
+// cache's prefill time per sample; each unit (the group through one method) then costs the
+// full cache's time per turn without the prefill, times its turns. Methods that prefill on
+// their own, score or rebuild the cache cost more: a plan, not a promise.
 struct PlannedUnits {
   std::string task;  // a calibration label
   int64_t context_tokens = 0;
   int32_t turns = 0;
   int64_t units = 0;
+  int64_t groups = 0;  // the samples x modes (x query settings, gaps) the units share
 };
 
 struct SweepEstimate {

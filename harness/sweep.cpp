@@ -255,10 +255,11 @@ SweepProgress run_sweep(const LlamaModel& model, const SweepConfig& config, cons
       auto planned = std::find_if(state.planned.begin(), state.planned.end(),
                                   [&](const PlannedUnits& p) { return p.task == label; });
       if (planned == state.planned.end()) {
-        state.planned.push_back({label, config.context_tokens, config.turns, 0});
+        state.planned.push_back({label, config.context_tokens, config.turns, 0, 0});
         planned = state.planned.end() - 1;
       }
       planned->units += static_cast<int64_t>(left.size());
+      planned->groups += 1;
       todo.emplace_back(&group, std::move(left));
     }
   }

@@ -149,15 +149,23 @@ TEST_CASE("calibration: the no-context control keeps out tasks answered without 
 
 TEST_CASE("calibration: a sweep's time estimate from the cells' timings", "[unit]") {
   const Calibration c = two_cells();  // retr_kv: 12.5 s for 5 x 5 turns at 1024 tokens
-  const SweepEstimate e = estimate_sweep({{"retr_kv", 1024, 5, 40},
-                                          {"math_find", 1024, 2, 10},
-                                          {"retr_kv", 4096, 5, 3},
-                                          {"multihop_vt", 1024, 5, 7}},
+  const SweepEstimate e = estimate_sweep({{"retr_kv", 1024, 5, 40, 8},
+                                          {"math_find", 1024, 2, 10, 5},
+                                          {"retr_kv", 4096, 5, 3, 1},
+                                          {"multihop_vt", 1024, 5, 7, 7}},
                                          c);
-  // 0.5 s a turn x 5 turns x 40 units + 0.4 s a turn x 2 turns x 10 units.
+  // No prefill time recorded: 0.5 s a turn x 5 turns x 40 units + 0.4 s a turn x 2 turns x
+  // 10 units.
   CHECK(e.seconds == Approx(100.0 + 8.0));
   CHECK(e.timed_units == 50);
   REQUIRE(e.untimed.size() == 2);
   CHECK(e.untimed[0] == "retr_kv at 4096 tokens");
   CHECK(e.untimed[1] == "multihop_vt at 1024 tokens");
+  // With the prefill recorded, a group pays it once for all its units: 7.5 of retr_kv's
+  // 12.5 s are prefill, 1.5 s a sample; the rest is 0.2 s a turn.
+  Calibration timed = two_cells();
+  timed.cells[0].prefill_seconds = 7.5;
+  const SweepEstimate shared = estimate_sweep({{"retr_kv", 1024, 5, 40, 8}}, timed);
+  CHECK(shared.seconds == Approx(8 * 1.5 + 40 * 5 * 0.2));
+  CHECK(shared.timed_units == 40);
 }

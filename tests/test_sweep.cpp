@@ -219,6 +219,8 @@ TEST_CASE("sweep: every unit once, resumed runs skip, shards partition the units
       CHECK(p.planned[0].units + p.planned[1].units == static_cast<int64_t>(units));
       CHECK(p.planned[0].turns == c.turns);
       CHECK(p.planned[0].context_tokens == c.context_tokens);
+      CHECK(p.planned[0].groups == 2);  // two seeds of one sample each
+      CHECK(p.planned[0].units == 2 * 5);
     });
     CHECK(calls == static_cast<int64_t>(units) + 1);
     CHECK(db->finished_unit_keys().size() == units);

@@ -115,8 +115,11 @@ void run_calibrate(const ModelOptions& model_options, const CalibrateArgs& args)
       check_samples_fit(*model, samples, evaluation);
       std::vector<std::vector<double>> scores;  // per sample, per turn
       const auto start = std::chrono::steady_clock::now();
-      evaluate(*model, samples, {"full"}, evaluation,
-               [&](const UnitResult& unit) { scores.push_back(unit.scores); });
+      double prefill_ms = 0;  // the contexts' prefills, for the sweeps' time estimates
+      evaluate(*model, samples, {"full"}, evaluation, [&](const UnitResult& unit) {
+        scores.push_back(unit.scores);
+        prefill_ms += unit.session.context_prefill_ms;
+      });
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       // The control: the same questions with the context removed.
@@ -134,6 +137,7 @@ void run_calibrate(const ModelOptions& model_options, const CalibrateArgs& args)
       cell.low = interval.low;
       cell.high = interval.high;
       cell.seconds = seconds;
+      cell.prefill_seconds = prefill_ms / 1000;
       cell.no_context_accuracy = control.mean;
       cell.no_context_low = control.low;
       cell.no_context_high = control.high;
