@@ -149,7 +149,7 @@ void apply_calibration(SweepConfig& config, const Calibration& calibration,
                              " --lengths " + std::to_string(config.context_tokens) + ")"});
     } else if (!cell->has_control()) {
       config.excluded_tasks.push_back(
-          {task.label(), "no no-context control" + at + " in calibration (rerun kvbench "
+          {task.label(), "calibrated" + at + " before the no-context control (rerun kvbench "
                              "calibrate --task " + task.label() + " --lengths " +
                              std::to_string(config.context_tokens) + ")"});
     } else if (cell->accuracy < config.min_full_accuracy) {
@@ -160,12 +160,13 @@ void apply_calibration(SweepConfig& config, const Calibration& calibration,
                              " in calibration, below " + percent(config.min_full_accuracy)});
     } else if (cell->no_context_accuracy > config.max_no_context_accuracy) {
       config.excluded_tasks.push_back(
-          {task.label(), "answered " + percent(cell->no_context_accuracy) + " without the context" +
-                             at + " in calibration, above " +
+          {task.label(), "answered " + percent(cell->no_context_accuracy) +
+                             " without the context" + at + " in calibration, above " +
                              percent(config.max_no_context_accuracy) +
                              ": the answers do not need the context"});
     } else {
-      config.calibrated_tasks.push_back({task.label(), cell->accuracy, cell->no_context_accuracy});
+      config.calibrated_tasks.push_back(
+          {task.label(), cell->accuracy, cell->no_context_accuracy});
       kept.push_back(std::move(task));
     }
   }

@@ -65,12 +65,12 @@ void print_plan(const SweepProgress& p, const Calibration* timings) {
                 static_cast<long long>(u.units), static_cast<long long>(u.context_tokens));
   }
   if (timings == nullptr) {
-    std::printf("sweep: plan: no calibration file of this model: no time estimate\n");
+    std::printf("sweep: plan: no calibration of this model file: no time estimate\n");
   } else if (!p.planned.empty()) {
     const SweepEstimate e = estimate_sweep(p.planned, *timings);
     std::printf("sweep: plan: about %s on one process for the %lld units with a calibration "
-                "timing (the full cache's time per turn; methods that score or rebuild the "
-                "cache take longer)\n",
+                "timing (the full cache's prefill per sample and time per turn; methods that "
+                "prefill on their own, score or rebuild the cache take longer)\n",
                 duration_text(e.seconds).c_str(), static_cast<long long>(e.timed_units));
     for (const std::string& t : e.untimed) {
       std::printf("sweep: plan: no calibration timing for %s\n", t.c_str());
@@ -168,12 +168,19 @@ void run_sweep_into(const ModelOptions& model_options, SweepConfig config, const
   RunRecord run;
   run.model_path = model_path;
   run.model_sha256 = sha256_file(model_path);
-  // The calibration: which tasks run (min_full_accuracy) and the plan's time estimate.
+  // The calibration: which tasks run (min_full_accuracy) and the plan's time estimate. A
+  // sweep that needs it fails on a bad file; one that only reads timings goes without.
   const std::string calibration_file = calibration_path(model_path);
   std::optional<Calibration> calibration;
   std::error_code exists_error;
-  if (config.min_full_accuracy > 0 || std::filesystem::exists(calibration_file, exists_error)) {
+  if (config.min_full_accuracy > 0) {
     calibration = load_calibration(calibration_file);
+  } else if (std::filesystem::exists(calibration_file, exists_error)) {
+    try {
+      calibration = load_calibration(calibration_file);
+    } catch (const InputError&) {
+      // no estimate
+    }
   }
   if (config.min_full_accuracy > 0) {
     apply_calibration(config, *calibration, run.model_sha256, calibration_file);
