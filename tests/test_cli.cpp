@@ -195,8 +195,14 @@ TEST_CASE("cli: list methods and list tasks need no model", "[unit]") {
   const Run tasks = run_kvbench("--model /nonexistent.gguf list tasks");
   INFO(tasks.output);
   CHECK(tasks.exit_code == 0);
-  for (const char* name : {"retr_kv", "retr_prefix_suffix", "multihop_vt", "math_find", "mix"}) {
+  for (const char* name : {"retr_kv", "retr_prefix_suffix", "multihop_vt", "math_find", "mix",
+                           "niah", "repoqa"}) {
     CHECK(tasks.output.find(name) != std::string::npos);
+  }
+  // The natural tasks' corpora, with the packages they are pinned to.
+  for (const char* corpus : {"gnu-standards", "Debian bookworm gnu-standards 2022.03.23-0.1",
+                             "more-itertools", "PyPI more-itertools 10.5.0 sdist"}) {
+    CHECK(tasks.output.find(corpus) != std::string::npos);
   }
 }
 
