@@ -293,7 +293,10 @@ SweepProgress run_sweep(const LlamaModel& model, const SweepConfig& config, cons
   run.config_json = canonical_config_json(config);
   const int64_t run_id = db.begin_run(run);
   const auto start = std::chrono::steady_clock::now();
-  for (const auto& [group, left] : todo) {
+  for (const auto& todo_entry : todo) {
+    // Named, not a structured binding: C++17 lambdas (clang's) cannot capture those.
+    const auto& group = todo_entry.first;
+    const auto& left = todo_entry.second;
     const EvaluationOptions options = options_of(*group);
     std::vector<std::string> specs;
     std::map<std::string, std::string> budget_of_spec;

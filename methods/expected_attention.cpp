@@ -98,10 +98,10 @@ class ExpectedAttentionPolicy : public TokenPolicy {
         std::copy(row, row + d, q.begin());
         rotate_pairs(q.data(), 1, c, s);
         double* sum = m.sum.data() + static_cast<int64_t>(h) * d;
+        for (int32_t a = 0; a < d; ++a) sum[a] += q[a];
+        if (!config_.covariance) continue;  // m.outer is empty then
         double* outer = m.outer.data() + static_cast<int64_t>(h) * d * d;
         for (int32_t a = 0; a < d; ++a) {
-          sum[a] += q[a];
-          if (!config_.covariance) continue;
           for (int32_t b = a; b < d; ++b) outer[a * d + b] += q[a] * q[b];
         }
       }

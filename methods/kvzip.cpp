@@ -26,6 +26,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "kernels/cpu/tile_gemm.h"
 #include "methods/allocation.h"
 #include "methods/budget.h"
 #include "methods/plan_helpers.h"
@@ -77,8 +78,10 @@ class KvzipPolicy : public TokenPolicy {
     if (end_ <= begin_ || query.q_positions[0] < n_context_) return;
     const int32_t d = kv.head_dim;
     const int32_t group = query.n_heads / kv.n_kv_heads;
-    std::vector<int32_t> context_slots, prompt_slots;
-    std::vector<float> logits;
+    // Scratch of this call only: nothing is held between forwards but the scores.
+    std::vector<int32_t> context_slots, prompt_slots, row_pos;
+    std::vector<float> keys_t, query_rows, block_logits;
+    std::vector<double> weights;
     for (int32_t h = 0; h < kv.n_kv_heads; ++h) {
       // The keys a row reads: the chat head and the span (any order), then the prompt's own
       // slots by position, of which a row reads those up to its own position.
@@ -94,37 +97,50 @@ class KvzipPolicy : public TokenPolicy {
       }
       std::sort(prompt_slots.begin(), prompt_slots.end(),
                 [pos](int32_t a, int32_t b) { return pos[a] < pos[b]; });
+      // Those keys, transposed ([d][ld]), for the tile GEMM: one pass of every query row of
+      // the block over them, where a scalar dot per (row, key) was most of a reconstruction.
+      const int n_context_keys = static_cast<int>(context_slots.size());
+      const int n_keys = n_context_keys + static_cast<int>(prompt_slots.size());
+      const int ld = (n_keys + tile::kNr - 1) / tile::kNr * tile::kNr;
+      keys_t.assign(static_cast<size_t>(d) * ld, 0.f);
       const float* k = kv.k + h * kv.capacity * d;
+      for (int j = 0; j < n_keys; ++j) {
+        const int32_t slot =
+            j < n_context_keys ? context_slots[j] : prompt_slots[j - n_context_keys];
+        const float* key = k + static_cast<int64_t>(slot) * d;
+        for (int32_t c = 0; c < d; ++c) keys_t[static_cast<size_t>(c) * ld + j] = key[c];
+      }
+      weights.resize(static_cast<size_t>(n_context_keys));
       float* head_scores = scores_[layer].data() + h * n_context_;
-      size_t n_prompt = 0;
-      for (int32_t i = 0; i < query.n_queries; ++i) {
-        while (n_prompt < prompt_slots.size() &&
-               pos[prompt_slots[n_prompt]] <= query.q_positions[i]) {
-          ++n_prompt;
-        }
-        const size_t n_keys = context_slots.size() + n_prompt;
-        logits.resize(n_keys);
-        for (int32_t g = 0; g < group; ++g) {
-          const float* q =
-              query.q + (static_cast<int64_t>(i) * query.n_heads + h * group + g) * d;
-          float top = -std::numeric_limits<float>::infinity();
-          for (size_t j = 0; j < n_keys; ++j) {
-            const int32_t slot = j < context_slots.size()
-                                     ? context_slots[j]
-                                     : prompt_slots[j - context_slots.size()];
-            const float* key = k + static_cast<int64_t>(slot) * d;
-            float dot = 0.f;
-            for (int32_t c = 0; c < d; ++c) dot += q[c] * key[c];
-            logits[j] = dot * query.scale;
-            top = std::max(top, logits[j]);
-          }
+      for (int32_t q0 = 0; q0 < query.n_queries; q0 += kQueryBlock) {
+        const int32_t q1 = std::min(query.n_queries, q0 + kQueryBlock);
+        const int rows = (q1 - q0) * group;
+        query_rows.resize(static_cast<size_t>(rows) * d);
+        row_pos.resize(static_cast<size_t>(rows));
+        block_logits.resize(static_cast<size_t>(rows) * ld);
+        tile::gather_query_rows(query, h, group, d, q0, q1, query.scale, query_rows.data(),
+                                row_pos.data());
+        tile::gemm(rows, d, ld, query_rows.data(), d, keys_t.data(), ld, block_logits.data(), ld,
+                   false);
+        for (int r = 0; r < rows; ++r) {
+          // The prompt's keys this row reads: those at or before its position.
+          const auto seen = std::upper_bound(
+              prompt_slots.begin(), prompt_slots.end(), row_pos[r],
+              [pos](int32_t p, int32_t slot) { return p < pos[slot]; });
+          const int n_row_keys = n_context_keys + static_cast<int>(seen - prompt_slots.begin());
+          if (n_row_keys == 0) continue;
+          const float* logits = block_logits.data() + static_cast<int64_t>(r) * ld;
+          const float top = *std::max_element(logits, logits + n_row_keys);
           double sum = 0;
-          for (size_t j = 0; j < n_keys; ++j) sum += std::exp(static_cast<double>(logits[j] - top));
-          for (size_t j = 0; j < context_slots.size(); ++j) {
+          for (int j = 0; j < n_row_keys; ++j) {
+            const double e = std::exp(static_cast<double>(logits[j] - top));
+            if (j < n_context_keys) weights[j] = e;
+            sum += e;
+          }
+          for (int j = 0; j < n_context_keys; ++j) {
             const int32_t p = pos[context_slots[j]];
             if (p < head_) continue;  // the chat head keeps its 1
-            const double a = std::exp(static_cast<double>(logits[j] - top)) / sum;
-            head_scores[p] = std::max(head_scores[p], static_cast<float>(a));
+            head_scores[p] = std::max(head_scores[p], static_cast<float>(weights[j] / sum));
           }
         }
       }
@@ -183,6 +199,7 @@ class KvzipPolicy : public TokenPolicy {
   LayerLimits limits_;
   bool pair_;  // level=pair: one threshold over every layer and head (ragged heads)
   int32_t n_kv_heads_;
+  static constexpr int32_t kQueryBlock = 16;  // query rows per GEMM (times the GQA group)
   std::vector<std::vector<float>> scores_;  // per layer [n_kv_heads, n_context], by position
   std::vector<bool> compressed_;
   int64_t n_context_ = 0;          // context tokens, once a reconstruction began

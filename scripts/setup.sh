@@ -105,8 +105,9 @@ done
 
 # --- Build ----------------------------------------------------------------------------------
 build="${KVBENCH_BUILD_DIR:-build}"
-if [ ! -f "$build/CMakeCache.txt" ]; then
+# KVBENCH_CMAKE_ARGS (scripts/test --sanitize) are applied again on every run, so that a build
+# folder configured before they changed follows them.
+if [ ! -f "$build/CMakeCache.txt" ] || [ -n "${KVBENCH_CMAKE_ARGS:-}" ]; then
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release ${KVBENCH_CMAKE_ARGS:-} >/dev/null
 fi
-# KVBENCH_BUILD_TARGETS: only these targets (the emulated-GPU build needs only its tests).
-cmake --build "$build" -j "$(nproc)" ${KVBENCH_BUILD_TARGETS:+--target $KVBENCH_BUILD_TARGETS}
+cmake --build "$build" -j "$(nproc)"

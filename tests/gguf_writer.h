@@ -119,7 +119,7 @@ TinyLlamaSpec smollm2_135m_shape(int context_length = 8192);
 
 // A random SmolLM2-shaped GGUF, written once into the temporary directory and shared by
 // later processes (written to a side file, then renamed; the name's version changes with
-// smollm2_135m_shape's weights).
-std::string random_smollm2_gguf(int context_length = 8192);
+// smollm2_135m_shape's weights); `n_layer` other than 30 writes that many layers of its shape.
+std::string random_smollm2_gguf(int context_length = 8192, int n_layer = 30);
 
 }  // namespace kvbench::testing
