@@ -26,6 +26,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "kernels/cpu/scores.h"
 #include "kernels/cpu/tile_gemm.h"
 #include "methods/allocation.h"
 #include "methods/budget.h"
@@ -120,8 +121,7 @@ class KvzipPolicy : public TokenPolicy {
         block_logits.resize(static_cast<size_t>(rows) * ld);
         tile::gather_query_rows(query, h, group, d, q0, q1, query.scale, query_rows.data(),
                                 row_pos.data());
-        tile::gemm(rows, d, ld, query_rows.data(), d, keys_t.data(), ld, block_logits.data(), ld,
-                   false);
+        gemm_cpu(rows, d, ld, query_rows.data(), d, keys_t.data(), ld, block_logits.data(), ld);
         for (int r = 0; r < rows; ++r) {
           // The prompt's keys this row reads: those at or before its position.
           const auto seen = std::upper_bound(

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/layouts.h"
+#include "random_floats.h"
 
 namespace kvbench::testing {
 
@@ -32,7 +33,7 @@ struct AttentionProblem {
 
   explicit AttentionProblem(const Case& c, uint32_t seed = 1) {
     std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+    const testing::UniformFloat uni{-1.0f, 1.0f};
     const int64_t capacity = c.n_tokens + 13;
     const float nan = std::numeric_limits<float>::quiet_NaN();
     k.assign(static_cast<size_t>(c.n_kv_heads * capacity * c.head_dim), nan);

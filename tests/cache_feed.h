@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "methods/kv_cache.h"
+#include "random_floats.h"
 
 namespace kvbench::testing {
 
@@ -21,15 +22,14 @@ struct Chunk {
 };
 
 inline Chunk random_chunk(int64_t n, const KvShape& shape, int32_t n_heads, std::mt19937& rng) {
-  std::normal_distribution<float> dist(0.f, 1.f);
   Chunk c;
   c.n = n;
   c.k.resize(n * shape.n_kv_heads * shape.head_dim);
   c.v.resize(c.k.size());
   c.q.resize(n * n_heads * shape.head_dim);
-  for (float& x : c.k) x = dist(rng);
-  for (float& x : c.v) x = dist(rng);
-  for (float& x : c.q) x = dist(rng);
+  for (float& x : c.k) x = standard_normal(rng);
+  for (float& x : c.v) x = standard_normal(rng);
+  for (float& x : c.q) x = standard_normal(rng);
   return c;
 }
 

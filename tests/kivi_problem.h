@@ -114,7 +114,7 @@ struct KiviProblem {
       q_positions[i] = lo + static_cast<int32_t>(int64_t{hi - lo} * (i + 1) / c.n_queries);
     }
     // Scores of a few units so the softmax is far from uniform.
-    std::uniform_real_distribution<float> uni(-3.0f, 3.0f);
+    const testing::UniformFloat uni{-3.0f, 3.0f};
     q.resize(static_cast<size_t>(c.n_queries) * c.n_heads * D);
     for (auto& x : q) x = uni(rng);
   }

@@ -358,4 +358,9 @@ void top_k_indices_cpu(const float* values, int64_t rows, int64_t n, int64_t k, 
   }
 }
 
+void gemm_cpu(int rows, int kdim, int ncols, const float* a, int64_t lda, const float* b,
+              int64_t ldb, float* c, int64_t ldc) {
+  tile::gemm(rows, kdim, ncols, a, lda, b, ldb, c, ldc, false);
+}
+
 }  // namespace kvbench

@@ -28,6 +28,12 @@ void attention_row_scores_cpu(const AttentionQuery& query, const DenseKv& kv, fl
 // TokenPolicy::ScoredRows::Last computes the same there).
 std::vector<float> last_row_scores_cpu(const AttentionQuery& query, const DenseKv& kv);
 
+// C[rows][ncols] = A[rows][kdim] * B[kdim][ncols], fp32: the tiled attention kernels' GEMM, for
+// a policy's own query-key products (KVzip's reconstruction scores keys transposed into B).
+// A(r, k) = a[r * lda + k]; B's rows are ldb apart, C's ldc.
+void gemm_cpu(int rows, int kdim, int ncols, const float* a, int64_t lda, const float* b,
+              int64_t ldb, float* c, int64_t ldc);
+
 // Plain double-precision reference of attention_scores_cpu, for tests.
 void attention_scores_reference(const AttentionQuery& query, const DenseKv& kv, float* scores);
 
