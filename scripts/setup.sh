@@ -9,7 +9,7 @@ cd "$root"
 packages=(cmake g++ ccache pkg-config libtorch-dev libopenblas0-pthread nlohmann-json3-dev
           libcli11-dev catch2 libbenchmark-dev libsqlite3-dev libzstd-dev libxxhash-dev
           libhiredis-dev redis-server python3 python3-pip unzip
-          clang libclang-rt-14-dev)  # clang: the fuzz targets (scripts/fuzz)
+          clang libclang-rt-14-dev libomp-dev)  # clang, its OpenMP: the sanitizer build
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
