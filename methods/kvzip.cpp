@@ -22,7 +22,6 @@
 // budget counts the kept chat head.
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <stdexcept>
 #include <vector>
 

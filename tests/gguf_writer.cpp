@@ -560,13 +560,14 @@ TinyLlamaSpec smollm2_135m_shape(int context_length) {
 std::string random_smollm2_gguf(int context_length, int n_layer) {
   const char* base = std::getenv("TMPDIR");
   const std::string dir = base != nullptr && *base != '\0' ? base : "/tmp";
+  TinyLlamaSpec spec = smollm2_135m_shape(context_length);
+  const bool all_layers = n_layer == spec.n_layer;
+  spec.n_layer = n_layer;
   const std::string path =
       dir + "/kvbench_random_smollm2_135m_v2_ctx" + std::to_string(context_length) +
-      (n_layer == 30 ? "" : "_layers" + std::to_string(n_layer)) + ".gguf";
+      (all_layers ? "" : "_layers" + std::to_string(n_layer)) + ".gguf";
   if (std::filesystem::exists(path)) return path;
   const std::string side = path + "." + std::to_string(getpid()) + ".part";
-  TinyLlamaSpec spec = smollm2_135m_shape(context_length);
-  spec.n_layer = n_layer;
   write_tiny_llama_gguf(side, spec);
   std::filesystem::rename(side, path);  // atomic: a reader never sees half a file
   return path;
