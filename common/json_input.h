@@ -5,7 +5,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <set>
 #include <string>
+#include <vector>
 
 #include "common/input_error.h"
 
@@ -15,15 +17,28 @@ namespace kvbench {
 inline constexpr int kMaxJsonDepth = 64;
 
 // Parses `text`; InputError naming `source` for malformed JSON, a number out of double's
-// range (1e400: nlohmann's out_of_range, not a parse_error) or nesting deeper than
-// kMaxJsonDepth.
+// range (1e400: nlohmann's out_of_range, not a parse_error), nesting deeper than
+// kMaxJsonDepth, or a key given twice in one object.
 inline nlohmann::json parse_json_input(const std::string& text, const std::string& source) {
   using nlohmann::json;
-  const json::parser_callback_t bounded = [&source](int depth, json::parse_event_t event, json&) {
+  // The keys of each open object: a key given twice is refused (nlohmann keeps the last,
+  // so a hand edit that repeats a key would silently win or lose).
+  std::vector<std::set<std::string>> keys;
+  const json::parser_callback_t bounded = [&source, &keys](int depth, json::parse_event_t event,
+                                                           json& parsed) {
     if (depth >= kMaxJsonDepth &&
         (event == json::parse_event_t::object_start || event == json::parse_event_t::array_start)) {
       throw InputError(source + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
                        " levels");
+    }
+    if (event == json::parse_event_t::object_start) {
+      keys.emplace_back();
+    } else if (event == json::parse_event_t::object_end) {
+      keys.pop_back();
+    } else if (event == json::parse_event_t::key && !keys.empty() &&
+               !keys.back().insert(parsed.get<std::string>()).second) {
+      throw InputError(source + ": JSON key \"" + one_line(parsed.get<std::string>()) +
+                       "\" given twice in one object");
     }
     return true;
   };

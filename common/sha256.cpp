@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/files.h"
 #include "common/input_error.h"
 
 namespace kvbench {
@@ -97,6 +98,7 @@ std::string Sha256::hex_digest() {
 }
 
 std::string sha256_file(const std::string& path) {
+  require_regular_file(path, "file to hash");  // a FIFO would block the open
   std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (!file) throw InputError(path + ": cannot read the file to hash it");
   Sha256 hash;

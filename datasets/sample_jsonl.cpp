@@ -5,6 +5,7 @@
 #include <string>
 
 #include "datasets/sample.h"
+#include "common/files.h"
 #include "common/input_error.h"
 #include "common/json_input.h"
 
@@ -184,9 +185,9 @@ bool blank(const std::string& line) {
 }  // namespace
 
 std::vector<Sample> load_samples_jsonl(const std::string& path) {
+  require_regular_file(path, "sample file");  // not a directory, and no FIFO to block on
   std::ifstream in(path, std::ios::binary);
-  std::error_code ec;
-  if (!in || std::filesystem::is_directory(path, ec)) throw InputError(path + ": cannot open the sample file");
+  if (!in) throw InputError(path + ": cannot open the sample file");
   return parse_samples_jsonl(in, path);
 }
 

@@ -3,11 +3,9 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
+#include "common/files.h"
 #include "common/input_error.h"
 #include "common/json_input.h"
 #include "harness/model/known_models.h"
@@ -59,11 +57,25 @@ std::string calibration_path(const std::string& model_path) {
   return std::string(KVBENCH_SOURCE_DIR) + "/configs/calibration/" + name + ".json";
 }
 
+namespace {
+
+// An accuracy and its 95% interval: 0 <= low <= accuracy <= high <= 1.
+void check_interval(const std::string& path, const char* name, double accuracy, double low,
+                    double high, const std::string& where) {
+  if (!(0 <= low && low <= accuracy && accuracy <= high && high <= 1)) {
+    throw InputError(path + ": malformed calibration file (" + name +
+                     " must lie in its interval [low, high] within [0, 1])" + where);
+  }
+}
+
+}  // namespace
+
 Calibration load_calibration(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot read the calibration file (run kvbench calibrate)");
-  std::stringstream text;
-  text << in.rdbuf();
+  std::error_code missing;
+  if (!std::filesystem::exists(path, missing)) {
+    throw InputError(path + ": cannot read the calibration file (run kvbench calibrate)");
+  }
+  const std::string text = read_regular_file(path, "calibration file", uint64_t{16} << 20);
   // nlohmann casts a float to an integer unchecked (undefined out of range): counts are
   // checked to be integers first.
   const auto count = [&path](const json& v, const char* key) {
@@ -75,11 +87,15 @@ Calibration load_calibration(const std::string& path) {
     return x.get<int64_t>();
   };
   try {
-    const json root = parse_json_input(text.str(), path);
+    const json root = parse_json_input(text, path);
     Calibration c;
     c.model = root.at("model").get<std::string>();
     c.model_sha256 = root.at("model_sha256").get<std::string>();
     c.mode = root.at("mode").get<std::string>();
+    if (c.mode != "multi-turn") {
+      throw InputError(path + ": malformed calibration file (mode '" + c.mode +
+                       "': kvbench calibrate measures multi-turn only)");
+    }
     if (!root.at("seed").is_number_unsigned()) {
       throw InputError(path + ": malformed calibration file (seed must be an unsigned integer)");
     }
@@ -93,6 +109,9 @@ Calibration load_calibration(const std::string& path) {
       x.accuracy = cell.at("accuracy").get<double>();
       x.low = cell.at("low").get<double>();
       x.high = cell.at("high").get<double>();
+      const std::string where = " (cell " + x.task + " at " + std::to_string(x.context_tokens) +
+                                " tokens)";
+      check_interval(path, "accuracy", x.accuracy, x.low, x.high, where);
       x.seconds = cell.value("seconds", 0.0);
       x.prefill_seconds = cell.value("prefill_seconds", 0.0);
       if (cell.contains("no_context")) {
@@ -100,9 +119,17 @@ Calibration load_calibration(const std::string& path) {
         x.no_context_accuracy = control.at("accuracy").get<double>();
         x.no_context_low = control.at("low").get<double>();
         x.no_context_high = control.at("high").get<double>();
-        if (!(x.no_context_accuracy >= 0 && x.no_context_accuracy <= 1)) {
-          throw InputError(path + ": malformed calibration file (no_context accuracy must be "
-                           "in [0, 1])");
+        check_interval(path, "no_context accuracy", x.no_context_accuracy, x.no_context_low,
+                       x.no_context_high, where);
+      }
+      if (c.find(x.task, x.context_tokens)) {
+        throw InputError(path + ": malformed calibration file (a second cell for " + x.task +
+                         " at " + std::to_string(x.context_tokens) + " tokens)");
+      }
+      for (const double s : {x.seconds, x.prefill_seconds}) {
+        if (!(s >= 0 && s < 1e9)) {
+          throw InputError(path + ": malformed calibration file (seconds must be in [0, 1e9))" +
+                           where);
         }
       }
       c.cells.push_back(x);
@@ -133,16 +160,7 @@ void save_calibration(const Calibration& c, const std::string& path) {
                      {"cells", cells}};
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << dump_json(root, 1) << "\n";
-    if (!out) throw InputError(path + ": cannot write the calibration file");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw InputError(path + ": cannot write the calibration file");
-  }
+  write_file_atomically(path, dump_json(root, 1) + "\n", "calibration file");
 }
 
 }  // namespace kvbench

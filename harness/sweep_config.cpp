@@ -3,10 +3,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
-#include <fstream>
 #include <set>
-#include <sstream>
 
+#include "common/files.h"
 #include "common/input_error.h"
 #include "common/json_input.h"
 #include "harness/session_mode.h"
@@ -293,11 +292,7 @@ SweepConfig parse_sweep_config(const std::string& json_text, const std::string& 
 }
 
 SweepConfig load_sweep_config(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot read the sweep config");
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_sweep_config(text.str(), path);
+  return parse_sweep_config(read_regular_file(path, "sweep config"), path);
 }
 
 std::string canonical_config_json(const SweepConfig& config) {

@@ -1,12 +1,9 @@
 #include "reports/leaderboard.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <set>
@@ -15,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/files.h"
 #include "common/input_error.h"
 #include "reports/head_map.h"
 #include "reports/html_text.h"
@@ -854,18 +852,26 @@ svg .grid{stroke:#e6e6e6;stroke-width:1}svg .axisline{stroke:#666;stroke-width:1
 svg .ref{stroke:#222;stroke-width:1.5;stroke-dasharray:6 4}svg .ref.alt{stroke:#888;stroke-dasharray:2 3}
 )";
 
+// Table cells. A std::string is text (from a db or not) and is escaped here; a Markup holds
+// HTML this file built from escaped pieces. So no db string reaches a cell unescaped.
+struct Markup {
+  std::string html;
+};
+
 std::string th(const std::string& text, bool numeric = false) {
-  return std::string(numeric ? "<th class=\"num\">" : "<th>") + text + "</th>";
+  return std::string(numeric ? "<th class=\"num\">" : "<th>") + h(text) + "</th>";
 }
-std::string td(const std::string& text, const char* cls = nullptr) {
-  return (cls ? std::string("<td class=\"") + cls + "\">" : std::string("<td>")) + text + "</td>";
+std::string td(const Markup& cell, const char* cls = nullptr) {
+  return (cls ? std::string("<td class=\"") + cls + "\">" : std::string("<td>")) + cell.html +
+         "</td>";
 }
-// A spec in a table cell: may wrap after its ',' and '+' separators.
-std::string h_spec(const std::string& spec) {
-  std::string out;
+std::string td(const std::string& text, const char* cls = nullptr) { return td(Markup{h(text)}, cls); }
+
+Markup h_spec(const std::string& spec) {
+  Markup out;
   for (char c : h(spec)) {
-    out += c;
-    if (c == ',' || c == '+') out += "<wbr>";
+    out.html += c;
+    if (c == ',' || c == '+') out.html += "<wbr>";
   }
   return out;
 }
@@ -897,12 +903,12 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
     << th("model, sha256") << th("host") << th("started, finished") << th("command") << "</tr>\n";
   for (const RunRecord& r : runs) {
     o << "<tr>" << td(std::to_string(r.id), "num")
-      << td(h(r.kvbench_version) + "<br>" + h(r.git_sha.substr(0, 12)), "nw")
-      << td(h(r.model_path) + "<br>" + h(r.model_sha256.substr(0, 12)), "wide") << td(h(r.host))
-      << td(h(r.started_at) + "<br>" +
-                (r.finished_at.empty() ? std::string("unfinished") : h(r.finished_at)),
+      << td(Markup{h(r.kvbench_version) + "<br>" + h(r.git_sha.substr(0, 12))}, "nw")
+      << td(Markup{h(r.model_path) + "<br>" + h(r.model_sha256.substr(0, 12))}, "wide") << td(r.host)
+      << td(Markup{h(r.started_at) + "<br>" +
+                   (r.finished_at.empty() ? std::string("unfinished") : h(r.finished_at))},
             "nw")
-      << td(h(r.command_line), "wide") << "</tr>\n";
+      << td(r.command_line, "wide") << "</tr>\n";
   }
   o << "</table>\n";
 
@@ -913,13 +919,14 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
        "interval a bootstrap over each task's samples. The full cache first (shaded), then by "
        "average, best first.</p>\n";
   o << "<table>\n<tr>" << th("method") << th("budget") << th("mode");
-  for (const std::string& t : b.tasks) o << th(h(t), true);
+  for (const std::string& t : b.tasks) o << th(t, true);
   o << th("average", true) << "</tr>\n";
   for (const Row& r : b.rows) {
-    o << tr_open(r) << td(h_spec(r.method), "spec") << td(h(budget_cell(r.budget)), "num")
-      << td(h(r.mode), "nw");
-    for (const std::string& t : b.tasks) o << td(h(task_accuracy_cell(r, t)), "num");
-    o << td("<b>" + h(accuracy_cell(r.average, r.average_ci ? &*r.average_ci : nullptr)) + "</b>",
+    o << tr_open(r) << td(h_spec(r.method), "spec") << td(budget_cell(r.budget), "num")
+      << td(r.mode, "nw");
+    for (const std::string& t : b.tasks) o << td(task_accuracy_cell(r, t), "num");
+    o << td(Markup{"<b>" + h(accuracy_cell(r.average, r.average_ci ? &*r.average_ci : nullptr)) +
+                   "</b>"},
             "num")
       << "</tr>\n";
   }
@@ -1040,8 +1047,8 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
     << th("TTFT ms", true) << th("reused %", true)
     << th("decode tok/s", true) << th("KL", true) << th("top-1 %", true) << "</tr>\n";
   for (const Row& r : b.rows) {
-    o << tr_open(r) << td(h_spec(r.method), "spec") << td(h(budget_cell(r.budget)), "num")
-      << td(h(r.mode), "nw") << td(h(prefill_cell(r.prefill)), "nw")
+    o << tr_open(r) << td(h_spec(r.method), "spec") << td(budget_cell(r.budget), "num")
+      << td(r.mode, "nw") << td(prefill_cell(r.prefill), "nw")
       << td(r.kv_vs_ref ? fmt(*r.kv_vs_ref, 2) + "x" : std::string(kMissing), "num")
       << td(fmt(r.kv_mib, 2), "num") << td(fmt(r.peak_mib, 2), "num")
       << td(fmt(r.read_kib, 0), "num") << td(fmt(r.ttft_ms, 1), "num") << td(fmt(r.reused, 1, 100), "num") << td(fmt(r.decode, 1), "num") << td(fmt(r.kl, 4), "num")
@@ -1109,7 +1116,7 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
     std::map<std::string, size_t> family_lines;  // lines drawn per family so far
     for (const Row& r : b.rows) {
       if (!is_multi_turn(r) || r.by_turn.empty()) continue;
-      o << tr_open(r) << td(h_spec(r.method), "spec") << td(h(budget_cell(r.budget)), "num");
+      o << tr_open(r) << td(h_spec(r.method), "spec") << td(budget_cell(r.budget), "num");
       Series se;
       se.label = r.label;  // every row here is multi-turn: no mode in the legend
       const std::string mode_suffix = " (" + r.mode + ")";
@@ -1158,8 +1165,8 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
     o << "</tr>\n";
     for (const ModeComparisonRow& r : modes.rows) {
       o << (method_family(r.method) == "full" ? "<tr class=\"full\">" : "<tr>")
-        << td(h_spec(r.method), "spec") << td(h(budget_cell(r.budget)), "num");
-      for (const ModeCell& c : r.cells) o << td(h(interval_cell(c.accuracy)), "num");
+        << td(h_spec(r.method), "spec") << td(budget_cell(r.budget), "num");
+      for (const ModeCell& c : r.cells) o << td(interval_cell(c.accuracy), "num");
       o << "</tr>\n";
     }
     o << "</table>\n<p class=\"note\">By turn: the k-th query of a session, or the k-th "
@@ -1173,10 +1180,10 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
         const std::vector<Interval>& turns = r.cells[m].by_turn;
         if (turns.empty()) continue;
         o << (method_family(r.method) == "full" ? "<tr class=\"full\">" : "<tr>")
-          << td(h_spec(r.method), "spec") << td(h(budget_cell(r.budget)), "num")
-          << td(h(modes.modes[m]));
+          << td(h_spec(r.method), "spec") << td(budget_cell(r.budget), "num")
+          << td(modes.modes[m]);
         for (size_t i = 0; i < k; ++i) {
-          o << td(i < turns.size() ? h(interval_cell(turns[i])) : std::string(kMissing), "num");
+          o << td(i < turns.size() ? interval_cell(turns[i]) : std::string(kMissing), "num");
         }
         o << "</tr>\n";
       }
@@ -1189,32 +1196,6 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
 
 // ---------------------------------------------------------------------------------------
 
-namespace {
-
-void write_atomically(const std::filesystem::path& path, const std::string& text) {
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (f) f.write(text.data(), static_cast<std::streamsize>(text.size()));
-    f.close();
-    if (!f) {
-      const std::string why = std::strerror(errno);
-      std::error_code ignored;
-      std::filesystem::remove(tmp, ignored);
-      throw InputError("OUT_DIR: cannot write " + tmp.string() + " (" + why + ")");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::error_code ignored;
-    std::filesystem::remove(tmp, ignored);
-    throw InputError("OUT_DIR: cannot write " + path.string() + " (" + ec.message() + ")");
-  }
-}
-
-}  // namespace
-
 void write_reports(const std::string& db_path, const std::string& out_dir,
                    KvReference reference) {
   std::vector<RunRecord> runs;
@@ -1225,6 +1206,11 @@ void write_reports(const std::string& db_path, const std::string& out_dir,
     units = db->units();
   }
   if (units.empty()) throw InputError("DB: no results to report (" + db_path + ")");
+  const std::filesystem::path dir(out_dir);
+  const std::string md_path = (dir / "leaderboard.md").string();
+  const std::string html_path = (dir / "leaderboard.html").string();
+  check_output_file(md_path, {db_path}, "-o");
+  check_output_file(html_path, {db_path}, "-o");
   const std::vector<Aggregate> rows = aggregate_units(units, reference);
   const std::string md = render_leaderboard_markdown(runs, rows);
   const std::string html = render_leaderboard_html(runs, rows, first_sample_head_maps(units));
@@ -1235,9 +1221,8 @@ void write_reports(const std::string& db_path, const std::string& out_dir,
     throw InputError("OUT_DIR: cannot create the report directory (" + out_dir + ": " +
                      (ec ? ec.message() : std::string("not a directory")) + ")");
   }
-  const std::filesystem::path dir(out_dir);
-  write_atomically(dir / "leaderboard.md", md);
-  write_atomically(dir / "leaderboard.html", html);
+  write_file_atomically(md_path, md, "report");
+  write_file_atomically(html_path, html, "report");
 }
 
 }  // namespace kvbench

@@ -34,10 +34,15 @@ Tolerances parse_tolerances(const std::string& text) {
     double value = 0;
     try {
       size_t used = 0;
-      value = std::stod(item.substr(eq + 1), &used);
-      if (used != item.size() - eq - 1 || !(value >= 0)) throw std::invalid_argument("range");
+      const std::string number = item.substr(eq + 1);
+      // A plain decimal: stod also reads "inf", "nan" and hexadecimal ("0x10").
+      if (number.find_first_not_of("0123456789.eE+-") != std::string::npos) {
+        throw std::invalid_argument("not decimal");
+      }
+      value = std::stod(number, &used);
+      if (used != number.size() || !(value >= 0 && value <= 1e6)) throw std::invalid_argument("range");
     } catch (const std::exception&) {
-      throw InputError("--tolerance '" + text + "': " + name + " must be a number >= 0" + form);
+      throw InputError("--tolerance '" + text + "': " + name + " must be a decimal number in [0, 1e6]" + form);
     }
     if (name == "accuracy") {
       t.accuracy = value;

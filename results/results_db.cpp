@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -13,8 +14,10 @@
 #include <cstring>
 #include <ctime>
 #include <functional>
+#include <limits>
 #include <map>
 #include <stdexcept>
+#include <tuple>
 #include <utility>
 
 #include "common/input_error.h"
@@ -144,7 +147,9 @@ class Stmt {
     sqlite3_clear_bindings(stmt_);
   }
 
-  bool is_null(int col) const { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
+  int type(int col) const { return sqlite3_column_type(stmt_, col); }
+  int bytes(int col) const { return sqlite3_column_bytes(stmt_, col); }
+  bool is_null(int col) const { return type(col) == SQLITE_NULL; }
   int64_t int64(int col) const { return sqlite3_column_int64(stmt_, col); }
   double real(int col) const { return sqlite3_column_double(stmt_, col); }
   std::optional<double> opt_real(int col) const {
@@ -163,14 +168,89 @@ class Stmt {
     return *this;
   }
   [[noreturn]] void fail(int rc, const std::string& what) {
-    on_error_(rc, what + " of \"" + sql_ + "\"");
+    on_error_(rc, what + " of " + short_sql());
     throw std::logic_error("Stmt error handler returned");  // on_error_ always throws
+  }
+
+  // The statement as an error names it: its verb and table ("INSERT INTO results",
+  // "SELECT FROM units"), not its text, so that the error stays short.
+  std::string short_sql() const {
+    const size_t from = sql_.find(" FROM ");
+    if (sql_.rfind("SELECT", 0) == 0 && from != std::string::npos) {
+      const size_t table = from + 6;
+      return "SELECT FROM " + sql_.substr(table, sql_.find_first_of(" ;", table) - table);
+    }
+    return sql_.substr(0, std::min(sql_.find(" ("), size_t{40}));
   }
 
   sqlite3* db_;
   std::string sql_;
   OnError on_error_;
   sqlite3_stmt* stmt_ = nullptr;
+};
+
+// A row read back. The db is the user's file, and may have been edited or forged: every
+// value is type- and range-checked here, once, before anything uses it (a turn index of
+// 2^31 would size a per-turn array; 'abc' would read as 0; a score of 7 would show as
+// 700%). A bad value is an InputError naming the db, table, column and row.
+class CheckedRow {
+ public:
+  static constexpr int64_t kMaxCount = int64_t{1} << 53;  // exact in a double
+  static constexpr size_t kMaxText = size_t{16} << 20;
+
+  CheckedRow(const Stmt& s, const std::string& path, const char* table)
+      : s_(s), path_(path), table_(table), row_(s.int64(0)) {}
+
+  int64_t row_id() const { return row_; }
+
+  int64_t integer(int col, const char* column, int64_t lo, int64_t hi) const {
+    if (s_.type(col) != SQLITE_INTEGER) fail(column, "not an integer");
+    const int64_t v = s_.int64(col);
+    if (v < lo || v > hi) {
+      fail(column, std::to_string(v) + " is outside [" + std::to_string(lo) + ", " +
+                       std::to_string(hi) + "]");
+    }
+    return v;
+  }
+  int64_t count(int col, const char* column) const { return integer(col, column, 0, kMaxCount); }
+
+  double real(int col, const char* column, double lo, double hi) const {
+    const int t = s_.type(col);
+    if (t != SQLITE_FLOAT && t != SQLITE_INTEGER) fail(column, "not a number");
+    const double v = s_.real(col);
+    if (!(v >= lo && v <= hi)) {
+      char text[96];
+      std::snprintf(text, sizeof text, "%g is outside [%g, %g]", v, lo, hi);
+      fail(column, text);
+    }
+    return v;
+  }
+  std::optional<double> opt_real(int col, const char* column, double lo, double hi) const {
+    if (s_.is_null(col)) return std::nullopt;
+    return real(col, column, lo, hi);
+  }
+
+  std::string text(int col, const char* column, size_t max_bytes = kMaxText) const {
+    if (s_.type(col) != SQLITE_TEXT) fail(column, "not text");
+    if (static_cast<size_t>(s_.bytes(col)) > max_bytes) {
+      fail(column, "longer than " + std::to_string(max_bytes) + " bytes");
+    }
+    return s_.text(col);
+  }
+  std::string opt_text(int col, const char* column) const {  // NULL reads as ""
+    return s_.is_null(col) ? std::string() : text(col, column);
+  }
+
+  [[noreturn]] void fail(const char* column, const std::string& why) const {
+    throw InputError(one_line(path_) + ": " + table_ + "." + column + " of row " +
+                     std::to_string(row_) + ": " + one_line(why));
+  }
+
+ private:
+  const Stmt& s_;
+  const std::string& path_;
+  const char* table_;
+  int64_t row_;
 };
 
 Stmt::OnError db_errors(const std::string& path, sqlite3* db) {
@@ -355,12 +435,78 @@ void migrate(sqlite3* db, const std::string& path, const Stmt::OnError& on_error
   tx.commit();
 }
 
+// A table's column names in order; empty when there is no such table.
+std::vector<std::string> table_columns(sqlite3* db, const std::string& table,
+                                       const Stmt::OnError& on_error) {
+  // PRAGMA takes no bound parameters; the table names are this file's constants.
+  Stmt s(db, ("PRAGMA table_info(" + table + ")").c_str(), on_error);
+  std::vector<std::string> names;
+  while (s.step()) names.push_back(s.text(1));
+  return names;
+}
+
+// The columns of each table as this kvbench's migrations make them, read once from an
+// in-memory db.
+const std::map<std::string, std::vector<std::string>>& expected_columns() {
+  static const std::map<std::string, std::vector<std::string>> columns = [] {
+    sqlite3* raw = nullptr;
+    sqlite3_open(":memory:", &raw);
+    const DbPtr db(raw);
+    const Stmt::OnError on_error = [](int rc, const std::string& what) {
+      throw std::logic_error("results schema: " + what + " failed (" + std::to_string(rc) + ")");
+    };
+    migrate(db.get(), ":memory:", on_error);
+    std::map<std::string, std::vector<std::string>> out;
+    for (const char* table : kTables) out[table] = table_columns(db.get(), table, on_error);
+    return out;
+  }();
+  return columns;
+}
+
+// The directory a path is in.
+std::string directory_of(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// A WAL db in a directory nobody can write (a read-only mount, a shared archive) cannot be
+// opened even for reading: SQLite needs to create its -shm file. Without a WAL file to
+// merge, SQLite's immutable mode reads it as it is. Returns the name to open and whether it
+// is a URI.
+std::pair<std::string, bool> name_for_reading(const std::string& path) {
+  if (access(directory_of(path).c_str(), W_OK) == 0) return {path, false};
+  struct stat wal {};
+  if (stat((path + "-wal").c_str(), &wal) == 0 && wal.st_size > 0) {
+    throw InputError(one_line(path) + ": cannot read the results db: its -wal file holds "
+                     "writes not yet merged and its directory is read-only (copy the db with "
+                     "its -wal file somewhere writable)");
+  }
+  static const char kHex[] = "0123456789ABCDEF";
+  std::string uri = "file:";
+  for (const char ch : path) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (std::isalnum(c) || c == '/' || c == '.' || c == '-' || c == '_' || c == '~') {
+      uri += ch;
+    } else {
+      uri += '%';
+      uri += kHex[c >> 4];
+      uri += kHex[c & 15];
+    }
+  }
+  return {uri + "?immutable=1", true};
+}
+
 // Opens and verifies (and, for writing, creates or migrates) a kvbench results db.
 DbPtr open_connection(const std::string& path, bool read_only) {
   sqlite3* raw = nullptr;
-  const int flags = read_only ? SQLITE_OPEN_READONLY
-                              : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
-  const int rc = sqlite3_open_v2(path.c_str(), &raw, flags | SQLITE_OPEN_NOMUTEX, nullptr);
+  int flags = read_only ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+  std::string name = path;
+  if (read_only) {
+    const auto [readable_name, uri] = name_for_reading(path);
+    name = readable_name;
+    if (uri) flags |= SQLITE_OPEN_URI;
+  }
+  const int rc = sqlite3_open_v2(name.c_str(), &raw, flags | SQLITE_OPEN_NOMUTEX, nullptr);
   DbPtr db(raw);
   if (rc != SQLITE_OK) throw_open_error(path, read_only, db.get(), rc);
   sqlite3_extended_result_codes(db.get(), 1);
@@ -400,7 +546,22 @@ DbPtr open_connection(const std::string& path, bool read_only) {
                        std::to_string(kResultsSchemaVersion) +
                        "); open it once for writing to migrate it");
     }
-  } else {
+  } else if (version < kResultsSchemaVersion) {
+    migrate(handle, path, on_open_error);  // one transaction: all of it or nothing
+  }
+  // The tables and their columns before anything else is changed: a foreign db with tables
+  // of these names is refused before it is switched to WAL.
+  const std::map<std::string, std::vector<std::string>>& expected = expected_columns();
+  for (const auto& [table, columns] : expected) {
+    const std::vector<std::string> found = table_columns(handle, table, on_open_error);
+    if (found != columns) {
+      throw InputError(one_line(path) + ": not a kvbench results db (" +
+                       (found.empty() ? "no table " + table
+                                      : "table " + table + " has other columns") +
+                       ")");
+    }
+  }
+  if (!read_only) {
     {
       Stmt wal(handle, "PRAGMA journal_mode = WAL", on_open_error);
       const std::string mode = wal.step() ? wal.text(0) : std::string();
@@ -410,25 +571,10 @@ DbPtr open_connection(const std::string& path, bool read_only) {
                          "mode: journal mode is " + one_line(mode) + ")");
       }
     }
-    if (version < kResultsSchemaVersion) {
-      migrate(handle, path, on_open_error);
-    } else {
-      // Take the write lock once: another writer holding it past the timeout is reported
-      // now rather than at the first finished unit.
-      Transaction probe(handle, on_open_error);
-      probe.commit();
-    }
-  }
-
-  Stmt tables(handle, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
-              on_open_error);
-  for (const char* table : kTables) {
-    tables.reset();
-    tables.bind(1, std::string(table));
-    if (!tables.step() || tables.int64(0) != 1) {
-      throw InputError(one_line(path) + ": not a kvbench results db (no table " + table +
-                       ")");
-    }
+    // Take the write lock once: another writer holding it past the timeout is reported now
+    // rather than at the first finished unit.
+    Transaction probe(handle, on_open_error);
+    probe.commit();
   }
   return db;
 }
@@ -464,24 +610,26 @@ void insert_run(sqlite3* db, const Stmt::OnError& on_error, const RunRecord& run
   s.run();
 }
 
-std::vector<RunRecord> read_runs(sqlite3* db, const Stmt::OnError& on_error) {
+std::vector<RunRecord> read_runs(sqlite3* db, const std::string& path,
+                                 const Stmt::OnError& on_error) {
   Stmt s(db,
          "SELECT id, kvbench_version, git_sha, model_path, model_sha256, host, command_line, "
          "config_json, started_at, finished_at FROM runs ORDER BY id",
          on_error);
   std::vector<RunRecord> runs;
   while (s.step()) {
+    const CheckedRow row(s, path, "runs");
     RunRecord r;
-    r.id = s.int64(0);
-    r.kvbench_version = s.text(1);
-    r.git_sha = s.text(2);
-    r.model_path = s.text(3);
-    r.model_sha256 = s.text(4);
-    r.host = s.text(5);
-    r.command_line = s.text(6);
-    r.config_json = s.text(7);
-    r.started_at = s.text(8);
-    r.finished_at = s.text(9);  // NULL reads as ""
+    r.id = row.integer(0, "id", 1, CheckedRow::kMaxCount);
+    r.kvbench_version = row.text(1, "kvbench_version");
+    r.git_sha = row.text(2, "git_sha");
+    r.model_path = row.text(3, "model_path");
+    r.model_sha256 = row.text(4, "model_sha256");
+    r.host = row.text(5, "host");
+    r.command_line = row.text(6, "command_line");
+    r.config_json = row.text(7, "config_json");
+    r.started_at = row.text(8, "started_at");
+    r.finished_at = row.opt_text(9, "finished_at");  // NULL: unfinished
     runs.push_back(std::move(r));
   }
   return runs;
@@ -683,6 +831,31 @@ void insert_unit(sqlite3* db, const std::string& path, const Stmt::OnError& on_e
   }
 }
 
+// The ranges a stored value may take (CheckedRow): wide enough for any real run, narrow
+// enough that nothing sized or summed from them overflows.
+constexpr int64_t kMaxContextTokens = int64_t{1} << 31;
+constexpr int64_t kMaxTurns = 100000;
+constexpr size_t kMaxLayers = 1024, kMaxHeads = 1024;
+constexpr size_t kMaxHeadTokensText = size_t{1} << 20;
+constexpr double kMaxMs = 1e12;    // 30 years
+constexpr double kMaxRate = 1e12;  // tokens per second
+constexpr double kMaxKl = 1e6;
+constexpr double kMaxFlops = 1e30;
+
+// What makes a unit itself, whatever its key: the same unit under two keys would count
+// twice in every mean.
+std::string unit_identity(const UnitRecord& u) {
+  std::string id;
+  for (const std::string* part : {&u.task, &u.sample_id, &u.method, &u.budget, &u.mode,
+                                  &u.query_setting}) {
+    id += std::to_string(part->size()) + ":" + *part;  // length-prefixed: no separator clash
+  }
+  char numbers[64];
+  std::snprintf(numbers, sizeof numbers, "%llu/%.17g", static_cast<unsigned long long>(u.seed),
+                u.turn_gap_s);
+  return id + numbers;
+}
+
 struct StoredUnit {
   UnitRecord unit;
   std::string finished_at;
@@ -692,6 +865,7 @@ std::vector<StoredUnit> read_units(sqlite3* db, const std::string& path,
                                    const Stmt::OnError& on_error) {
   std::vector<StoredUnit> units;
   std::map<int64_t, size_t> index_of;  // units.id -> position
+  std::map<std::string, std::string> key_of;  // a unit's identity -> its key
   {
     Stmt s(db,
            "SELECT id, run_id, unit_key, task, sample_id, method, budget, mode, seed, "
@@ -700,38 +874,56 @@ std::vector<StoredUnit> read_units(sqlite3* db, const std::string& path,
            "ORDER BY id",
            on_error);
     while (s.step()) {
+      const CheckedRow row(s, path, "units");
       StoredUnit su;
       UnitRecord& u = su.unit;
-      u.run_id = s.int64(1);
-      u.key = s.text(2);
-      u.task = s.text(3);
-      u.sample_id = s.text(4);
-      u.method = s.text(5);
-      u.budget = s.text(6);
-      u.mode = s.text(7);
-      u.seed = static_cast<uint64_t>(s.int64(8));
-      u.context_tokens = s.int64(9);
-      u.context_prefill_ms = s.real(10);
-      su.finished_at = s.text(11);
-      u.prefill = s.text(12);
-      u.shared_prefill = s.int64(13) != 0;
-      u.prefilled_tokens = s.int64(14);
-      auto head_tokens = decode_head_tokens(s.text(15));
+      u.run_id = row.integer(1, "run_id", 1, CheckedRow::kMaxCount);
+      u.key = row.text(2, "unit_key");
+      u.task = row.text(3, "task");
+      u.sample_id = row.text(4, "sample_id");
+      u.method = row.text(5, "method");
+      u.budget = row.text(6, "budget");
+      u.mode = row.text(7, "mode");
+      // Stored as the int64 of the same bits: every integer is a seed.
+      u.seed = static_cast<uint64_t>(
+          row.integer(8, "seed", std::numeric_limits<int64_t>::min(),
+                      std::numeric_limits<int64_t>::max()));
+      u.context_tokens = row.integer(9, "context_tokens", 0, kMaxContextTokens);
+      u.context_prefill_ms = row.real(10, "context_prefill_ms", 0, kMaxMs);
+      su.finished_at = row.text(11, "finished_at");
+      u.prefill = row.text(12, "prefill");
+      u.shared_prefill = row.integer(13, "shared_prefill", 0, 1) != 0;
+      u.prefilled_tokens = row.count(14, "prefilled_tokens");
+      auto head_tokens = decode_head_tokens(row.text(15, "head_tokens", kMaxHeadTokensText));
       if (!head_tokens) {
-        throw InputError(one_line(path) + ": not a kvbench results db of this version (unit " +
-                         one_line(u.key) +
-                         ": head_tokens is not an array of equal-length arrays of integers)");
+        row.fail("head_tokens", "not an array of equal-length arrays of integers");
+      }
+      if (head_tokens->size() > kMaxLayers ||
+          (!head_tokens->empty() && head_tokens->front().size() > kMaxHeads)) {
+        row.fail("head_tokens", "more than " + std::to_string(kMaxLayers) + " layers or " +
+                                    std::to_string(kMaxHeads) + " heads");
+      }
+      for (const auto& layer : *head_tokens) {
+        for (const int64_t n : layer) {
+          if (n < 0 || n > CheckedRow::kMaxCount) row.fail("head_tokens", "a count out of range");
+        }
       }
       u.head_tokens = std::move(*head_tokens);
-      u.head_tokens_seen = s.int64(16);
-      u.query_setting = s.text(17);
-      u.turn_gap_s = s.real(18);
-      index_of[s.int64(0)] = units.size();
+      u.head_tokens_seen = row.count(16, "head_tokens_seen");
+      u.query_setting = row.text(17, "query_setting");
+      u.turn_gap_s = row.real(18, "turn_gap_s", 0, kMaxMs);
+      // The same unit under a second key would count twice in every mean.
+      const auto [first, inserted] = key_of.emplace(unit_identity(u), u.key);
+      if (!inserted) {
+        row.fail("unit_key", "unit " + u.key + " repeats unit " + first->second +
+                                 " (the same task, sample, method, budget, mode and seed)");
+      }
+      index_of[row.row_id()] = units.size();
       units.push_back(std::move(su));
     }
   }
   Stmt s(db,
-         "SELECT unit_id, turn, query, prediction, reference, stop_reason, prompt_tokens, "
+         "SELECT id, unit_id, turn, query, prediction, reference, stop_reason, prompt_tokens, "
          "output_tokens, appended_tokens, ttft_ms, tpot_ms, prefill_tokens_per_s, "
          "decode_tokens_per_s, kv_bytes, kv_bytes_peak, tokens_kept, tokens_seen, "
          "tokens_evicted, hits, misses, bytes_moved, first_token_kl, top1_agreement, score, "
@@ -740,42 +932,47 @@ std::vector<StoredUnit> read_units(sqlite3* db, const std::string& path,
          "ORDER BY unit_id, turn",
          on_error);
   while (s.step()) {
-    const auto it = index_of.find(s.int64(0));
-    if (it == index_of.end()) continue;  // foreign keys keep this from happening
+    const CheckedRow row(s, path, "results");
+    const auto it = index_of.find(row.integer(1, "unit_id", 1, CheckedRow::kMaxCount));
+    if (it == index_of.end()) row.fail("unit_id", "names no unit");
+    std::vector<TurnRow>& turns = units[it->second].unit.turns;
     TurnRow t;
-    t.turn = static_cast<int32_t>(s.int64(1));
-    t.query = s.text(2);
-    t.prediction = s.text(3);
-    t.reference = s.text(4);
-    t.stop_reason = s.text(5);
-    t.prompt_tokens = s.int64(6);
-    t.output_tokens = s.int64(7);
-    t.appended_tokens = s.int64(8);
-    t.ttft_ms = s.real(9);
-    t.tpot_ms = s.real(10);
-    t.prefill_tokens_per_s = s.real(11);
-    t.decode_tokens_per_s = s.real(12);
-    t.kv_bytes = s.int64(13);
-    t.kv_bytes_peak = s.int64(14);
-    t.tokens_kept = s.real(15);
-    t.tokens_seen = s.int64(16);
-    t.tokens_evicted = s.int64(17);
-    t.hits = s.int64(18);
-    t.misses = s.int64(19);
-    t.bytes_moved = s.int64(20);
-    t.first_token_kl = s.opt_real(21);
-    t.top1_agreement = s.opt_real(22);
-    t.score = s.opt_real(23);
-    t.kv_read_per_step = s.int64(24);
-    t.tokens_reused = s.int64(25);
-    t.reuse_bytes_loaded = s.int64(26);
-    t.reuse_load_ms = s.real(27);
-    t.reuse_tiers = s.text(28);
-    t.reuse_faults = s.text(29);
-    t.attn_flops = s.real(30);
-    t.attn_flops_dense = s.real(31);
-    t.retrieval_recall = s.opt_real(32);
-    units[it->second].unit.turns.push_back(std::move(t));
+    t.turn = static_cast<int32_t>(row.integer(2, "turn", 1, kMaxTurns));
+    if (!turns.empty() && turns.back().turn == t.turn) {
+      row.fail("turn", "turn " + std::to_string(t.turn) + " of its unit twice");
+    }
+    t.query = row.text(3, "query");
+    t.prediction = row.text(4, "prediction");
+    t.reference = row.text(5, "reference");
+    t.stop_reason = row.text(6, "stop_reason");
+    t.prompt_tokens = row.count(7, "prompt_tokens");
+    t.output_tokens = row.count(8, "output_tokens");
+    t.appended_tokens = row.count(9, "appended_tokens");
+    t.ttft_ms = row.real(10, "ttft_ms", 0, kMaxMs);
+    t.tpot_ms = row.real(11, "tpot_ms", 0, kMaxMs);
+    t.prefill_tokens_per_s = row.real(12, "prefill_tokens_per_s", 0, kMaxRate);
+    t.decode_tokens_per_s = row.real(13, "decode_tokens_per_s", 0, kMaxRate);
+    t.kv_bytes = row.count(14, "kv_bytes");
+    t.kv_bytes_peak = row.count(15, "kv_bytes_peak");
+    t.tokens_kept = row.real(16, "tokens_kept", 0, static_cast<double>(CheckedRow::kMaxCount));
+    t.tokens_seen = row.count(17, "tokens_seen");
+    t.tokens_evicted = row.count(18, "tokens_evicted");
+    t.hits = row.count(19, "hits");
+    t.misses = row.count(20, "misses");
+    t.bytes_moved = row.count(21, "bytes_moved");
+    t.first_token_kl = row.opt_real(22, "first_token_kl", -1, kMaxKl);  // rounding: a hair below 0
+    t.top1_agreement = row.opt_real(23, "top1_agreement", 0, 1);
+    t.score = row.opt_real(24, "score", 0, 1);
+    t.kv_read_per_step = row.count(25, "kv_read_per_step");
+    t.tokens_reused = row.count(26, "tokens_reused");
+    t.reuse_bytes_loaded = row.count(27, "reuse_bytes_loaded");
+    t.reuse_load_ms = row.real(28, "reuse_load_ms", 0, kMaxMs);
+    t.reuse_tiers = row.text(29, "reuse_tiers");
+    t.reuse_faults = row.text(30, "reuse_faults");
+    t.attn_flops = row.real(31, "attn_flops", 0, kMaxFlops);
+    t.attn_flops_dense = row.real(32, "attn_flops_dense", 0, kMaxFlops);
+    t.retrieval_recall = row.opt_real(33, "retrieval_recall", 0, 1);
+    turns.push_back(std::move(t));
   }
   return units;
 }
@@ -823,7 +1020,9 @@ void ResultsDb::finish_run(int64_t run_id) {
   }
 }
 
-std::vector<RunRecord> ResultsDb::runs() const { return read_runs(db_, db_errors(path_, db_)); }
+std::vector<RunRecord> ResultsDb::runs() const {
+  return read_runs(db_, path_, db_errors(path_, db_));
+}
 
 std::set<std::string> ResultsDb::finished_unit_keys() const {
   return read_unit_keys(db_, db_errors(path_, db_));
@@ -851,20 +1050,21 @@ void merge_results(const std::vector<std::string>& inputs, const std::string& ou
     throw InputError(one_line(output) + ": exists; merge writes a new db");
   }
 
-  // Every input opened and checked before the output is created.
+  // Every input read and checked before anything is written.
   struct Input {
     std::string path;
-    DbPtr db;
     std::vector<RunRecord> runs;
+    std::vector<StoredUnit> units;
   };
   std::vector<Input> in;
   std::optional<RunRecord> first;  // the first run of all inputs: the others must match it
   std::string first_path;
   std::map<std::string, std::string> key_owner;  // unit key -> input path
+  std::map<std::string, std::string> unit_owner;  // unit identity -> input path
   for (const std::string& path : inputs) {
-    Input input{path, open_connection(path, /*read_only=*/true), {}};
-    const auto on_error = db_errors(path, input.db.get());
-    input.runs = read_runs(input.db.get(), on_error);
+    const DbPtr db = open_connection(path, /*read_only=*/true);
+    const auto on_error = db_errors(path, db.get());
+    Input input{path, read_runs(db.get(), path, on_error), read_units(db.get(), path, on_error)};
     for (const RunRecord& run : input.runs) {
       if (!first) {
         first = run;
@@ -883,21 +1083,41 @@ void merge_results(const std::vector<std::string>& inputs, const std::string& ou
                          std::to_string(first->id) + "; merge joins shards of one sweep only");
       }
     }
-    for (const std::string& key : read_unit_keys(input.db.get(), on_error)) {
-      const auto [it, inserted] = key_owner.emplace(key, path);
+    for (const StoredUnit& su : input.units) {
+      const UnitRecord& u = su.unit;
+      const auto [it, inserted] = key_owner.emplace(u.key, path);
       if (!inserted) {
-        throw InputError(one_line(path) + ": unit " + one_line(key) + " is also in " +
+        throw InputError(one_line(path) + ": unit " + one_line(u.key) + " is also in " +
                          one_line(it->second) + "; merge needs disjoint shards");
+      }
+      const auto [same, fresh] = unit_owner.emplace(unit_identity(u), path);
+      if (!fresh) {
+        throw InputError(one_line(path) + ": unit " + one_line(u.key) + " repeats a unit of " +
+                         one_line(same->second) + " under another key; merge needs disjoint "
+                         "shards");
+      }
+      if (std::none_of(input.runs.begin(), input.runs.end(),
+                       [&u](const RunRecord& r) { return r.id == u.run_id; })) {
+        throw InputError(one_line(path) + ": unit " + one_line(u.key) + " names run " +
+                         std::to_string(u.run_id) + ", which is not in the db");
       }
     }
     in.push_back(std::move(input));
   }
 
-
+  // Written under another name and renamed when whole: a merge killed midway leaves no db
+  // at `output` to block the next one (a stale partial file is replaced).
+  const std::string partial = output + ".partial";
+  const auto remove_partial = [&partial] {
+    for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
+      std::remove((partial + suffix).c_str());
+    }
+  };
+  remove_partial();
   try {
-    DbPtr out = open_connection(output, /*read_only=*/false);
-    const auto on_error = db_errors(output, out.get());
     {
+      DbPtr out = open_connection(partial, /*read_only=*/false);
+      const auto on_error = db_errors(output, out.get());
       Transaction tx(out.get(), on_error);
       for (const Input& input : in) {
         std::map<int64_t, int64_t> run_ids;  // input run id -> output run id
@@ -905,22 +1125,21 @@ void merge_results(const std::vector<std::string>& inputs, const std::string& ou
           insert_run(out.get(), on_error, run, std::nullopt);
           run_ids[run.id] = sqlite3_last_insert_rowid(out.get());
         }
-        for (const StoredUnit& su : read_units(input.db.get(), input.path, db_errors(input.path, input.db.get()))) {
-          const auto it = run_ids.find(su.unit.run_id);
-          if (it == run_ids.end()) {
-            throw InputError(one_line(input.path) + ": unit " + one_line(su.unit.key) +
-                             " names run " + std::to_string(su.unit.run_id) +
-                             ", which is not in the db");
-          }
-          insert_unit(out.get(), output, on_error, it->second, su.unit, su.finished_at);
+        for (const StoredUnit& su : input.units) {
+          insert_unit(out.get(), output, on_error, run_ids.at(su.unit.run_id), su.unit,
+                      su.finished_at);
         }
       }
       tx.commit();
+      exec(out.get(), "PRAGMA wal_checkpoint(TRUNCATE)", on_error);
     }
+    if (std::rename(partial.c_str(), output.c_str()) != 0) {
+      throw InputError(one_line(output) + ": cannot write the merged db (" +
+                       std::strerror(errno) + ")");
+    }
+    remove_partial();  // the emptied -wal and -shm of the partial name
   } catch (...) {
-    for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
-      std::remove((output + suffix).c_str());
-    }
+    remove_partial();
     throw;
   }
 }

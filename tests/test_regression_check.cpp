@@ -89,7 +89,12 @@ TEST_CASE("check: tolerances parse, bad ones are named", "[unit]") {
   CHECK(t.accuracy == 0.1);
   CHECK(t.speed == 0.25);
   CHECK(t.memory == 0.05);
-  CHECK_THROWS_WITH(parse_tolerances("accuracy=-1"), Catch::Contains("accuracy must be a number >= 0"));
+  CHECK_THROWS_WITH(parse_tolerances("accuracy=-1"),
+                    Catch::Contains("accuracy must be a decimal number in [0, 1e6]"));
+  // stod reads these; a tolerance does not.
+  for (const char* bad : {"accuracy=inf", "accuracy=nan", "accuracy=0x10", "speed=1e300"}) {
+    CHECK_THROWS_WITH(parse_tolerances(bad), Catch::Contains("must be a decimal number"));
+  }
   CHECK_THROWS_WITH(parse_tolerances("colour=1"), Catch::Contains("unknown metric 'colour'"));
   CHECK_THROWS_WITH(parse_tolerances("speed"), Catch::Contains("has no value"));
 }

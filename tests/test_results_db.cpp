@@ -77,7 +77,7 @@ UnitRecord make_unit(const std::string& key, const std::string& method = "snapkv
   UnitRecord u;
   u.key = key;
   u.task = "retr_kv";
-  u.sample_id = "retr_kv-0";
+  u.sample_id = "retr_kv-" + key;  // units of one db differ by more than their keys
   u.method = method;
   u.budget = "budget=256";
   u.mode = "multi-turn";
@@ -269,23 +269,22 @@ TEST_CASE("results db: units round-trip exactly, NULLs as nullopt", "[results]")
   odd.budget = "";
   odd.mode = "multi-request";
   odd.seed = std::numeric_limits<uint64_t>::max();
-  odd.context_tokens = std::numeric_limits<int64_t>::max();
+  odd.context_tokens = int64_t{1} << 31;  // the largest a db may hold
   odd.context_prefill_ms = std::nextafter(1.0, 2.0);
-  odd.head_tokens = {{std::numeric_limits<int64_t>::max()}, {std::numeric_limits<int64_t>::min()},
-                     {0}};
-  odd.head_tokens_seen = std::numeric_limits<int64_t>::max();
+  odd.head_tokens = {{int64_t{1} << 53}, {1}, {0}};
+  odd.head_tokens_seen = int64_t{1} << 53;
   TurnRow& t = odd.turns[0];
   t.query = "line one\nline two\r\n\xe4\xb8\xad\xe6\x96\x87 '; DROP TABLE results; --";
   t.prediction = std::string("half a character \xe4\xb8 then \xff\xfe bytes");
   t.prediction += std::string("\0embedded", 9);  // even a NUL survives
   t.reference = "";
-  t.prompt_tokens = std::numeric_limits<int64_t>::min();
-  t.kv_bytes = (int64_t{1} << 62) + 12345;
+  t.prompt_tokens = 0;
+  t.kv_bytes = (int64_t{1} << 52) + 12345;
   t.ttft_ms = 0.1 + 0.2;
   t.tpot_ms = std::numeric_limits<double>::denorm_min();
-  t.prefill_tokens_per_s = std::numeric_limits<double>::max();
-  t.decode_tokens_per_s = std::numeric_limits<double>::infinity();
-  t.tokens_kept = -std::numeric_limits<double>::infinity();
+  t.prefill_tokens_per_s = 1e12;  // the bounds a db may hold
+  t.decode_tokens_per_s = 0;
+  t.tokens_kept = 0;
   t.first_token_kl = std::nullopt;
   t.top1_agreement = std::nullopt;
   t.score = std::nullopt;
@@ -340,7 +339,7 @@ TEST_CASE("results db: results rows are self-describing for plain SQL", "[result
                  "GROUP BY method") == "snapkv:0.5");
   CHECK(raw.text("SELECT task || '|' || sample_id || '|' || turn || '|' || budget || '|' || "
                  "mode || '|' || seed || '|' || run_id FROM results ORDER BY id LIMIT 1") ==
-        "retr_kv|retr_kv-0|1|budget=256|multi-turn|7|1");
+        "retr_kv|retr_kv-a|1|budget=256|multi-turn|7|1");
   CHECK(raw.text("SELECT unit_key FROM units ORDER BY id DESC LIMIT 1") == "c");
   CHECK(is_iso_utc(raw.text("SELECT finished_at FROM units LIMIT 1")));
 }
@@ -743,7 +742,7 @@ TEST_CASE("results db: head tokens per layer and KV head, one JSON array per uni
       FAIL("no error");
     } catch (const InputError& e) {
       CHECK(std::string(e.what()).rfind(path + ": ", 0) == 0);
-      CHECK(std::string(e.what()).find("unit u1: head_tokens") != std::string::npos);
+      CHECK(std::string(e.what()).find("units.head_tokens of row 1: ") != std::string::npos);
     }
   }
 }

@@ -15,6 +15,7 @@
 #include "harness/calibration.h"
 #include "harness/cli/commands.h"
 #include "harness/evaluation.h"
+#include "common/files.h"
 #include "common/input_error.h"
 #include "harness/model/known_models.h"
 #include "harness/model/llama_model.h"
@@ -74,18 +75,23 @@ void run_calibrate(const ModelOptions& model_options, const CalibrateArgs& args)
   }
   const std::string model_path = resolve_model_path(model_options);
   const std::string path = args.output.empty() ? calibration_path(model_path) : args.output;
+  check_output_file(path, {model_path}, "-o");
+  check_writable(path, "calibration file");  // before a cell is computed, not after
   const std::string sha = sha256_file(model_path);
+  const std::string name = known_model_name(model_path);
+  const std::string model_name =
+      name.empty() ? std::filesystem::path(model_path).filename().string() : name;
   Calibration calibration;
   std::error_code ec;
   if (std::filesystem::exists(path, ec)) {
     calibration = load_calibration(path);
-    if (calibration.model_sha256 != sha || calibration.seed != args.seed) {
-      throw InputError(path + ": holds a calibration of another model file or seed; "
+    if (calibration.model_sha256 != sha || calibration.seed != args.seed ||
+        calibration.model != model_name) {
+      throw InputError(path + ": holds a calibration of another model (name or file) or seed; "
                        "move it away or write elsewhere with -o");
     }
   } else {
-    const std::string name = known_model_name(model_path);
-    calibration.model = name.empty() ? std::filesystem::path(model_path).filename().string() : name;
+    calibration.model = model_name;
     calibration.model_sha256 = sha;
     calibration.seed = args.seed;
   }

@@ -3,6 +3,8 @@
 #include <CLI/CLI.hpp>
 #include <omp.h>
 
+#include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -65,6 +67,53 @@ void check_dtype_option(const ModelOptions& options) {
   }
 }
 
+// Every option's values, once, before any command runs: CLI11 takes an empty string for an
+// option not given (--model "" would mean the default), lets nan and inf through its range
+// checks, and wraps --seed -1 into 2^64-1.
+void check_option_values(const CLI::App& app) {
+  for (const CLI::Option* option : app.get_options()) {
+    if (option->count() == 0 || option->get_type_size() == 0) continue;  // not given, or a flag
+    const std::string name = option->get_name();
+    const std::string type = option->get_type_name();
+    for (const std::string& value : option->results()) {
+      if (value.empty()) throw InputError(name + ": an empty value");
+      if (type.rfind("FLOAT", 0) == 0) {
+        char* end = nullptr;
+        const double x = std::strtod(value.c_str(), &end);
+        if (!std::isfinite(x)) throw InputError(name + " " + value + ": must be a finite number");
+      } else if (type.rfind("UINT", 0) == 0) {
+        errno = 0;
+        const bool digits = value.find_first_not_of("0123456789") == std::string::npos;
+        std::strtoull(value.c_str(), nullptr, 10);
+        if (!digits || errno == ERANGE) {
+          throw InputError(name + " " + value + ": must be an integer in [0, 2^64)");
+        }
+      }
+    }
+  }
+  for (const CLI::App* command : app.get_subcommands()) check_option_values(*command);
+}
+
+// OMP_NUM_THREADS as --threads is checked: libgomp reads it before main (and warns on 0 or
+// text), and a huge count crashes the model's load. A list ("4,2") is checked element-wise.
+void check_thread_environment() {
+  const char* value = std::getenv("OMP_NUM_THREADS");
+  if (value == nullptr) return;
+  const std::string text = value;
+  size_t start = 0;
+  do {
+    const size_t comma = text.find(',', start);
+    const std::string item = text.substr(start, comma == std::string::npos ? comma : comma - start);
+    const bool digits = !item.empty() && item.size() <= 4 &&
+                        item.find_first_not_of("0123456789") == std::string::npos;
+    if (!digits || std::stoi(item) < 1 || std::stoi(item) > 1024) {
+      throw InputError("OMP_NUM_THREADS='" + text +
+                       "': must be a thread count in [1, 1024], as --threads");
+    }
+    start = comma == std::string::npos ? std::string::npos : comma + 1;
+  } while (start != std::string::npos);
+}
+
 void apply_thread_option(const ModelOptions& options) {
   if (options.threads > 0) omp_set_num_threads(options.threads);
 }
@@ -96,7 +145,11 @@ int main(int argc, char** argv) {
                  "reference) or bf16 (fp32 accumulation; docs/gpu.md says what is rounded)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
   // Before any command runs: a bad combination is refused even by commands without a model.
-  app.parse_complete_callback([&model] { kvbench::check_dtype_option(model); });
+  app.parse_complete_callback([&app, &model] {
+    kvbench::check_option_values(app);
+    kvbench::check_thread_environment();
+    kvbench::check_dtype_option(model);
+  });
   kvbench::add_calibrate_command(app, model);
   kvbench::add_generate_command(app, model);
   kvbench::add_list_command(app, model);

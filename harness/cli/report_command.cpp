@@ -4,43 +4,18 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 
-#include "harness/cli/commands.h"
+#include "common/files.h"
 #include "common/input_error.h"
+#include "harness/cli/commands.h"
 #include "reports/aggregate.h"
 #include "reports/leaderboard.h"
 #include "reports/regression_check.h"
 #include "results/results_db.h"
 
 namespace kvbench {
-
-namespace {
-
-std::string read_text(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot read the " + what);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-void write_text_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    out << text;
-    if (!out.flush()) throw InputError(path + ": cannot write the file");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw InputError(path + ": cannot write the file (" + ec.message() + ")");
-}
-
-}  // namespace
 
 void add_reference_option(CLI::App* cmd, std::string& reference) {
   cmd->add_option("--reference", reference,
@@ -89,15 +64,18 @@ void add_report_command(CLI::App& app) {
     }
     const Tolerances tolerances =
         check->tolerance.empty() ? Tolerances{} : parse_tolerances(check->tolerance);
+    if (!check->write_baseline.empty()) {
+      check_output_file(check->write_baseline, {check->db}, "--write-baseline");
+    }
     const std::string baseline_text =
-        check->baseline.empty() ? "" : read_text(check->baseline, "baseline");
+        check->baseline.empty() ? "" : read_regular_file(check->baseline, "baseline");
     const auto baseline =
         check->baseline.empty() ? std::vector<Aggregate>{} : parse_baseline(baseline_text, check->baseline);
     auto db = ResultsDb::open(check->db, /*read_only=*/true);
     const auto rows = aggregate_units(db->units());
     if (rows.empty()) throw InputError(check->db + ": no results to check");
     if (!check->write_baseline.empty()) {
-      write_text_atomically(check->write_baseline, baseline_json(rows));
+      write_file_atomically(check->write_baseline, baseline_json(rows), "baseline");
       std::printf("check: baseline of %zu rows written to %s\n", rows.size(),
                   check->write_baseline.c_str());
       return;

@@ -5,7 +5,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -22,6 +25,7 @@
 #include "harness/sweep.h"
 #include "methods/registry.h"
 #include "results/results_db.h"
+#include "results/writer_lock.h"
 #include "common/sha256.h"
 
 namespace kvbench {
@@ -102,55 +106,15 @@ void print_progress(const SweepProgress& p) {
   std::fflush(stderr);
 }
 
-// `kvbench sweep --jobs N`: N worker processes of this kvbench, each running shard i/N of
-// the sweep into the same db (WAL: the writers take turns per unit) with its own share of
-// the cores, so each keeps its own threads. A unit is computed as it would be in one
-// process; resume works as for shards. Returns when every worker has exited; throws
-// InputError naming a worker that failed.
-void run_sweep_jobs(const ModelOptions& model, const std::string& config, const std::string& db,
-                    int jobs) {
-  const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
-  const int threads = model.threads > 0 ? model.threads
-                                        : static_cast<int>(std::max(1L, cores / jobs));
-  std::vector<pid_t> workers;
-  for (int i = 0; i < jobs; ++i) {
-    const std::string shard = std::to_string(i) + "/" + std::to_string(jobs);
-    std::vector<std::string> args = {"kvbench", "--threads", std::to_string(threads),
-                                     "--device", model.device, "--dtype", model.dtype};
-    if (!model.model_path.empty()) args.insert(args.end(), {"--model", model.model_path});
-    args.insert(args.end(), {"sweep", config, "--db", db, "--shard", shard});
-    std::fflush(stdout);
-    std::fflush(stderr);
-    const pid_t pid = fork();
-    if (pid < 0) throw InputError("--jobs: cannot start a worker process");
-    if (pid == 0) {
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv("/proc/self/exe", argv.data());
-      std::_Exit(127);
-    }
-    workers.push_back(pid);
-  }
-  std::string failed;
-  for (size_t i = 0; i < workers.size(); ++i) {
-    int status = 0;
-    waitpid(workers[i], &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      failed += (failed.empty() ? "" : ", ") + std::to_string(i) + "/" + std::to_string(jobs);
-    }
-  }
-  if (!failed.empty()) throw InputError("sweep --jobs " + std::to_string(jobs) + ": worker " +
-                                        failed + " failed (see its lines above); rerun to resume");
-  std::printf("sweep: %d workers done into %s\n", jobs, db.c_str());
-}
+// A sweep's config and run record as they will be stored, before the model loads: the
+// model resolved and hashed, the calibration applied (its left-out tasks printed).
+struct PreparedSweep {
+  SweepConfig config;
+  RunRecord run;  // model path and sha256, config_json
+  std::optional<Calibration> calibration;
+};
 
-}  // namespace
-
-void run_sweep_into(const ModelOptions& model_options, SweepConfig config, const Shard& shard,
-                    const std::string& db_path,
-                    const std::function<void(const UnitResult&)>& on_unit) {
-  apply_thread_option(model_options);
+PreparedSweep prepare_sweep(const ModelOptions& model_options, SweepConfig config, bool print) {
   ModelOptions options = model_options;
   if (!config.model.empty()) {
     if (!options.model_path.empty() &&
@@ -160,48 +124,177 @@ void run_sweep_into(const ModelOptions& model_options, SweepConfig config, const
     }
     options.model_path = config.model;
   }
-  const std::string model_path = resolve_model_path(options);
-  auto db = ResultsDb::open(db_path);  // an unwritable or corrupt db fails before the model loads
+  PreparedSweep p;
+  p.run.model_path = resolve_model_path(options);
   for (const std::string& method : config.methods) {
     check_runs_on(resolve_method_spec(method), model_device(options));
   }
-  RunRecord run;
-  run.model_path = model_path;
-  run.model_sha256 = sha256_file(model_path);
+  p.run.model_sha256 = sha256_file(p.run.model_path);
   // The calibration: which tasks run (min_full_accuracy) and the plan's time estimate. A
   // sweep that needs it fails on a bad file; one that only reads timings goes without.
-  const std::string calibration_file = calibration_path(model_path);
-  std::optional<Calibration> calibration;
+  const std::string calibration_file = calibration_path(p.run.model_path);
   std::error_code exists_error;
   if (config.min_full_accuracy > 0) {
-    calibration = load_calibration(calibration_file);
+    p.calibration = load_calibration(calibration_file);
   } else if (std::filesystem::exists(calibration_file, exists_error)) {
     try {
-      calibration = load_calibration(calibration_file);
+      p.calibration = load_calibration(calibration_file);
     } catch (const InputError&) {
       // no estimate
     }
   }
   if (config.min_full_accuracy > 0) {
-    apply_calibration(config, *calibration, run.model_sha256, calibration_file);
+    const std::string known = known_model_name(p.run.model_path);
+    const std::string name =
+        known.empty() ? std::filesystem::path(p.run.model_path).filename().string() : known;
+    if (p.calibration->model != name) {
+      throw InputError(calibration_file + ": a calibration of model '" + p.calibration->model +
+                       "', not of " + name + "; rerun kvbench calibrate");
+    }
+    apply_calibration(config, *p.calibration, p.run.model_sha256, calibration_file);
     for (const ExcludedTask& t : config.excluded_tasks) {
-      std::printf("sweep: left out %s: %s\n", t.task.c_str(), t.reason.c_str());
+      if (print) std::printf("sweep: left out %s: %s\n", t.task.c_str(), t.reason.c_str());
     }
     std::fflush(stdout);
   }
-  auto model = LlamaModel::load(model_path, model_device(options),
+  p.run.config_json = canonical_config_json(config);
+  p.config = std::move(config);
+  return p;
+}
+
+// A db that holds another sweep's runs is refused: resumed, its old units would sit under
+// this config (or model) as if they were its own, and merge could never join it again.
+void check_db_holds_this_sweep(const ResultsDb& db, const RunRecord& run) {
+  for (const RunRecord& old : db.runs()) {
+    const bool config_differs = old.config_json != run.config_json;
+    const bool model_differs = old.model_sha256 != run.model_sha256;
+    if (!config_differs && !model_differs) continue;
+    throw InputError(
+        one_line(db.path()) + ": holds run " + std::to_string(old.id) + " of another " +
+        (config_differs && model_differs ? "config and model"
+         : config_differs               ? "config"
+                                        : "model (sha256 " + old.model_sha256.substr(0, 12) +
+                                              ", this one " + run.model_sha256.substr(0, 12) +
+                                              ")") +
+        "; resuming would mix the two sweeps' results: give another --db");
+  }
+}
+
+// The workers of `sweep --jobs`: a SIGINT or SIGTERM to the parent goes to each of them, and
+// the parent waits for them before it dies of the signal itself.
+pid_t g_workers[256];
+volatile sig_atomic_t g_worker_count = 0;
+volatile sig_atomic_t g_stop_signal = 0;
+
+void forward_to_workers(int sig) {
+  g_stop_signal = sig;
+  for (sig_atomic_t i = 0; i < g_worker_count; ++i) kill(g_workers[i], sig);
+}
+
+// `kvbench sweep --jobs N`: N worker processes of this kvbench, each running shard i/N of
+// the sweep into the same db (WAL: the writers take turns per unit) with its own share of
+// the cores, so each keeps its own threads. A unit is computed as it would be in one
+// process; resume works as for shards. The parent checks the db and holds its writer lock,
+// which the workers inherit. Returns when every worker has exited; throws InputError naming
+// a worker that failed.
+void run_sweep_jobs(const ModelOptions& model, const std::string& config_path,
+                    const SweepConfig& config, const std::string& db_path, int jobs) {
+  const PreparedSweep prepared = prepare_sweep(model, config, /*print=*/false);
+  const auto db = ResultsDb::open(db_path);  // an unwritable or corrupt db fails here
+  const WriterLock lock(db_path);
+  check_db_holds_this_sweep(*db, prepared.run);
+  const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+  const int threads = model.threads > 0 ? model.threads
+                                        : static_cast<int>(std::max(1L, cores / jobs));
+  std::vector<std::string> environment = {lock.environment_entry()};
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::strncmp(*e, "KVBENCH_DB_LOCK_FD=", 19) != 0) environment.emplace_back(*e);
+  }
+  std::vector<char*> envp;
+  for (std::string& e : environment) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  struct sigaction forward {}, old_int {}, old_term {};
+  forward.sa_handler = forward_to_workers;
+  sigemptyset(&forward.sa_mask);
+  sigaction(SIGINT, &forward, &old_int);
+  sigaction(SIGTERM, &forward, &old_term);
+  for (int i = 0; i < jobs && g_stop_signal == 0; ++i) {
+    const std::string shard = std::to_string(i) + "/" + std::to_string(jobs);
+    std::vector<std::string> args = {"kvbench", "--threads", std::to_string(threads),
+                                     "--device", model.device, "--dtype", model.dtype};
+    if (!model.model_path.empty()) args.insert(args.end(), {"--model", model.model_path});
+    args.insert(args.end(), {"sweep", config_path, "--db", db_path, "--shard", shard});
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::fflush(stdout);
+    std::fflush(stderr);
+    const pid_t pid = fork();
+    if (pid < 0) {
+      forward_to_workers(SIGTERM);
+      break;
+    }
+    if (pid == 0) {
+      sigaction(SIGINT, &old_int, nullptr);
+      sigaction(SIGTERM, &old_term, nullptr);
+      lock.keep_across_exec();
+      execve("/proc/self/exe", argv.data(), envp.data());
+      std::_Exit(127);
+    }
+    g_workers[g_worker_count] = pid;
+    g_worker_count = g_worker_count + 1;
+  }
+  std::string failed;
+  for (sig_atomic_t i = 0; i < g_worker_count; ++i) {
+    int status = 0;
+    while (waitpid(g_workers[i], &status, 0) < 0 && errno == EINTR) {
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      failed += (failed.empty() ? "" : ", ") + std::to_string(i) + "/" + std::to_string(jobs);
+    }
+  }
+  const int stop = g_stop_signal;
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  g_worker_count = 0;
+  if (stop != 0) raise(stop);  // the workers are gone: die of the signal as asked
+  if (!failed.empty()) {
+    throw InputError("sweep --jobs " + std::to_string(jobs) + ": worker " + failed +
+                     " failed (see its lines above); rerun to resume");
+  }
+  std::printf("sweep: %d workers done into %s\n", jobs, db_path.c_str());
+}
+
+}  // namespace
+
+void run_sweep_into(const ModelOptions& model_options, SweepConfig config, const Shard& shard,
+                    const std::string& db_path,
+                    const std::function<void(const UnitResult&)>& on_unit) {
+  apply_thread_option(model_options);
+  PreparedSweep prepared = prepare_sweep(model_options, std::move(config), /*print=*/true);
+  const RunRecord& run_record = prepared.run;
+  // An unwritable, corrupt, busy or foreign db fails before the model loads.
+  auto db = ResultsDb::open(db_path);
+  const WriterLock lock(db_path);
+  check_db_holds_this_sweep(*db, run_record);
+  ModelOptions options = model_options;
+  options.model_path = run_record.model_path;
+  auto model = LlamaModel::load(run_record.model_path, model_device(options),
                                 model_dtype(options));
   std::vector<ResolvedSpec> specs;
-  for (const std::string& method : config.methods) specs.push_back(resolve_method_spec(method));
-  prepare_head_retrieval(*model, model_path, specs);  // duo_attention's probe
+  for (const std::string& method : prepared.config.methods) {
+    specs.push_back(resolve_method_spec(method));
+  }
+  prepare_head_retrieval(*model, run_record.model_path, specs);  // duo_attention's probe
+  RunRecord run = run_record;
   run.kvbench_version = KVBENCH_VERSION;
   run.git_sha = trimmed_output("git -C '" KVBENCH_SOURCE_DIR
                                "' describe --always --dirty --abbrev=12 2>/dev/null");
   if (run.git_sha.empty()) run.git_sha = "unknown";
   run.host = host_name();
   run.command_line = command_line();
-  const size_t before = db->finished_unit_keys().size();
   // Timings of another model file would mislead: none then.
+  const std::optional<Calibration>& calibration = prepared.calibration;
   const Calibration* timings =
       calibration && calibration->model_sha256 == run.model_sha256 ? &*calibration : nullptr;
   const auto progress = [timings](const SweepProgress& p) {
@@ -211,16 +304,16 @@ void run_sweep_into(const ModelOptions& model_options, SweepConfig config, const
       print_progress(p);
     }
   };
-  const SweepProgress done = run_sweep(*model, config, shard, *db, run, progress, on_unit);
-  const size_t after = db->finished_unit_keys().size();
-  std::printf("sweep: %zu unit%s written to %s (shard %d/%d; %zu already there)\n", after - before,
-              after - before == 1 ? "" : "s", db_path.c_str(), shard.index, shard.count, before);
+  const SweepProgress done = run_sweep(*model, prepared.config, shard, *db, run, progress, on_unit);
+  std::printf("sweep: %lld unit%s written to %s (shard %d/%d; %lld already there)\n",
+              static_cast<long long>(done.done), done.done == 1 ? "" : "s", db_path.c_str(),
+              shard.index, shard.count, static_cast<long long>(done.skipped));
   const PrefillCount& p = done.prefill;
   std::printf("sweep: %lld context tokens prefilled: %lld in %lld shared prefills, %lld by "
               "units on their own%s\n",
               static_cast<long long>(p.total()), static_cast<long long>(p.shared_tokens),
               static_cast<long long>(p.shared_prefills), static_cast<long long>(p.unit_tokens),
-              config.shared_prefill ? "" : " (shared_prefill off)");
+              prepared.config.shared_prefill ? "" : " (shared_prefill off)");
   std::fflush(stdout);
 }
 
@@ -254,8 +347,7 @@ void add_sweep_command(CLI::App& app, ModelOptions& model) {
         throw InputError("sweep: --separate-prefill is for one process (set \"shared_prefill\": "
                          "false in the config for --jobs)");
       }
-      ResultsDb::open(args->db);  // an unwritable or corrupt db fails before any worker starts
-      run_sweep_jobs(model, args->config, args->db, args->jobs);
+      run_sweep_jobs(model, args->config, config, args->db, args->jobs);
       return;
     }
     if (args->separate_prefill) config.shared_prefill = false;

@@ -369,7 +369,9 @@ int64_t GgufTensorInfo::n_elements() const {
 int64_t GgufTensorInfo::n_bytes() const { return ggml_row_bytes(type, n_elements()); }
 
 GgufFile::GgufFile(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO given as the model opens at once (and is refused below) instead of
+  // waiting for a writer; it changes nothing for a regular file.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     throw InputError(path + ": cannot open (" + std::strerror(errno) + "); expected a GGUF file");
   }
