@@ -13,6 +13,7 @@ std::string html_escape(const std::string& s) {
       case '>': out += "&gt;"; break;
       case '"': out += "&quot;"; break;
       case '\'': out += "&#39;"; break;
+      case '=': out += "&#61;"; break;  // "onerror=" cannot survive even as text
       case ':':
         if (s.compare(i + 1, 2, "//") == 0) {
           out += "&#58;";

@@ -6,8 +6,9 @@
 
 namespace kvbench {
 
-// HTML text and attribute values: & < > " ' escaped, and "://" written "&#58;//" so that a
-// db string never puts a URL into the file's text (it reads the same).
+// HTML text and attribute values: & < > " ' = escaped, and "://" written "&#58;//" so that a
+// db string never puts a URL or an "onerror=" into the file's text (it reads the same). The
+// one way a string from a db reaches the report's HTML and SVG.
 std::string html_escape(const std::string& s);
 
 // At most `n` characters (UTF-8 aware), with an ellipsis when cut.

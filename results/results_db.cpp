@@ -842,6 +842,13 @@ constexpr double kMaxRate = 1e12;  // tokens per second
 constexpr double kMaxKl = 1e6;
 constexpr double kMaxFlops = 1e30;
 
+// A unit key as an error message shows it: one line, and at most 120 bytes (a key holds the
+// method spec, which a hostile db can make megabytes long).
+std::string shown_key(const std::string& key) {
+  const std::string line = one_line(key);
+  return line.size() <= 120 ? line : line.substr(0, 117) + "...";
+}
+
 // What makes a unit itself, whatever its key: the same unit under two keys would count
 // twice in every mean.
 std::string unit_identity(const UnitRecord& u) {
@@ -915,7 +922,8 @@ std::vector<StoredUnit> read_units(sqlite3* db, const std::string& path,
       // The same unit under a second key would count twice in every mean.
       const auto [first, inserted] = key_of.emplace(unit_identity(u), u.key);
       if (!inserted) {
-        row.fail("unit_key", "unit " + u.key + " repeats unit " + first->second +
+        row.fail("unit_key", "unit " + shown_key(u.key) + " repeats unit " +
+                                 shown_key(first->second) +
                                  " (the same task, sample, method, budget, mode and seed)");
       }
       index_of[row.row_id()] = units.size();
@@ -1087,18 +1095,18 @@ void merge_results(const std::vector<std::string>& inputs, const std::string& ou
       const UnitRecord& u = su.unit;
       const auto [it, inserted] = key_owner.emplace(u.key, path);
       if (!inserted) {
-        throw InputError(one_line(path) + ": unit " + one_line(u.key) + " is also in " +
+        throw InputError(one_line(path) + ": unit " + shown_key(u.key) + " is also in " +
                          one_line(it->second) + "; merge needs disjoint shards");
       }
       const auto [same, fresh] = unit_owner.emplace(unit_identity(u), path);
       if (!fresh) {
-        throw InputError(one_line(path) + ": unit " + one_line(u.key) + " repeats a unit of " +
+        throw InputError(one_line(path) + ": unit " + shown_key(u.key) + " repeats a unit of " +
                          one_line(same->second) + " under another key; merge needs disjoint "
                          "shards");
       }
       if (std::none_of(input.runs.begin(), input.runs.end(),
                        [&u](const RunRecord& r) { return r.id == u.run_id; })) {
-        throw InputError(one_line(path) + ": unit " + one_line(u.key) + " names run " +
+        throw InputError(one_line(path) + ": unit " + shown_key(u.key) + " names run " +
                          std::to_string(u.run_id) + ", which is not in the db");
       }
     }

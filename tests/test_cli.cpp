@@ -11,48 +11,19 @@
 #include <map>
 #include <string>
 
+#include "cli_run.h"
 #include "gguf_writer.h"
 #include "methods/registry.h"
 #include "results/results_db.h"
 
 using namespace kvbench;
 
-namespace {
-
-struct Run {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-Run run_kvbench(const std::string& args) {
-  const std::string command = std::string(KVBENCH_BINARY) + " " + args + " 2>&1";
-  Run run;
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) run.output.append(buffer, n);
-  const int status = pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return run;
-}
-
-int count_lines(const std::string& text) {
-  int lines = 0;
-  for (char c : text) lines += c == '\n';
-  return lines;
-}
-
-// One line, exit 2, mentioning `needle`.
-void require_clear_error(const Run& run, const std::string& needle) {
-  INFO(run.output);
-  CHECK(run.exit_code == 2);
-  CHECK(count_lines(run.output) == 1);
-  CHECK(run.output.rfind("kvbench: error: ", 0) == 0);
-  CHECK(run.output.find(needle) != std::string::npos);
-}
-
-}  // namespace
+using testing::count_lines;
+using testing::one_unit_db;
+using testing::require_clear_error;
+using testing::Run;
+using testing::run_kvbench;
+using testing::write_text;
 
 TEST_CASE("cli: a missing model says how to get it", "[unit]") {
   const std::string path = testing::temp_path("absent.gguf");
@@ -207,12 +178,6 @@ TEST_CASE("cli: list methods and list tasks need no model", "[unit]") {
 }
 
 namespace {
-
-std::string write_text(const std::string& name, const std::string& text) {
-  const std::string path = testing::temp_path(name);
-  testing::write_file(path, std::vector<uint8_t>(text.begin(), text.end()));
-  return path;
-}
 
 const char* kSessionSample =
     R"({"id": "s1", "context": "abc = 12, def = 34.", "multi_turns": [{"input": "abc?", "answer": "12"}, {"input": "def?", "answer": ["34", "thirty-four"]}]})";
@@ -463,6 +428,16 @@ TEST_CASE("cli: sweep --jobs runs worker processes into one db, as one process w
   INFO(jobs.output);
   REQUIRE(jobs.exit_code == 0);
   CHECK(jobs.output.find("sweep: 2 workers done into " + two) != std::string::npos);
+  // Each worker counts the units it wrote, not the db's (they were 5 and 6 of 12 before).
+  int written = 0, workers = 0;
+  for (size_t at = jobs.output.find(" written to "); at != std::string::npos;
+       at = jobs.output.find(" written to ", at + 1)) {
+    const size_t line = jobs.output.rfind("sweep: ", at);
+    written += std::atoi(jobs.output.c_str() + line + 7);  // "sweep: N units written to"
+    ++workers;
+  }
+  CHECK(workers == 2);
+  CHECK(written == 12);
   // The same units, each with the same predictions, scores and bytes.
   const auto units_of = [](const std::string& path) {
     std::map<std::string, UnitRecord> by_key;
@@ -498,36 +473,6 @@ TEST_CASE("cli: sweep --jobs runs worker processes into one db, as one process w
 // ---------------------------------------------------------------------------------------
 // Issue 20: the inputs a code read found, each one line and exit 2 (exit 3, a crash or two
 // lines before).
-
-namespace {
-
-// A db of one finished unit, written through the results API.
-std::string one_unit_db(const std::string& name, const std::string& method) {
-  const std::string path = testing::temp_path(name);
-  std::remove(path.c_str());
-  auto db = ResultsDb::open(path);
-  RunRecord run;
-  run.kvbench_version = "0.1.0";
-  run.model_path = "m.gguf";
-  run.config_json = "{}";
-  const int64_t id = db->begin_run(run);
-  UnitRecord unit;
-  unit.task = "retr_kv";
-  unit.method = method;
-  unit.mode = "multi-turn";
-  unit.sample_id = "s";
-  unit.key = "retr_kv|s|multi-turn|" + method;
-  TurnRow turn;
-  turn.turn = 1;
-  turn.score = 1.0;
-  turn.kv_bytes = 1000;
-  unit.turns = {turn};
-  db->write_unit(id, unit);
-  db->finish_run(id);
-  return path;
-}
-
-}  // namespace
 
 TEST_CASE("cli: hostile input is one line and exit 2", "[unit]") {
   const std::string db = one_unit_db("hostile_ok.db", "full");

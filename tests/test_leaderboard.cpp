@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include <sqlite3.h>
 #include <unistd.h>
 
 #include "common/input_error.h"
@@ -400,6 +401,58 @@ TEST_CASE("leaderboard: hostile db strings are escaped", "[reports]") {
   }
 }
 
+TEST_CASE("write_reports: a script payload in every text column of a db survives nowhere",
+          "[reports]") {
+  // Leaderboards are shared files: the viewer is the victim. Every TEXT column of every table
+  // (but head_tokens, which must stay a JSON array) holds a payload, distinct per row so that
+  // units, tasks, methods and modes stay apart and every table and chart has rows.
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() /
+                       ("kvbench_payload_" + std::to_string(static_cast<long>(::getpid())));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string db_path = (dir / "payload.sqlite").string();
+  write_fixed_units(db_path, fixed_runs()[0]);
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(db_path.c_str(), &db) == SQLITE_OK);
+  const std::string payload = "'<script>alert(1)</script><img src=x onerror=alert(1)>' || ";
+  int columns = 0;
+  for (const char* table : {"runs", "units", "results"}) {
+    sqlite3_stmt* info = nullptr;
+    REQUIRE(sqlite3_prepare_v2(db, (std::string("PRAGMA table_info(") + table + ")").c_str(), -1,
+                               &info, nullptr) == SQLITE_OK);
+    std::vector<std::string> text_columns;
+    while (sqlite3_step(info) == SQLITE_ROW) {
+      const std::string name = reinterpret_cast<const char*>(sqlite3_column_text(info, 1));
+      const std::string type = reinterpret_cast<const char*>(sqlite3_column_text(info, 2));
+      if (type == "TEXT" && name != "head_tokens") text_columns.push_back(name);
+    }
+    sqlite3_finalize(info);
+    for (const std::string& column : text_columns) {
+      // Units pair up as one method in two modes, multi-turn and a payload, so that the
+      // modes table (whose header once took the mode raw) has rows.
+      const std::string value =
+          column == "method" ? payload + "((id + 1) / 2)"
+          : column == "mode" ? "CASE id % 2 WHEN 0 THEN 'multi-turn' ELSE " + payload + "id END"
+                             : payload + "id";
+      const std::string update = std::string("UPDATE ") + table + " SET " + column + " = " + value;
+      INFO(update);
+      REQUIRE(sqlite3_exec(db, update.c_str(), nullptr, nullptr, nullptr) == SQLITE_OK);
+      ++columns;
+    }
+  }
+  sqlite3_close(db);
+  CHECK(columns >= 20);
+  write_reports(db_path, (dir / "out").string());
+  const std::string html = read_file((dir / "out" / "leaderboard.html").string());
+  CHECK(html.find("Multi-turn vs multi-request") != std::string::npos);  // the modes table
+  CHECK(html.find("&lt;script&gt;") != std::string::npos);
+  CHECK(html.find("<script") == std::string::npos);
+  CHECK(html.find("onerror=") == std::string::npos);
+  CHECK(html.find("<img") == std::string::npos);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("leaderboard HTML is balanced and has its charts", "[reports]") {
   const std::string html = render_leaderboard_html(fixed_runs(), aggregate_units(fixed_units()),
                                                    first_sample_head_maps(fixed_units()));
@@ -501,7 +554,7 @@ TEST_CASE("leaderboard: left-out tasks, intervals and the memory axis", "[report
   CHECK(md.find("**Left out**") != std::string::npos);
   // The no-context control beside the full cache's accuracy, for the tasks that ran.
   CHECK(md.find("- retr\\_kv: 96% with the context, 4% without it") != std::string::npos);
-  CHECK(render_leaderboard_html(runs, rows).find("<li>&lt;img src=x&gt;: 100% with the context") !=
+  CHECK(render_leaderboard_html(runs, rows).find("<li>&lt;img src&#61;x&gt;: 100% with the context") !=
         std::string::npos);
   CHECK(md.find("- math\\_find: full cache 40% (95% interval 23%-59%, 25 turns) at 1024 tokens "
                 "in calibration, below 80%") != std::string::npos);
@@ -539,7 +592,7 @@ TEST_CASE("write_reports: a run config's excluded_tasks become the Left out sect
   const std::string html = read_file((dir / "out" / "leaderboard.html").string());
   CHECK(md.find("- math\\_find: full cache 12.0% (n=25) in calibration, below 80%\n") !=
         std::string::npos);
-  CHECK(html.find("<li>math_find: full cache 12.0% (n=25) in calibration, below 80%</li>") !=
+  CHECK(html.find("<li>math_find: full cache 12.0% (n&#61;25) in calibration, below 80%</li>") !=
         std::string::npos);
   // The section sits under the accuracy table, before the cost table.
   CHECK(md.find("**Left out**") > md.find("## Accuracy (%)"));
@@ -654,7 +707,7 @@ TEST_CASE("head map: 2 layers x 2 heads render row-major cells, darker where mor
   CHECK(count(svg, "<svg") == count(svg, "</svg>"));
   CHECK(count(svg, "<text") == count(svg, "</text>"));
   CHECK(count(svg, "<title>") == count(svg, "</title>"));
-  CHECK(svg.find("adakv+snapkv:ratio=0.5 \xC2\xB7 retr_kv \xC2\xB7 sample retr_kv-0") !=
+  CHECK(svg.find("adakv+snapkv:ratio&#61;0.5 \xC2\xB7 retr_kv \xC2\xB7 sample retr_kv-0") !=
         std::string::npos);  // the title line
 
   const std::vector<Cell> cells = cells_of(svg);

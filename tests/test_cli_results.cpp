@@ -1,0 +1,431 @@
+// Results that cannot be destroyed, mixed or forged (issue 39): outputs that would overwrite
+// an input, sweeps that would resume another sweep's db or share it with a second writer,
+// hostile values in a valid db, files that are not files, and leftovers of failed commands.
+// Each case: one line, exit 2, and nothing written or changed.
+#include <catch2/catch.hpp>
+
+#include <dirent.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli_run.h"
+#include "gguf_writer.h"
+#include "results/results_db.h"
+
+using namespace kvbench;
+using testing::one_unit_db;
+using testing::require_clear_error;
+using testing::Run;
+using testing::run_kvbench;
+using testing::temp_path;
+using testing::write_text;
+
+namespace {
+
+std::string file_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return lstat(path.c_str(), &st) == 0;
+}
+
+void sql(const std::string& db, const std::string& statement) {
+  sqlite3* handle = nullptr;
+  REQUIRE(sqlite3_open(db.c_str(), &handle) == SQLITE_OK);
+  char* error = nullptr;
+  const int rc = sqlite3_exec(handle, statement.c_str(), nullptr, nullptr, &error);
+  INFO(statement << ": " << (error ? error : ""));
+  sqlite3_free(error);
+  sqlite3_close(handle);
+  REQUIRE(rc == SQLITE_OK);
+}
+
+std::string sql_text(const std::string& db, const std::string& query) {
+  sqlite3* handle = nullptr;
+  REQUIRE(sqlite3_open(db.c_str(), &handle) == SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  REQUIRE(sqlite3_prepare_v2(handle, query.c_str(), -1, &stmt, nullptr) == SQLITE_OK);
+  std::string out;
+  if (sqlite3_step(stmt) == SQLITE_ROW && sqlite3_column_text(stmt, 0) != nullptr) {
+    out = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
+  }
+  sqlite3_finalize(stmt);
+  sqlite3_close(handle);
+  return out;
+}
+
+// A tiny model with room for the sweep below; `seed` makes another file (another sha256).
+std::string tiny_model(const std::string& name, uint32_t seed = 1) {
+  testing::TinyLlamaSpec spec;
+  spec.context_length = 2048;
+  spec.seed = seed;
+  const std::string path = temp_path(name);
+  testing::write_tiny_llama_gguf(path, spec);
+  return path;
+}
+
+std::string tiny_config(const std::string& name, int max_new = 3, int samples = 1) {
+  return write_text(name, R"({"tasks": ["math_find"], "methods": ["full", "streamingllm"],
+    "budgets": [32], "samples": )" + std::to_string(samples) +
+                              R"(, "turns": 2, "context_tokens": 300, "max_new": )" +
+                              std::to_string(max_new) + "}");
+}
+
+// The pids of running processes whose command line contains `needle`.
+std::vector<pid_t> processes_with(const std::string& needle) {
+  std::vector<pid_t> found;
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return found;
+  while (const dirent* entry = readdir(proc)) {
+    const pid_t pid = static_cast<pid_t>(std::atoi(entry->d_name));
+    if (pid <= 0 || pid == getpid()) continue;
+    std::string cmdline = file_text("/proc/" + std::string(entry->d_name) + "/cmdline");
+    for (char& c : cmdline) c = c == '\0' ? ' ' : c;
+    if (cmdline.find(needle) != std::string::npos) found.push_back(pid);
+  }
+  closedir(proc);
+  return found;
+}
+
+}  // namespace
+
+TEST_CASE("results: an output that is an input, or not a regular file, is refused", "[unit]") {
+  const std::string db = one_unit_db("out_in.db", "full");
+  const std::string before = file_text(db);
+  SECTION("check DB --write-baseline DB, by any path to it") {
+    require_clear_error(run_kvbench("check " + db + " --write-baseline " + db), "is also an input");
+    const std::string dir = db.substr(0, db.find_last_of('/'));
+    const std::string other_path = dir + "/./../" + dir.substr(dir.find_last_of('/') + 1) + "/out_in.db";
+    require_clear_error(run_kvbench("check " + db + " --write-baseline " + other_path),
+                        "is also an input");
+    const std::string link = temp_path("out_in_link.json");
+    std::remove(link.c_str());
+    REQUIRE(symlink(db.c_str(), link.c_str()) == 0);
+    require_clear_error(run_kvbench("check " + db + " --write-baseline " + link), "is also an input");
+  }
+  SECTION("report of a db stored as DIR/leaderboard.html into DIR") {
+    const std::string dir = temp_path("out_in_dir");
+    mkdir(dir.c_str(), 0755);
+    const std::string inside = dir + "/leaderboard.html";
+    testing::write_file(inside, testing::read_file_bytes(db));
+    require_clear_error(run_kvbench("report " + inside + " -o " + dir), "is also an input");
+    CHECK(file_text(inside) == before);
+    CHECK_FALSE(exists(dir + "/leaderboard.md"));
+  }
+  SECTION("a FIFO (or a device) as the baseline to write") {
+    const std::string fifo = temp_path("out_fifo.json");
+    std::remove(fifo.c_str());
+    REQUIRE(mkfifo(fifo.c_str(), 0644) == 0);
+    require_clear_error(run_kvbench("check " + db + " --write-baseline " + fifo),
+                        "exists and is not a regular file");
+    struct stat st {};
+    REQUIRE(lstat(fifo.c_str(), &st) == 0);
+    CHECK(S_ISFIFO(st.st_mode));  // not replaced by a regular file
+    CHECK_FALSE(exists(fifo + ".tmp"));
+  }
+  CHECK(file_text(db) == before);
+}
+
+TEST_CASE("results: inputs that are not regular files are refused, not waited on", "[unit]") {
+  const std::string db = one_unit_db("fifo_inputs.db", "full");
+  const std::string fifo = temp_path("input.fifo");
+  std::remove(fifo.c_str());
+  REQUIRE(mkfifo(fifo.c_str(), 0644) == 0);
+  // `timeout`: a command that opens the FIFO would wait for a writer for ever.
+  const std::string t = "timeout 60";
+  require_clear_error(run_kvbench("check " + db + " --baseline " + fifo, t), "not a regular file");
+  require_clear_error(run_kvbench("--model " + fifo + " generate --prompt hi", t), "not a regular file");
+  require_clear_error(run_kvbench("session --sample " + fifo + " --mode multi-turn --method full", t),
+                      "not a regular file");
+  require_clear_error(run_kvbench("sweep " + fifo + " --db x.db", t), "not a regular file");
+  // A calibration file that is a link to /dev/zero: refused, not read until memory runs out.
+  const std::string zero = temp_path("zero_calibration.json");
+  std::remove(zero.c_str());
+  REQUIRE(symlink("/dev/zero", zero.c_str()) == 0);
+  const std::string model = tiny_model("tiny_zero_cal.gguf");
+  require_clear_error(run_kvbench("--model " + model + " calibrate --task retr_kv --lengths 64 "
+                                  "--samples 1 --turns 1 -o " + zero, t),
+                      "not a regular file");
+}
+
+TEST_CASE("results: option values and OMP_NUM_THREADS are checked as --threads is", "[unit]") {
+  require_clear_error(run_kvbench("--model '' list models"), "--model: an empty value");
+  require_clear_error(run_kvbench("sweep x.json --db x.db --shard ''"), "--shard: an empty value");
+  require_clear_error(run_kvbench("generate --prompt hi --temperature nan"), "finite number");
+  require_clear_error(run_kvbench("generate --prompt hi --temperature inf"), "--temperature");
+  require_clear_error(run_kvbench("generate --prompt hi --seed -1"), "[0, 2^64)");
+  require_clear_error(run_kvbench("generate --prompt hi --seed 18446744073709551616"), "[0, 2^64)");
+  const std::string db = one_unit_db("tolerance.db", "full");
+  const std::string baseline = temp_path("tolerance.json");
+  REQUIRE(run_kvbench("check " + db + " --write-baseline " + baseline).exit_code == 0);
+  for (const char* bad : {"accuracy=inf", "accuracy=0x10", "speed=nan"}) {
+    require_clear_error(run_kvbench("check " + db + " --baseline " + baseline + " --tolerance " + bad),
+                        "decimal number");
+  }
+  // It crashed in the model's load (SIGSEGV) before.
+  require_clear_error(run_kvbench("list methods", "OMP_NUM_THREADS=100000"), "OMP_NUM_THREADS");
+}
+
+TEST_CASE("results: a sweep refuses a db of another config or model, before loading", "[unit]") {
+  const std::string model = tiny_model("tiny_resume.gguf");
+  const std::string db = temp_path("resume.db");
+  std::remove(db.c_str());
+  const std::string sweep = "--model " + model + " --threads 1 sweep ";
+  const Run first = run_kvbench(sweep + tiny_config("resume_a.json") + " --db " + db);
+  INFO(first.output);
+  REQUIRE(first.exit_code == 0);
+  const std::string runs = sql_text(db, "SELECT count(*) || '/' || (SELECT count(*) FROM units) FROM runs");
+  require_clear_error(run_kvbench(sweep + tiny_config("resume_b.json", 4) + " --db " + db),
+                      "holds run 1 of another config");
+  const std::string other = tiny_model("tiny_resume_other.gguf", 2);
+  require_clear_error(run_kvbench("--model " + other + " --threads 1 sweep " +
+                                  tiny_config("resume_a.json") + " --db " + db),
+                      "of another model");
+  CHECK(sql_text(db, "SELECT count(*) || '/' || (SELECT count(*) FROM units) FROM runs") == runs);
+  // The same config resumes as before.
+  const Run again = run_kvbench(sweep + tiny_config("resume_a.json") + " --db " + db);
+  INFO(again.output);
+  CHECK(again.exit_code == 0);
+  CHECK(again.output.find("0 units written") != std::string::npos);
+}
+
+TEST_CASE("results: a second sweep on a db another sweep is writing is refused at once", "[unit]") {
+  const std::string model = tiny_model("tiny_locked.gguf");
+  const std::string db = one_unit_db("locked.db", "full");
+  sql(db, "DELETE FROM results; DELETE FROM units; DELETE FROM runs;");
+  // This process holds the writer lock, as a running sweep does.
+  const int fd = ::open(db.c_str(), O_RDONLY);
+  REQUIRE(fd >= 0);
+  REQUIRE(flock(fd, LOCK_EX | LOCK_NB) == 0);
+  const Run second =
+      run_kvbench("--model " + model + " --threads 1 sweep " + tiny_config("locked.json") + " --db " + db);
+  ::close(fd);
+  require_clear_error(second, "another kvbench sweep is writing this results db");
+  CHECK(sql_text(db, "SELECT count(*) FROM runs") == "0");  // no unfinished run row left
+}
+
+TEST_CASE("results: SIGTERM to sweep --jobs stops its workers too", "[slow]") {
+  const std::string model = tiny_model("tiny_sigterm.gguf");
+  const std::string db = temp_path("sigterm_jobs.db");
+  std::remove(db.c_str());
+  const std::string config = tiny_config("sigterm.json", 3, 40);
+  const pid_t parent = fork();
+  REQUIRE(parent >= 0);
+  if (parent == 0) {
+    const int null = ::open("/dev/null", O_WRONLY);
+    dup2(null, 1);
+    dup2(null, 2);
+    execl(KVBENCH_BINARY, "kvbench", "--model", model.c_str(), "--threads", "1", "sweep",
+          config.c_str(), "--db", db.c_str(), "--jobs", "2", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  const auto workers = [&db] {
+    std::vector<pid_t> w;
+    for (pid_t pid : processes_with(db)) {
+      if (file_text("/proc/" + std::to_string(pid) + "/cmdline").find("--shard") != std::string::npos) {
+        w.push_back(pid);
+      }
+    }
+    return w;
+  };
+  for (int i = 0; i < 300 && workers().size() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  REQUIRE(workers().size() == 2);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  REQUIRE(kill(parent, SIGTERM) == 0);
+  int status = 0;
+  REQUIRE(waitpid(parent, &status, 0) == parent);
+  CHECK(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGTERM);
+  // The parent waited for its workers: none is left writing.
+  CHECK(workers().empty());
+}
+
+TEST_CASE("results: hostile values in a valid db name the db, table, column and row", "[unit]") {
+  struct Case {
+    const char* edit;
+    const char* named;
+  };
+  const Case cases[] = {
+      {"UPDATE results SET turn = 2147483647", "results.turn of row 1"},
+      {"UPDATE results SET turn = 4294967297", "results.turn of row 1"},
+      {"UPDATE results SET ttft_ms = 'abc'", "results.ttft_ms of row 1: not a number"},
+      {"UPDATE results SET score = 7", "results.score of row 1"},
+      {"UPDATE results SET score = 9e999", "results.score of row 1"},
+      {"UPDATE results SET kv_bytes = -5", "results.kv_bytes of row 1"},
+      {"UPDATE results SET prediction = x'00ff'", "results.prediction of row 1: not text"},
+      {"UPDATE units SET head_tokens = '[[' || substr(replace(hex(zeroblob(400000)), '00', "
+       "'1,'), 1, 1600000) || '1]]'",
+       "units.head_tokens of row 1"},
+      {"UPDATE units SET context_tokens = -1", "units.context_tokens of row 1"},
+      // The same unit again under a second key would count twice in every mean.
+      {"INSERT INTO units (run_id, unit_key, task, sample_id, method, budget, mode, seed, "
+       "context_tokens, context_prefill_ms, finished_at) SELECT run_id, 'copy', task, sample_id, "
+       "method, budget, mode, seed, context_tokens, context_prefill_ms, finished_at FROM units",
+       "units.unit_key of row 2: unit copy repeats unit"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.edit);
+    const std::string db = one_unit_db("hostile_values.db", "full");
+    sql(db, c.edit);
+    const std::string out = temp_path("hostile_values_out");
+    const std::string merged = temp_path("hostile_values_merged.db");
+    std::remove(merged.c_str());
+    std::remove((out + ".json").c_str());
+    require_clear_error(run_kvbench("report " + db + " -o " + out), c.named);
+    require_clear_error(run_kvbench("check " + db + " --write-baseline " + out + ".json"), c.named);
+    require_clear_error(run_kvbench("merge " + db + " -o " + merged), c.named);
+    CHECK_FALSE(exists(out + "/leaderboard.html"));
+    CHECK_FALSE(exists(out + ".json"));
+    CHECK_FALSE(exists(merged));
+    CHECK_FALSE(exists(merged + ".partial"));
+  }
+  // The runs table is read by report and merge (check reads only the units).
+  const std::string db = one_unit_db("hostile_runs.db", "full");
+  sql(db, "UPDATE runs SET config_json = x'7b7d'");
+  require_clear_error(run_kvbench("report " + db + " -o " + temp_path("hostile_runs_out")),
+                      "runs.config_json of row 1: not text");
+  const std::string merged = temp_path("hostile_runs_merged.db");
+  std::remove(merged.c_str());
+  require_clear_error(run_kvbench("merge " + db + " -o " + merged), "runs.config_json of row 1");
+}
+
+TEST_CASE("results: calibration files with impossible cells are refused", "[unit]") {
+  const std::string model = tiny_model("tiny_bad_cal.gguf");
+  const std::string cell =
+      R"({"task": "retr_kv", "context_tokens": 64, "samples": 1, "turns": 1, "seconds": 1, )";
+  const auto file = [&](const std::string& cells, const std::string& head = "") {
+    return R"({"model": "tiny_bad_cal.gguf", "model_sha256": "x", "mode": "multi-turn", )" + head +
+           R"("seed": 0, "cells": [)" + cells + "]}";
+  };
+  const std::string good = cell + R"("accuracy": 0.5, "low": 0.2, "high": 0.8})";
+  struct Case {
+    std::string text, named;
+  };
+  const Case cases[] = {
+      {file(cell + R"("accuracy": 7.5, "low": 0, "high": 1})"), "accuracy must lie in its interval"},
+      {file(cell + R"("accuracy": -5, "low": 0, "high": 1})"), "accuracy must lie in its interval"},
+      {file(cell + R"("accuracy": 0.5, "low": 0.9, "high": 0.1})"), "accuracy must lie in its interval"},
+      {file(good + ", " + good), "a second cell for retr_kv at 64 tokens"},
+      {file(good, R"("seed": 1, )"), "JSON key \"seed\" given twice"},
+      {R"({"model": "tiny_bad_cal.gguf", "model_sha256": "x", "mode": "multi-request", "seed": 0, "cells": []})",
+       "mode 'multi-request'"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.text);
+    const std::string path = write_text("bad_calibration.json", c.text);
+    require_clear_error(run_kvbench("--model " + model + " calibrate --task retr_kv --lengths 64 "
+                                    "--samples 1 --turns 1 -o " + path),
+                        c.named);
+    CHECK(file_text(path) == c.text);  // not rewritten
+  }
+}
+
+TEST_CASE("results: failed commands leave nothing behind, and check before working", "[unit]") {
+  // A method name of 200 KB: its baseline and a merge of it pass the file size limit below,
+  // which leaves room for SQLite's 32 KiB -shm file.
+  const std::string db = one_unit_db("leftovers.db", "full:" + std::string(200000, 'x'));
+  const std::string limit = "trap '' XFSZ; ulimit -f 128;";  // writes past it fail (EFBIG)
+  SECTION("a baseline write that fails midway (file size limit) leaves no .tmp") {
+    const std::string baseline = temp_path("leftover_baseline.json");
+    std::remove(baseline.c_str());
+    const Run run = run_kvbench("check " + db + " --write-baseline " + baseline, limit);
+    require_clear_error(run, baseline);
+    CHECK_FALSE(exists(baseline));
+    CHECK_FALSE(exists(baseline + ".tmp"));
+  }
+  SECTION("a merge that fails midway leaves no db to block the next one") {
+    const std::string merged = temp_path("leftover_merged.db");
+    std::remove(merged.c_str());
+    testing::write_file(merged + ".partial", {'s', 't', 'a', 'l', 'e'});  // a killed merge's
+    const Run failed = run_kvbench("merge " + db + " -o " + merged, limit);
+    INFO(failed.output);
+    CHECK(failed.exit_code == 2);
+    CHECK_FALSE(exists(merged));
+    CHECK_FALSE(exists(merged + ".partial"));
+    const Run again = run_kvbench("merge " + db + " -o " + merged);
+    INFO(again.output);
+    CHECK(again.exit_code == 0);
+    CHECK(ResultsDb::open(merged, true)->units().size() == 1);
+  }
+  SECTION("calibrate -o into a path that cannot be written fails before any cell") {
+    const std::string model = tiny_model("tiny_cal_out.gguf");
+    const std::string blocker = write_text("not_a_dir", "x");
+    require_clear_error(run_kvbench("--model " + model + " calibrate --task retr_kv --lengths 64 "
+                                    "--samples 1 --turns 1 -o " + blocker + "/cal.json"),
+                        "cannot write the calibration file");
+  }
+  SECTION("a sweep refused over its calibration creates no db") {
+    const std::string model = tiny_model("tiny_uncalibrated.gguf");
+    const std::string config = write_text("needs_calibration.json", R"({"tasks": ["retr_kv"],
+      "methods": ["full"], "samples": 1, "turns": 1, "context_tokens": 64,
+      "min_full_accuracy": 0.8})");
+    const std::string fresh = temp_path("refused_sweep.db");
+    std::remove(fresh.c_str());
+    require_clear_error(run_kvbench("--model " + model + " sweep " + config + " --db " + fresh),
+                        "calibration");
+    CHECK_FALSE(exists(fresh));
+  }
+  SECTION("a foreign db with kvbench's table names is refused before it is switched to WAL") {
+    const std::string foreign = temp_path("foreign_tables.db");
+    std::remove(foreign.c_str());
+    sql(foreign, "PRAGMA user_version = " + std::to_string(kResultsSchemaVersion) +
+                     "; CREATE TABLE runs(x); CREATE TABLE units(y); CREATE TABLE results(z);");
+    const std::string model = tiny_model("tiny_foreign.gguf");
+    require_clear_error(run_kvbench("--model " + model + " sweep " + tiny_config("foreign.json") +
+                                    " --db " + foreign),
+                        "not a kvbench results db");
+    CHECK(sql_text(foreign, "PRAGMA journal_mode") == "delete");
+  }
+  SECTION("merge's error for a repeated unit is short and names both inputs") {
+    const std::string copy = temp_path("leftovers_copy.db");
+    testing::write_file(copy, testing::read_file_bytes(db));
+    const std::string merged = temp_path("dup_merged.db");
+    std::remove(merged.c_str());
+    const Run run = run_kvbench("merge " + db + " " + copy + " -o " + merged);
+    require_clear_error(run, "is also in " + db);
+    CHECK(run.output.size() < 300);
+    CHECK(run.output.find("INSERT") == std::string::npos);
+  }
+}
+
+TEST_CASE("results: a WAL db on a read-only mount is read", "[unit]") {
+  // A mount namespace of our own (unshare -rm: no privileges needed where user namespaces
+  // are allowed); skipped where it cannot be made.
+  if (std::system("unshare -rm true 2>/dev/null") != 0) {
+    WARN("unshare -rm is not allowed here: skipped");
+    return;
+  }
+  const std::string db = one_unit_db("wal_ro.db", "full");
+  sql(db, "PRAGMA journal_mode = WAL");
+  const std::string mount = temp_path("ro_mount");
+  mkdir(mount.c_str(), 0755);
+  const std::string baseline = temp_path("wal_ro.json");
+  std::remove(baseline.c_str());
+  const std::string script = "mount -t tmpfs none " + mount + " && cp " + db + " " + mount +
+                             "/ && mount -o remount,ro " + mount + " && " + KVBENCH_BINARY +
+                             " check " + mount + "/wal_ro.db --write-baseline " + baseline;
+  const Run run = testing::run_command("unshare -rm sh -c '" + script + "'");
+  INFO(run.output);
+  CHECK(run.exit_code == 0);
+  CHECK(exists(baseline));
+}
