@@ -21,6 +21,7 @@
 #include <utility>
 
 #include "common/input_error.h"
+#include "common/utf8.h"
 
 namespace kvbench {
 namespace {
@@ -235,8 +236,11 @@ class CheckedRow {
     if (static_cast<size_t>(s_.bytes(col)) > max_bytes) {
       fail(column, "longer than " + std::to_string(max_bytes) + " bytes");
     }
-    return s_.text(col);
+    return s_.text(col);  // every byte, as the model wrote it
   }
+  // A name that groups rows and keys a baseline (task, method, mode...): valid UTF-8, so that
+  // a baseline written from it reads back with the same key.
+  std::string label(int col, const char* column) const { return valid_utf8(text(col, column)); }
   std::string opt_text(int col, const char* column) const {  // NULL reads as ""
     return s_.is_null(col) ? std::string() : text(col, column);
   }
@@ -886,11 +890,11 @@ std::vector<StoredUnit> read_units(sqlite3* db, const std::string& path,
       UnitRecord& u = su.unit;
       u.run_id = row.integer(1, "run_id", 1, CheckedRow::kMaxCount);
       u.key = row.text(2, "unit_key");
-      u.task = row.text(3, "task");
-      u.sample_id = row.text(4, "sample_id");
-      u.method = row.text(5, "method");
-      u.budget = row.text(6, "budget");
-      u.mode = row.text(7, "mode");
+      u.task = row.label(3, "task");
+      u.sample_id = row.label(4, "sample_id");
+      u.method = row.label(5, "method");
+      u.budget = row.label(6, "budget");
+      u.mode = row.label(7, "mode");
       // Stored as the int64 of the same bits: every integer is a seed.
       u.seed = static_cast<uint64_t>(
           row.integer(8, "seed", std::numeric_limits<int64_t>::min(),
@@ -917,7 +921,7 @@ std::vector<StoredUnit> read_units(sqlite3* db, const std::string& path,
       }
       u.head_tokens = std::move(*head_tokens);
       u.head_tokens_seen = row.count(16, "head_tokens_seen");
-      u.query_setting = row.text(17, "query_setting");
+      u.query_setting = row.label(17, "query_setting");
       u.turn_gap_s = row.real(18, "turn_gap_s", 0, kMaxMs);
       // The same unit under a second key would count twice in every mean.
       const auto [first, inserted] = key_of.emplace(unit_identity(u), u.key);
