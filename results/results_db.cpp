@@ -839,7 +839,7 @@ void insert_unit(sqlite3* db, const std::string& path, const Stmt::OnError& on_e
 // enough that nothing sized or summed from them overflows.
 constexpr int64_t kMaxContextTokens = int64_t{1} << 31;
 constexpr int64_t kMaxTurns = 100000;
-constexpr size_t kMaxLayers = 1024, kMaxHeads = 1024;
+constexpr size_t kMaxHeadCells = size_t{1} << 16;  // a 70B model has 80 x 8
 constexpr size_t kMaxHeadTokensText = size_t{1} << 20;
 constexpr double kMaxMs = 1e12;    // 30 years
 constexpr double kMaxRate = 1e12;  // tokens per second
@@ -909,10 +909,10 @@ std::vector<StoredUnit> read_units(sqlite3* db, const std::string& path,
       if (!head_tokens) {
         row.fail("head_tokens", "not an array of equal-length arrays of integers");
       }
-      if (head_tokens->size() > kMaxLayers ||
-          (!head_tokens->empty() && head_tokens->front().size() > kMaxHeads)) {
-        row.fail("head_tokens", "more than " + std::to_string(kMaxLayers) + " layers or " +
-                                    std::to_string(kMaxHeads) + " heads");
+      if (!head_tokens->empty() &&
+          head_tokens->size() * head_tokens->front().size() > kMaxHeadCells) {
+        row.fail("head_tokens", "more than " + std::to_string(kMaxHeadCells) +
+                                    " layer x head cells (the report draws one each)");
       }
       for (const auto& layer : *head_tokens) {
         for (const int64_t n : layer) {

@@ -176,7 +176,8 @@ void check_db_holds_this_sweep(const ResultsDb& db, const RunRecord& run) {
                                         : "model (sha256 " + old.model_sha256.substr(0, 12) +
                                               ", this one " + run.model_sha256.substr(0, 12) +
                                               ")") +
-        "; resuming would mix the two sweeps' results: give another --db");
+        "; resuming would mix the two sweeps' results: write to a new db (another --db, or "
+        "--out for kvbench run)");
   }
 }
 
