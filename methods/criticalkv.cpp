@@ -2,7 +2,8 @@
 // its attention weight alone does not tell: the value it brings in, through the output
 // projection, counts too. On SnapKV's selection (methods/snapkv.h): of the prefix tokens a KV
 // head keeps (B), the best first_stage_ratio * B by SnapKV's score are kept outright; the
-// rest are the best by (score + epsilon) * ||W_o v||, where ||W_o v|| is the norm of the
+// rest are the best by (score + epsilon) * ||W_o v||, score the window rows' mean attention
+// (as the authors'; epsilon is on that scale), where ||W_o v|| is the norm of the
 // token's value projected by the output projection columns of the head's query heads (their
 // mean per KV head). With an allocation in front (`adakv+criticalkv`) each head's B is its
 // own, set from the plain scores; both stages then run per head on its B (CriticalAdaKV).
@@ -51,7 +52,7 @@ class CriticalKvPolicy : public SnapKvPolicy {
   }
 
  protected:
-  void rerank(int32_t layer, const DenseKv& kv, int64_t window,
+  void rerank(int32_t layer, const DenseKv& kv, int64_t window, int64_t window_rows,
               const std::vector<int64_t>& prefix_keep, std::vector<float>& ranked) const override {
     const int64_t n = kv.n_tokens, n_prefix = n - window, d = kv.head_dim;
     const int32_t group = config_.n_heads / kv.n_kv_heads;
@@ -84,9 +85,12 @@ class CriticalKvPolicy : public SnapKvPolicy {
                         [score](int64_t a, int64_t b) {
                           return score[a] > score[b] || (score[a] == score[b] && a < b);
                         });
-      // Stage 2: the rest by the score weighted by the value's projected norm.
+      // Stage 2: the rest by the score weighted by the value's projected norm. The score is
+      // the window rows' mean attention, as the authors' (kvpress's SnapKV scores are a mean
+      // over the window's rows): with the sum, epsilon would weigh window_rows times less.
+      const double per_row = 1.0 / static_cast<double>(std::max<int64_t>(window_rows, 1));
       for (int64_t t = 0; t < n_prefix; ++t) {
-        score[t] = static_cast<float>((score[t] + config_.epsilon) * norm[t]);
+        score[t] = static_cast<float>((score[t] * per_row + config_.epsilon) * norm[t]);
       }
       for (int64_t i = 0; i < first; ++i) score[order[i]] = FLT_MAX;
     }

@@ -60,13 +60,14 @@ bool SnapKvPolicy::plan(int32_t layer, const DenseKv& kv, CachePhase phase, Reta
   std::vector<float> ranked =
       snapkv_ranking(held.kv_head_scores(kv), kv.n_kv_heads, n, window, config_);
   if (!allocation_) {
-    rerank(layer, kv, window, std::vector<int64_t>(kv.n_kv_heads, keep_prefix), ranked);
+    rerank(layer, kv, window, held.n_rows(), std::vector<int64_t>(kv.n_kv_heads, keep_prefix),
+           ranked);
     plan_top_k_per_head(ranked.data(), kv.n_kv_heads, n, keep_prefix + window, plan);
     return true;
   }
   std::vector<int64_t> keep =
       allocation_->head_counts(ranked.data(), n, kv.n_kv_heads, n_prefix, keep_prefix);
-  rerank(layer, kv, window, keep, ranked);
+  rerank(layer, kv, window, held.n_rows(), keep, ranked);
   for (int64_t& k : keep) k += window;
   plan_top_k_ragged(ranked.data(), kv.n_kv_heads, n, keep, plan);
   return true;

@@ -51,9 +51,10 @@ class SnapKvPolicy : public TokenPolicy {
   // Turns SnapKV's ranking of a layer's n_tokens slots ([n_kv_heads, n_tokens], snapkv_ranking:
   // the last `window` at FLT_MAX) into the one KV head h keeps its top prefix_keep[h] prefix
   // tokens and the window by. SnapKV keeps it as is; CriticalKV (methods/criticalkv.cpp)
-  // reweights it by the values.
+  // reweights it by the values. The scores are sums over the window's `window_rows` query
+  // rows (which rank as their mean would).
   virtual void rerank(int32_t /*layer*/, const DenseKv& /*kv*/, int64_t /*window*/,
-                      const std::vector<int64_t>& /*prefix_keep*/,
+                      int64_t /*window_rows*/, const std::vector<int64_t>& /*prefix_keep*/,
                       std::vector<float>& /*ranked*/) const {}
 
  private:

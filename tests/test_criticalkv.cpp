@@ -3,7 +3,10 @@
 // projection kills does not hold a slot; and the model gives the projection it needs.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -147,4 +150,91 @@ TEST_CASE("a loaded model gives W_o_h^T W_o_h per query head", "[unit][criticalk
   }
   // And criticalkv runs on the model's own shape.
   CHECK_NOTHROW(make_cache("criticalkv:budget=64", shape));
+}
+
+namespace {
+
+// The authors' CriticalKV (kvpress's CriticalKVPress over SnapKVPress), computed here on its
+// own from one layer's keys, values and queries: SnapKV's score is each window row's softmax
+// attention (causal), its MEAN over the window's rows and the GQA group's query heads (no
+// pooling: kernel 1); stage 1 keeps a head's top int(B x ratio) by it, stage 2 the rest of
+// its B by (score + epsilon) x ||W_o v||, the L2 norm through each query head's Gram, meaned
+// over the group. `rows_sum` scores by the sum over rows instead (kvbench before the fix).
+std::vector<std::vector<int32_t>> authors_kept(const testing::Chunk& c, int64_t budget,
+                                               int64_t window, double epsilon, double ratio,
+                                               bool rows_sum) {
+  const KvShape shape = criticalkv_shape();
+  const std::vector<float>& gram = *shape.value_out_gram;
+  const int64_t n = c.n, n_prefix = n - window, b = budget - window;
+  const int32_t group = kHeads / kKvHeads;
+  std::vector<std::vector<int32_t>> kept(kKvHeads);
+  for (int32_t g = 0; g < kKvHeads; ++g) {
+    std::vector<double> score(static_cast<size_t>(n_prefix), 0.0), norm(score.size(), 0.0);
+    for (int32_t h = g * group; h < (g + 1) * group; ++h) {
+      for (int64_t row = n_prefix; row < n; ++row) {
+        std::vector<double> logit(static_cast<size_t>(row + 1));
+        double top = -1e300, total = 0;
+        for (int64_t t = 0; t <= row; ++t) {
+          double dot = 0;
+          for (int32_t i = 0; i < kDim; ++i) {
+            dot += double{c.q[(row * kHeads + h) * kDim + i]} * c.k[(t * kKvHeads + g) * kDim + i];
+          }
+          logit[t] = dot / std::sqrt(double{kDim});
+          top = std::max(top, logit[t]);
+        }
+        for (double& x : logit) total += (x = std::exp(x - top));
+        for (int64_t t = 0; t < n_prefix; ++t) {
+          score[t] += logit[t] / total / group / (rows_sum ? 1.0 : static_cast<double>(window));
+        }
+      }
+      for (int64_t t = 0; t < n_prefix; ++t) {
+        const float* v = &c.v[(t * kKvHeads + g) * kDim];
+        double sq = 0;
+        for (int32_t i = 0; i < kDim; ++i) {
+          for (int32_t j = 0; j < kDim; ++j) sq += v[i] * double{gram[(h * kDim + i) * kDim + j]} * v[j];
+        }
+        norm[t] += std::sqrt(std::max(0.0, sq)) / group;
+      }
+    }
+    std::vector<int64_t> order(static_cast<size_t>(n_prefix));
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int64_t x, int64_t y) {
+      return score[x] > score[y] || (score[x] == score[y] && x < y);
+    });
+    const int64_t first = static_cast<int64_t>(static_cast<double>(b) * ratio);
+    std::vector<int64_t> rest(order.begin() + first, order.end());
+    std::sort(rest.begin(), rest.end(), [&](int64_t x, int64_t y) {
+      return (score[x] + epsilon) * norm[x] > (score[y] + epsilon) * norm[y];
+    });
+    for (int64_t i = 0; i < first; ++i) kept[g].push_back(static_cast<int32_t>(order[i]));
+    for (int64_t i = 0; i < b - first; ++i) kept[g].push_back(static_cast<int32_t>(rest[i]));
+    for (int64_t t = n_prefix; t < n; ++t) kept[g].push_back(static_cast<int32_t>(t));
+    std::sort(kept[g].begin(), kept[g].end());
+  }
+  return kept;
+}
+
+}  // namespace
+
+TEST_CASE("criticalkv keeps what the authors' formula keeps: epsilon on the mean over the "
+          "window's rows", "[unit][criticalkv]") {
+  // Random layers at a mean attention of about 1/40 per token, where an epsilon of 0.01
+  // weighs in: on the sum over the 8 window rows it would weigh 8 times less.
+  const int64_t budget = 16, window = 8;
+  const double epsilon = 0.01;
+  int differs_from_sum = 0;
+  for (uint32_t seed = 1; seed <= 12; ++seed) {
+    INFO("seed " << seed);
+    std::mt19937 rng(seed);
+    const testing::Chunk c = testing::random_chunk(kContext, criticalkv_shape(), kHeads, rng);
+    KvCache cache = make_cache("criticalkv:budget=16,window=8,kernel=1,epsilon=0.01",
+                               criticalkv_shape());
+    testing::feed(cache, kHeads, c);
+    cache.end_context();
+    const auto expected = authors_kept(c, budget, window, epsilon, 0.5, false);
+    CHECK(testing::kept(cache, 0, 0) == expected[0]);
+    CHECK(testing::kept(cache, 0, 1) == expected[1]);
+    differs_from_sum += expected != authors_kept(c, budget, window, epsilon, 0.5, true);
+  }
+  CHECK(differs_from_sum >= 3);  // the test tells the two scales apart
 }
