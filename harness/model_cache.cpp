@@ -14,17 +14,14 @@ void check_runs_on(const ResolvedSpec& spec, ModelDevice device) {
   // each, as on the host); policies and read policies plan on host copies
   // (methods/cuda_host_policies.h). Reuse keeps host memory.
   for (const auto& [info, params] : spec.components) {
-    if (info->propagates_tokens) {
-      throw InputError("method '" + info->name + "' in '" + spec.canonical +
-                       "' does not run on --device cuda yet: its token-selective propagation "
-                       "runs in the CPU forward only");
-    }
-    if (info->kind == MethodKind::Reuse || info->kind == MethodKind::Tiers ||
-        info->kind == MethodKind::Pinning) {
-      throw InputError("method '" + info->name + "' in '" + spec.canonical +
-                       "' does not run on --device cuda yet: the full cache, eviction "
-                       "methods, quest and kivi do");
-    }
+    if (runs_on_cuda(*info)) continue;
+    throw InputError("method '" + info->name + "' in '" + spec.canonical +
+                     "' does not run on --device cuda yet: " +
+                     (info->propagates_tokens
+                          ? "its token-selective propagation runs in the CPU forward only"
+                      : info->kind == MethodKind::Storage
+                          ? "its store has no device twin (kivi, fp16, bf16 and fp8 do)"
+                          : "the full cache, eviction methods, quest and kivi do"));
   }
 }
 

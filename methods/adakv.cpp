@@ -88,7 +88,12 @@ MethodInfo adakv_method() {
       "the heads' counts are rounded by largest remainder so a layer holds at most its budget; "
       "the authors round each head's (torch.round), up to n_kv_heads / 2 tokens over",
       "each head really holds its own count (kvpress's AdaKVPress masks the pruned tokens and "
-      "keeps their memory); on the CPU only, and with the fp32 store (no storage method)",
+      "keeps their memory), on the CPU or the GPU, in the fp32 store or behind a storage "
+      "method that holds heads apart (fp16, bf16, fp8, kivi)",
+      "adakv+pyramidkv sets each layer's B by PyramidKV's rule first, KVCache-Factory's: a "
+      "context under 2 x (budget - window) gives every layer the same B. AdaKV's own pyramid "
+      "mode has no such rule, and its per-layer budgets are its own formula; kvbench follows "
+      "KVCache-Factory's for both",
   };
   info.params = {float_param("floor", "0.2", 0, 1,
                              "share of an even split every head keeps whatever its scores "

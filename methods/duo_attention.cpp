@@ -4,7 +4,7 @@
 // ranked over all layers together, the best fraction retrieve. Each head really holds its
 // own count (RetainPlan::head_keep), so the streaming heads' memory is freed.
 //
-// Authors' settings (mit-han-lab/duo-attention; ../shared/METHODS-FACTS.md "DuoAttention"):
+// Authors' settings (mit-han-lab/duo-attention; docs/methods.md, "Where sources differ"):
 // - per (layer, KV head) gate alpha, LEARNED: 2000 steps of MSE between the full and the
 //   mixed model's hidden states on passkey data, + 0.05 L1(alpha) (duo_attn/train.py); not
 //   training-free. kvbench scores heads training-free instead: a needle probe
@@ -180,7 +180,8 @@ MethodInfo duo_attention_method() {
       "that window is a large share of the context, so few heads retrieve at a given budget. "
       "A budget below sink + recent shortens recent, then sink, and every head streams",
       "each head really holds its own count (kvpress masks the streaming heads' middle "
-      "tokens); on the CPU only, and with the fp32 store (no storage method)",
+      "tokens), on the CPU or the GPU, in the fp32 store or behind a storage method that "
+      "holds heads apart (fp16, bf16, fp8, kivi)",
   };
   info.params = budget_params(kDefaultBudget);
   info.params.push_back(int_param("sink", 64, 0, kMaxTokens,

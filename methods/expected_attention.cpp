@@ -140,7 +140,7 @@ class ExpectedAttentionPolicy : public TokenPolicy {
         next = std::max<int64_t>(next, kv.positions[h * kv.capacity + t] + 1);
     }
     std::vector<double> c(d / 2, 1.0), s(d / 2, 0.0);
-    if (inv_freq_.size() == static_cast<size_t>(d / 2) && config_.future > 0) {
+    if (inv_freq_.size() == static_cast<size_t>(d / 2)) {  // future >= 1 (registry range)
       for (int32_t i = 0; i < d / 2; ++i) {
         double cs = 0, sn = 0;
         for (int64_t p = next; p < next + config_.future; ++p) {
@@ -260,7 +260,9 @@ MethodInfo expected_attention_method() {
   };
   info.params = budget_params(kDefaultBudget);
   info.params.push_back(
-      int_param("future", 512, 0, 65536, "future positions the RoPE is averaged over (0: none)"));
+      int_param("future", 512, 1, 65536,
+                "future positions the RoPE is averaged over (at least 1: the statistics are of "
+                "un-rotated queries, the keys rotated, so 0 would score nothing meaningful)"));
   info.params.push_back(
       int_param("sink", 4, 0, kMaxTokens,
                 "the first `sink` tokens are kept and their queries left out of the statistics"));

@@ -2,10 +2,10 @@
 // L2-normalised keys (distinctive keys draw attention); attention-free, so it suits
 // FlashAttention-style kernels (score = -cos(k, anchor), kvpress KeyDiffPress; the official
 // code is not public). The paper processes the prompt block-wise under a fixed cache size,
-// evicting after each block: prefill=stream,chunk=128 does that (kvpress BlockPress
-// (block_size=128) around KeyDiffPress), so the cache never holds more than budget + chunk
-// tokens, and the anchor is taken over what is stored at each eviction (the kept tokens
-// plus the new block). The default prefill is dense, compressing once at the end of the
+// evicting after each block: prefill=stream,chunk=128 does that, really streamed, so the
+// cache never holds more than budget + chunk tokens, and the anchor is taken over what is
+// stored at each eviction (the kept tokens plus the new block). kvpress's BlockPress is not
+// this: it scores blocks over a fully prefilled KV (list methods' choices). The default prefill is dense, compressing once at the end of the
 // context, as kvpress's KeyDiffPress alone. Not applied after the context. Kept tokens
 // keep their positions.
 #include "kernels/cpu/scores.h"
@@ -58,8 +58,11 @@ MethodInfo keydiff_method() {
       "KeyDiff: Key Similarity-Based KV Cache Eviction for Long-Context LLM Inference in "
       "Resource-Constrained Environments (Park et al., 2025), arXiv 2504.15364";
   info.choices = {
-      "the authors' code is not public: kvpress's KeyDiffPress; prefill=stream,chunk=128 "
-      "is its BlockPress(block_size=128), the paper's block-wise prefill",
+      "the authors' code is not public: kvpress's KeyDiffPress. prefill=stream,chunk=128 is "
+      "the paper's block-wise prefill, really streamed: the cache never holds more than "
+      "budget + 128 tokens. It is NOT kvpress's BlockPress, which scores blocks over a fully "
+      "prefilled KV starting from the first n_kept tokens, so it will not reproduce kvpress's "
+      "KeyDiff+BlockPress numbers",
       "prefill=dense by default, as kvpress's KeyDiffPress alone and the other methods",
   };
   info.params = budget_params(kDefaultBudget);

@@ -335,6 +335,7 @@ MethodInfo kivi_method() {
     }
   };
   info.splits_heads = true;
+  info.cuda_store = true;
   info.make_layers = [](const MethodParams& params, const KvShape& shape) {
     if (shape.head_dim % 32 != 0) {
       throw InputError("kivi packs channels in groups of 32, but head_dim is " +

@@ -228,9 +228,9 @@ MethodInfo kvzip_method() {
       "(system prompt, user header) is kept and is the softmax's sink, as there (kvpress "
       "keeps 4 sinks and scores the rest of the head 0)",
       "level=pair (the authors' default): the budget summed over layers, one threshold over "
-      "every layer and KV head, each head keeping its own count (ragged: the fp32 store, on "
-      "the CPU or the GPU; no storage method behind it); level=pair-uniform: each layer keeps "
-      "its budget in each KV head",
+      "every layer and KV head, each head keeping its own count (on the CPU or the GPU, in "
+      "the fp32 store or behind a storage method that holds heads apart: fp16, bf16, fp8, "
+      "kivi); level=pair-uniform: each layer keeps its budget in each KV head",
       "the budget counts the kept chat head; scores and softmax in fp32",
       "the prompt runs on a copy of the cache, then dropped (the authors score without "
       "storing it); its bytes count in the peak, and its forwards in the prefill time",

@@ -208,6 +208,7 @@ MethodInfo narrow_method(const std::string& name, KvElement element, const std::
   info.choices = std::move(choices);
   info.context_reads_store = true;
   info.splits_heads = true;
+  info.cuda_store = true;
   info.make_layers = [element](const MethodParams&, const KvShape& shape) {
     return make_narrow_layers(shape, element);
   };

@@ -148,6 +148,8 @@ MethodInfo quest_method() {
       "only decode steps select pages: a one-token prefill (a context's last chunk, a "
       "one-token query) reads everything, where Quest's code (q_len > 1) would sparsify "
       "it",
+      "the page holding the newest token is always read, whatever its bound (the query sees "
+      "itself); Quest's evaluation code does not force it",
   };
   info.params = budget_params(kDefaultBudget);
   info.params.push_back(int_param("page", 16, 1, 4096, "tokens per page"));

@@ -405,6 +405,17 @@ ResolvedSpec resolve_method_spec(const std::string& text) {
   return resolved;
 }
 
+bool runs_on_cuda(const MethodInfo& info) {
+  if (info.propagates_tokens) return false;
+  switch (info.kind) {
+    case MethodKind::Reuse:
+    case MethodKind::Tiers:
+    case MethodKind::Pinning: return false;
+    case MethodKind::Storage: return info.cuda_store;
+    default: return true;
+  }
+}
+
 bool makes_ragged_heads(const MethodInfo& info) {
   return info.kind == MethodKind::Allocation ||
          (info.kind == MethodKind::Eviction && info.ragged_heads);

@@ -129,6 +129,8 @@ struct MethodInfo {
   // A storage method whose stores hold each KV head apart after a ragged plan
   // (LayerKv::head_store; methods/head_split.h): fp16, bf16, fp8, kivi.
   bool splits_heads = false;
+  // A storage method with a device twin (methods/cuda_*_store.h): kivi, fp16, bf16, fp8.
+  bool cuda_store = false;
   // A method that ranks whole KV heads by KvShape::head_retrieval: the driver probes the
   // model for it (harness/head_probe.h) before building such a cache.
   bool needs_head_retrieval = false;
@@ -183,6 +185,11 @@ ResolvedSpec resolve_method_spec(const std::string& spec);
 // Whether a method's plans leave each KV head its own count (RetainPlan::head_keep): an
 // allocation method, or an eviction method with ragged_heads.
 bool makes_ragged_heads(const MethodInfo& info);
+
+// Whether a method runs with --device cuda: not reuse, tiers or pinning (host memory), not a
+// token-propagating prefill (CPU forward only), not a storage method without a device twin.
+// The one place that says so: the CLI's check and the choices test read it.
+bool runs_on_cuda(const MethodInfo& info);
 
 // What the per-sequence components of `spec` build: a policy (Eviction), stores (Storage;
 // empty without one) and a read policy (Retrieval); nullptr where none is given.

@@ -5,7 +5,7 @@
 // layer into `head_groups`, and lower-entropy groups keep fewer tokens, the average over
 // layers and over each layer's heads staying at the budget. Which tokens each head keeps is
 // SnapKV's selection (methods/snapkv.h): the top of the window's attention, plus the window.
-// Each head really holds its own count (RetainPlan::head_keep): fp32 store, CPU only.
+// Each head really holds its own count (RetainPlan::head_keep).
 //
 // Authors' settings (menik1126/UNComp b3e9f7b; the paper, arXiv 2410.03090):
 // - entropy (uncomp/utils/entropy_utils.py): states centred over the tokens, rows
@@ -278,7 +278,8 @@ MethodInfo uncomp_method() {
       "layer_groups=1 keeps layers even, as their default `uncomp`",
       "SnapKV's selection at kvbench's defaults (window 32, avg-pool 5); their scripts run "
       "window 8. No hidden-state pruning at prefill (their prefill speed-up)",
-      "each head really holds its own count: CPU only, fp32 store (no storage method)",
+      "each head really holds its own count, on the CPU or the GPU, in the fp32 store or "
+      "behind a storage method that holds heads apart (fp16, bf16, fp8, kivi)",
   };
   info.params = snapkv_params();
   info.params.push_back(int_param("layer_groups", 2, 1, 1024,
