@@ -59,10 +59,13 @@ std::string calibration_path(const std::string& model_path) {
 
 namespace {
 
-// An accuracy and its 95% interval: 0 <= low <= accuracy <= high <= 1.
+// An accuracy and its 95% interval: 0 <= low <= accuracy <= high <= 1, up to rounding (a
+// Wilson bound at 0% computes as 1.4e-17).
 void check_interval(const std::string& path, const char* name, double accuracy, double low,
                     double high, const std::string& where) {
-  if (!(0 <= low && low <= accuracy && accuracy <= high && high <= 1)) {
+  constexpr double kSlack = 1e-9;
+  if (!(0 <= low + kSlack && low <= accuracy + kSlack && accuracy <= high + kSlack &&
+        high <= 1 + kSlack && accuracy >= 0 && accuracy <= 1)) {
     throw InputError(path + ": malformed calibration file (" + name +
                      " must lie in its interval [low, high] within [0, 1])" + where);
   }
