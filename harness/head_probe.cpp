@@ -191,8 +191,10 @@ void prepare_head_retrieval(LlamaModel& model, const std::string& model_path,
                             const std::vector<ResolvedSpec>& specs) {
   if (!model.kv_shape().head_retrieval.empty()) return;
   for (const ResolvedSpec& spec : specs) {
-    for (const auto& component : spec.components) {
-      if (component.first->needs_head_retrieval) {
+    for (const auto& [info, params] : spec.components) {
+      // A method given its heads in a file (duo_attention:pattern=FILE) needs no probe.
+      const bool given = params.has("pattern");
+      if (info->needs_head_retrieval && !given) {
         model.set_head_retrieval(cached_retrieval_heads(model, model_path));
         return;
       }

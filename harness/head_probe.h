@@ -24,8 +24,9 @@ std::vector<float> probe_retrieval_heads(const LlamaModel& model);
 // and saved there (atomically; a cache that cannot be written is only a warning).
 std::vector<float> cached_retrieval_heads(const LlamaModel& model, const std::string& model_path);
 
-// Gives `model` its heads' scores when a spec needs them (MethodInfo::needs_head_retrieval)
-// and it has none yet, so every cache built from model.kv_shape() carries them.
+// Gives `model` its heads' scores when a spec needs them (MethodInfo::needs_head_retrieval,
+// and no `pattern` file of learned gates given) and it has none yet, so every cache built
+// from model.kv_shape() carries them.
 void prepare_head_retrieval(LlamaModel& model, const std::string& model_path,
                             const std::vector<ResolvedSpec>& specs);
 

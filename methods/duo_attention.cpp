@@ -25,7 +25,11 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
 #include <numeric>
+#include <sstream>
 #include <string>
 #include <utility>
 
@@ -155,6 +159,58 @@ int64_t DuoAttentionPolicy::bytes_resident(int32_t layer) const {
   return bytes;
 }
 
+namespace {
+
+// The authors' gate file (duo_attn/utils.py load_attn_pattern: np.loadtxt, tab-separated, one
+// row per layer, one gate per KV head; gates clipped to [0, 1] as np.clip there).
+std::vector<std::vector<float>> read_gate_pattern(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError("duo_attention: pattern " + path + ": cannot read the file");
+  std::vector<std::vector<float>> rows;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    std::istringstream fields(line);
+    std::vector<float> row;
+    std::string field;
+    while (fields >> field) {
+      char* end = nullptr;
+      const float gate = std::strtof(field.c_str(), &end);
+      if (end == field.c_str() || *end != '\0' || !std::isfinite(gate)) {
+        throw InputError("duo_attention: pattern " + path + ": line " +
+                         std::to_string(rows.size() + 1) + ": '" + field + "' is not a number");
+      }
+      row.push_back(std::clamp(gate, 0.f, 1.f));
+    }
+    if (!rows.empty() && row.size() != rows.front().size()) {
+      throw InputError("duo_attention: pattern " + path + ": line " +
+                       std::to_string(rows.size() + 1) + " has " + std::to_string(row.size()) +
+                       " gates, line 1 " + std::to_string(rows.front().size()));
+    }
+    rows.push_back(std::move(row));
+    if (rows.size() > 4096) throw InputError("duo_attention: pattern " + path + ": too many rows");
+  }
+  if (rows.empty()) throw InputError("duo_attention: pattern " + path + ": no gates");
+  return rows;
+}
+
+// The gates as head scores [layer * n_kv_heads + head], for a model of `shape`.
+std::vector<float> gates_for(const std::string& path, const KvShape& shape) {
+  const std::vector<std::vector<float>> rows = read_gate_pattern(path);
+  if (rows.size() != static_cast<size_t>(shape.n_layers) ||
+      rows.front().size() != static_cast<size_t>(shape.n_kv_heads)) {
+    throw InputError("duo_attention: pattern " + path + " holds " + std::to_string(rows.size()) +
+                     " layers x " + std::to_string(rows.front().size()) +
+                     " KV heads; this model has " + std::to_string(shape.n_layers) + " x " +
+                     std::to_string(shape.n_kv_heads));
+  }
+  std::vector<float> scores;
+  for (const std::vector<float>& row : rows) scores.insert(scores.end(), row.begin(), row.end());
+  return scores;
+}
+
+}  // namespace
+
 // Registered as `duo_attention` (methods/method_list.cpp).
 MethodInfo duo_attention_method() {
   MethodInfo info;
@@ -170,7 +226,9 @@ MethodInfo duo_attention_method() {
       "NOT the paper's heads: the authors LEARN a gate per KV head (2000 optimisation steps on "
       "passkey data); kvbench finds them training-free, by the attention each KV head's "
       "queries pay to a pass key when answering it in 4 generated needle probes "
-      "(harness/head_probe.h), cached per model file sha256",
+      "(harness/head_probe.h), cached per model file sha256. pattern=FILE takes the authors' "
+      "gates instead (their full_attention_heads.tsv, published for Llama-3-8B, Llama-3.1-8B "
+      "and Mistral-7B), ranked the same way",
       "budget/ratio set the share of retrieval heads, R = floor(H (B - s) / (n - s)) of all H "
       "heads for budget B, context n and s = sink + recent, so the mean over all layers' heads "
       "is at most B at the end of the context (kvpress's head_compression_ratio is the "
@@ -188,11 +246,23 @@ MethodInfo duo_attention_method() {
                                   "initial tokens a streaming head keeps (authors: 64)"));
   info.params.push_back(int_param("recent", 256, 1, kMaxTokens,
                                   "newest tokens a streaming head keeps (authors: 256)"));
+  info.params.push_back(text_param(
+      "pattern", "",
+      "the authors' learned gates: a full_attention_heads.tsv of their attn_patterns/ (one "
+      "row per layer, one gate per KV head); empty: kvbench's needle probe"));
   info.ragged_heads = true;
-  info.needs_head_retrieval = true;
-  info.check = [](const MethodParams& params) { check_budget(params); };
+  info.needs_head_retrieval = true;  // unless a pattern is given (harness/head_probe.h)
+  info.check = [](const MethodParams& params) {
+    check_budget(params);
+    if (params.has("pattern")) read_gate_pattern(params.get("pattern"));
+  };
   info.make_policy = [](const MethodParams& params, const KvShape& shape) {
     const size_t heads = static_cast<size_t>(shape.n_layers) * shape.n_kv_heads;
+    if (params.has("pattern")) {
+      return std::unique_ptr<TokenPolicy>(new DuoAttentionPolicy(
+          budget_from(params), params.get_int("sink"), params.get_int("recent"), shape.n_layers,
+          shape.n_kv_heads, gates_for(params.get("pattern"), shape)));
+    }
     if (shape.head_retrieval.size() != heads) {
       throw InputError(
           "duo_attention finds its retrieval heads with a probe of the model; this cache was "

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <random>
 
@@ -198,4 +199,41 @@ TEST_CASE("duo_attention: the needle probe of a tiny model, cached by its sha256
                       std::filesystem::directory_iterator()) == 1);
   CHECK(cached_retrieval_heads(*model, path) == scores);  // read back from the file
   ::unsetenv("XDG_CACHE_HOME");
+}
+
+TEST_CASE("duo_attention: pattern=FILE ranks heads by the authors' learned gates",
+          "[duo_attention]") {
+  // The authors' format (attn_patterns/*/full_attention_heads.tsv): one row per layer, one
+  // tab-separated gate per KV head, clipped to [0, 1]. Made here for the test shape (2 x 2),
+  // ranked the other way round from the probe's scores in shape(): (0,1) and (1,0) retrieve.
+  const std::string path = testing::temp_path("full_attention_heads.tsv");
+  {
+    std::ofstream out(path);
+    out << "1.0e-2\t1.7\n9.0e-01\t-0.3\n";
+  }
+  KvShape s = shape();
+  s.head_retrieval.clear();  // no probe needed
+  KvCache cache = make_cache("duo_attention:budget=24,sink=2,recent=6,pattern=" + path, s);
+  std::mt19937 rng(5);
+  testing::feed(cache, kHeads, testing::random_chunk(kContext, s, kHeads, rng));
+  cache.end_context();
+  CHECK(cache.stats().tokens_per_head == std::vector<int64_t>{8, 40, 40, 8});
+
+  // A file that does not fit the model, or is not the authors' format: one line naming it.
+  const auto write = [](const std::string& name, const std::string& text) {
+    const std::string p = testing::temp_path(name);
+    std::ofstream(p) << text;
+    return p;
+  };
+  CHECK_THROWS_WITH(make_cache("duo_attention:budget=24,pattern=" +
+                                   write("three_layers.tsv", "1\t0\n0\t1\n1\t1\n"), s),
+                    Catch::Contains("holds 3 layers x 2 KV heads; this model has 2 x 2"));
+  CHECK_THROWS_WITH(resolve_method_spec("duo_attention:budget=24,pattern=" +
+                                        write("ragged.tsv", "1\t0\n0\n")),
+                    Catch::Contains("line 2 has 1 gates, line 1 2"));
+  CHECK_THROWS_WITH(resolve_method_spec("duo_attention:budget=24,pattern=" +
+                                        write("words.tsv", "1\tx\n")),
+                    Catch::Contains("'x' is not a number"));
+  CHECK_THROWS_WITH(resolve_method_spec("duo_attention:budget=24,pattern=/nonexistent.tsv"),
+                    Catch::Contains("cannot read the file"));
 }
