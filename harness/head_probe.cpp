@@ -27,7 +27,6 @@ using nlohmann::json;
 constexpr const char* kProbeVersion = "needle-v1";
 
 constexpr int kProbes = 4;
-constexpr int kFillerSentences = 36;  // about 450 tokens of context with the needle
 
 const char* const kFiller[] = {
     "The grass is green.", "The sky is blue.", "The sun is yellow.", "Here we go.",
@@ -96,25 +95,26 @@ std::filesystem::path cache_dir() {
 
 }  // namespace
 
-std::vector<float> probe_retrieval_heads(const LlamaModel& model) {
+std::vector<float> probe_retrieval_heads(const LlamaModel& model, const ProbeTexts& texts) {
   if (model.device() != ModelDevice::Cpu) {
     throw InputError("the retrieval-head probe runs on the CPU only");
   }
   const KvShape shape = model.kv_shape();
   const Tokenizer& tokenizer = model.tokenizer();
-  std::mt19937 rng(21);
+  std::mt19937 rng(texts.seed);
+  const int sentences = texts.filler_sentences;
   std::uniform_int_distribution<int> digits(10000, 99999);
   std::vector<double> total(static_cast<size_t>(shape.n_layers) * shape.n_kv_heads, 0.0);
   for (int p = 0; p < kProbes; ++p) {
     const std::string key = std::to_string(digits(rng));
-    const int before = kFillerSentences * (p + 1) / (kProbes + 1);  // depth 20%, 40%, ...
+    const int before = sentences * (p + 1) / (kProbes + 1);  // depth 20%, 40%, ...
     std::vector<int32_t> tokens = tokens_of(tokenizer, filler(rng, before), true);
     const auto needle_begin = static_cast<int32_t>(tokens.size());
     for (int32_t t : tokens_of(tokenizer, "The pass key is " + key + ". Remember it. ", false)) {
       tokens.push_back(t);
     }
     const auto needle_end = static_cast<int32_t>(tokens.size());
-    for (int32_t t : tokens_of(tokenizer, filler(rng, kFillerSentences - before), false)) {
+    for (int32_t t : tokens_of(tokenizer, filler(rng, sentences - before), false)) {
       tokens.push_back(t);
     }
     for (int32_t t : tokens_of(tokenizer, "\nWhat is the pass key? The pass key is", false)) {

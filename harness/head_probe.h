@@ -17,7 +17,14 @@ struct ResolvedSpec;
 // seed), each followed by the question and the teacher-forced answer: a KV head scores the
 // attention mass its query heads (their mean) put on the pass-key sentence from the rows
 // that read out the answer, averaged over the rows and the probes. Deterministic; CPU only.
-std::vector<float> probe_retrieval_heads(const LlamaModel& model);
+// `seed` and `filler_sentences` vary the probe's texts (its pass keys and filler; 36 filler
+// sentences are about 450 tokens), to measure how far the ranking depends on them
+// (docs/methods.md, "DuoAttention"); duo_attention uses the defaults.
+struct ProbeTexts {
+  uint32_t seed = 21;
+  int filler_sentences = 36;
+};
+std::vector<float> probe_retrieval_heads(const LlamaModel& model, const ProbeTexts& texts = {});
 
 // The probe's scores for the model file at `model_path`, from the cache file
 // $XDG_CACHE_HOME/kvbench/heads/<sha256 of the file>.json (~/.cache when unset), else probed
