@@ -78,9 +78,9 @@ void check_option_values(const CLI::App& app) {
     for (const std::string& value : option->results()) {
       if (value.empty()) throw InputError(name + ": an empty value");
       if (type.rfind("FLOAT", 0) == 0) {
-        char* end = nullptr;
-        const double x = std::strtod(value.c_str(), &end);
-        if (!std::isfinite(x)) throw InputError(name + " " + value + ": must be a finite number");
+        if (!std::isfinite(std::strtod(value.c_str(), nullptr))) {
+          throw InputError(name + " " + value + ": must be a finite number");
+        }
       } else if (type.rfind("UINT", 0) == 0) {
         errno = 0;
         const bool digits = value.find_first_not_of("0123456789") == std::string::npos;
@@ -98,7 +98,7 @@ void check_option_values(const CLI::App& app) {
 // text), and a huge count crashes the model's load. A list ("4,2") is checked element-wise.
 void check_thread_environment() {
   const char* value = std::getenv("OMP_NUM_THREADS");
-  if (value == nullptr) return;
+  if (value == nullptr || *value == '\0') return;  // unset, as OpenMP reads an empty one
   const std::string text = value;
   size_t start = 0;
   do {
