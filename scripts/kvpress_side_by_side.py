@@ -145,7 +145,9 @@ def main():
     for p, prompt in enumerate(texts):
         for budget in args.budgets:
             n = len(tokenizer(prompt, add_special_tokens=False).input_ids)
-            ratio = 1 - budget / n
+            # kvpress keeps int(n (1 - ratio)) tokens: half a token of margin so that the
+            # float product is not 63.9999 for a budget of 64.
+            ratio = 1 - (budget + 0.5) / n
             for spec, press in presses(kvpress, ratio):
                 if args.only and spec.split(":")[0] not in args.only:
                     continue
