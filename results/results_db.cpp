@@ -17,7 +17,6 @@
 #include <limits>
 #include <map>
 #include <stdexcept>
-#include <tuple>
 #include <utility>
 
 #include "common/input_error.h"
