@@ -27,12 +27,12 @@
 #include <cassert>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
 #include <numeric>
 #include <sstream>
 #include <string>
 #include <utility>
 
+#include "common/files.h"
 #include "common/input_error.h"
 #include "methods/registry.h"
 
@@ -164,8 +164,8 @@ namespace {
 // The authors' gate file (duo_attn/utils.py load_attn_pattern: np.loadtxt, tab-separated, one
 // row per layer, one gate per KV head; gates clipped to [0, 1] as np.clip there).
 std::vector<std::vector<float>> read_gate_pattern(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError("duo_attention: pattern " + path + ": cannot read the file");
+  // A regular file of at most 1 MiB (common/files.h): a FIFO or /dev/zero is refused.
+  std::istringstream in(read_regular_file(path, "duo_attention pattern file", 1 << 20));
   std::vector<std::vector<float>> rows;
   std::string line;
   while (std::getline(in, line)) {

@@ -235,5 +235,5 @@ TEST_CASE("duo_attention: pattern=FILE ranks heads by the authors' learned gates
                                         write("words.tsv", "1\tx\n")),
                     Catch::Contains("'x' is not a number"));
   CHECK_THROWS_WITH(resolve_method_spec("duo_attention:budget=24,pattern=/nonexistent.tsv"),
-                    Catch::Contains("cannot read the file"));
+                    Catch::Contains("cannot open the duo_attention pattern file"));
 }
