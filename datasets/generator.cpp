@@ -87,6 +87,16 @@ const std::vector<TaskInfo>& registry() {
         {"rename", "1",
          "1: every top-level function name becomes a seeded neutral name (func_qzkt) at its "
          "def and every use, so the answer needs the context; 0: the library's own names"}}},
+      {"repoqa_function",
+       "Code.RepoQA as SCBench asks it, over the same code as repoqa: each turn describes a "
+       "function by its docstring (removed from the context) and asks for the whole function "
+       "in a code block; it passes at RepoQA's similarity 0.8 (scorer function)",
+       {{"functions", "0",
+         "functions whose docstrings are removed, each asked at most once; 0 means one per "
+         "turn"},
+        {"rename", "1",
+         "1: every top-level function name becomes a seeded neutral name at its def and every "
+         "use; 0: the library's own names"}}},
       {"mix",
        "Two tasks over one context (their contexts concatenated); turns alternate, the first "
        "task first. The parts' knobs pass through",
@@ -606,8 +616,9 @@ Plan plan_for(const std::string& task, const Knobs& knobs, int32_t turns, uint64
   if (task == "niah") {
     return plan_niah(knobs, turns, seed, options.prose ? *options.prose : pinned_prose_corpus());
   }
-  if (task == "repoqa") {
-    return plan_repoqa(knobs, turns, seed, options.code ? *options.code : pinned_code_corpus());
+  if (task == "repoqa" || task == "repoqa_function") {
+    return plan_repoqa(knobs, turns, seed, options.code ? *options.code : pinned_code_corpus(),
+                       task == "repoqa" ? RepoqaAnswer::name : RepoqaAnswer::function);
   }
   if (task == "docs_kv") return plan_docs_kv(knobs, turns, run_seed, seed);
   if (task == "retr_kv") return plan_retr_kv(knobs, turns, seed);

@@ -139,6 +139,10 @@ struct Plan {
 
 // The tasks cut from the pinned corpora (datasets/corpus.h), in niah.cpp and repoqa.cpp.
 Plan plan_niah(const Knobs& knobs, int32_t turns, uint64_t seed, const ProseCorpus& corpus);
-Plan plan_repoqa(const Knobs& knobs, int32_t turns, uint64_t seed, const CodeCorpus& corpus);
+// What a repoqa turn asks for: the function's name (repoqa), or the whole function as
+// SCBench's RepoQA does (repoqa_function).
+enum class RepoqaAnswer { name, function };
+Plan plan_repoqa(const Knobs& knobs, int32_t turns, uint64_t seed, const CodeCorpus& corpus,
+                 RepoqaAnswer answer);
 
 }  // namespace kvbench::generator_parts

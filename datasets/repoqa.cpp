@@ -6,6 +6,9 @@
 // function name of the corpus is replaced by a seeded neutral name (func_qzkt) at its def
 // and every use in code, so the model cannot answer from memory of the library. The count
 // of other blocks is the sized item; the first lines of the blocks after them pad.
+// repoqa_function asks as SCBench does: repeat the described function, whose reference is
+// its text as the context shows it (from `def`, renamed, without its docstring), scored by
+// RepoQA's similarity (tasks/function_similarity.h).
 #include <algorithm>
 #include <memory>
 #include <set>
@@ -63,14 +66,31 @@ std::string first_lines(const std::string& text, int64_t lines) {
   return text.substr(0, cut);
 }
 
+// A top-level function block's text from its `def` (or `async def`) line, without the
+// decorators and comments before it and the blank lines after it.
+std::string from_def_line(const std::string& text) {
+  size_t at = 0;
+  while (at < text.size() && text.compare(at, 4, "def ") != 0 &&
+         text.compare(at, 10, "async def ") != 0) {
+    const size_t nl = text.find('\n', at);
+    if (nl == std::string::npos) break;
+    at = nl + 1;
+  }
+  std::string out = text.substr(std::min(at, text.size()));
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out;
+}
+
 }  // namespace
 
-Plan plan_repoqa(const Knobs& knobs, int32_t turns, uint64_t seed, const CodeCorpus& corpus) {
+Plan plan_repoqa(const Knobs& knobs, int32_t turns, uint64_t seed, const CodeCorpus& corpus,
+                 RepoqaAnswer answer) {
+  const char* task = answer == RepoqaAnswer::name ? "repoqa" : "repoqa_function";
   int64_t functions = knobs.integer("functions", 0, 100);
   const bool rename = knobs.integer("rename", 0, 1) == 1;
   if (functions == 0) functions = turns;
   if (functions < turns) {
-    fail("repoqa", "knob functions " + std::to_string(functions) + " is fewer than the " +
+    fail(task, "knob functions " + std::to_string(functions) + " is fewer than the " +
                        std::to_string(turns) + " turns (each turn asks a different function)");
   }
   const auto blocks = std::make_shared<std::vector<CorpusBlock>>(corpus_blocks(corpus));
@@ -81,7 +101,7 @@ Plan plan_repoqa(const Knobs& knobs, int32_t turns, uint64_t seed, const CodeCor
     if (!(*blocks)[i].block.def_name.empty()) def_names.insert((*blocks)[i].block.def_name);
   }
   if (static_cast<int64_t>(askable.size()) < functions) {
-    fail("repoqa", "knob functions " + std::to_string(functions) + " is more than the " +
+    fail(task, "knob functions " + std::to_string(functions) + " is more than the " +
                        std::to_string(askable.size()) + " documented functions of corpus " +
                        corpus.name);
   }
@@ -109,7 +129,7 @@ Plan plan_repoqa(const Knobs& knobs, int32_t turns, uint64_t seed, const CodeCor
     }
   }
   Plan plan;
-  plan.task = "repoqa";
+  plan.task = task;
   plan.min_items = 0;
   plan.pad_max = kPadLines;
   plan.max_items = static_cast<int64_t>(others.size());
@@ -149,6 +169,17 @@ Plan plan_repoqa(const Knobs& knobs, int32_t turns, uint64_t seed, const CodeCor
     b.context = "Below is the source code of a Python library.\n\n" + code;
     for (int64_t t = 0; t < turns; ++t) {
       const CorpusBlock& cb = (*blocks)[static_cast<size_t>(needles[static_cast<size_t>(t)])];
+      if (answer == RepoqaAnswer::function) {
+        // SCBench's RepoQA query (scbench_repoqa's template), the docstring as description.
+        std::string function = from_def_line(without_docstring(cb.block));
+        if (rename) function = rename_identifiers(function, renames);
+        b.turns.push_back(make_turn(
+            "Based on the function description and code context, please retrieve and repeat "
+            "the exact described function from the code context in a code block wrapped by "
+            "```:\n\nFunction description: " + cb.summary,
+            {function}));
+        continue;
+      }
       const std::string name = rename ? renames.at(cb.block.def_name) : cb.block.def_name;
       b.turns.push_back(
           make_turn("A function in the code above is documented as follows:\n\"" + cb.summary +

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/input_error.h"
+#include "tasks/function_similarity.h"
 
 namespace kvbench {
 
@@ -562,7 +563,8 @@ double code_f1(std::string_view prediction, const Answers& answers) {
 
 const std::vector<std::string>& scorer_names() {
   static const std::vector<std::string> names = {"exact", "contains", "f1_en", "f1_zh",
-                                                 "choice", "number", "code", "contains_all"};
+                                                 "choice", "number", "code", "contains_all",
+                                                 "function"};
   return names;
 }
 
@@ -590,6 +592,7 @@ double score(Scorer scorer, std::string_view prediction, const Answers& answers)
     case Scorer::number: return numeric_match(prediction, answers);
     case Scorer::code: return code_f1(prediction, answers);
     case Scorer::contains_all: return contains_all(prediction, answers);
+    case Scorer::function: return function_match(prediction, answers);
   }
   return 0.0;
 }

@@ -143,10 +143,11 @@ double code_f1(std::string_view prediction, const Answers& answers);
 
 // ---- Registry --------------------------------------------------------------------------
 
-enum class Scorer { exact, contains, f1_en, f1_zh, choice, number, code, contains_all };
+// function: RepoQA's check of a repeated function (tasks/function_similarity.h).
+enum class Scorer { exact, contains, f1_en, f1_zh, choice, number, code, contains_all, function };
 
 // Every scorer's name, in enum order: exact contains f1_en f1_zh choice number code
-// contains_all.
+// contains_all function.
 const std::vector<std::string>& scorer_names();
 const char* scorer_name(Scorer scorer);
 // Throws InputError naming the unknown name and the known ones.

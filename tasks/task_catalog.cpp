@@ -159,6 +159,8 @@ const std::vector<TaskFormat>& task_formats() {
        "RULER multi-key NIAH over real prose: the special magic number for a key"},
       {"repoqa", gen, S::contains, 32,
        "Code.RepoQA over real Python: a function's name from its docstring"},
+      {"repoqa_function", gen, S::function, 1024,
+       "Code.RepoQA as SCBench asks it: repeat the described function (RepoQA similarity 0.8)"},
       {"mix", gen, S::contains, 96,
        "Two generated tasks over one context, each turn scored by its part's task"},
       {"scbench_kv", scb, S::contains, 150, "SCBench Retr.KV: value of a key in a JSON object"},

@@ -20,6 +20,8 @@
 #include "gguf_writer.h"
 #include "harness/model/gguf.h"
 #include "harness/model/tokenizer.h"
+#include "tasks/scorers.h"
+#include "tasks/task_catalog.h"
 
 using namespace kvbench;
 
@@ -274,6 +276,30 @@ TEST_CASE("repoqa: docstrings removed, names renamed at the def and every use", 
   }
 }
 
+TEST_CASE("repoqa_function: each turn's reference is its function as the context shows it",
+          "[unit]") {
+  const auto samples = generate_samples(opts("repoqa_function", 3000), tiny_tokenizer());
+  const auto names = generate_samples(opts("repoqa", 3000), tiny_tokenizer());
+  REQUIRE(samples.size() == names.size());
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const Sample& s = samples[i];
+    CHECK(s.context == names[i].context);  // the same needles and code as repoqa
+    for (size_t t = 0; t < s.turns.size(); ++t) {
+      const std::string& function = s.turns[t].answers.at(0);
+      INFO(function);
+      CHECK(function.rfind("def " + names[i].turns[t].answers[0] + "(", 0) == 0);
+      CHECK(count_of(s.context, function) == 1);
+      CHECK(function.find('"') == std::string::npos);  // its docstring is gone
+      CHECK(s.turns[t].input.find("repeat the exact described function") != std::string::npos);
+      // The reply that repeats it in a fence passes; the name alone does not.
+      CHECK(score(Scorer::function, "Here it is:\n```python\n" + function + "\n```\n",
+                  s.turns[t].answers) == 1.0);
+      CHECK(score(Scorer::function, names[i].turns[t].answers[0], s.turns[t].answers) == 0.0);
+    }
+  }
+  CHECK(task_format("repoqa_function").scorer == Scorer::function);
+}
+
 TEST_CASE("niah and repoqa: bad knobs are one line naming the task", "[unit]") {
   CHECK(error_of(opts("niah", 1000, 3, {{"needles", "3"}})).find("task niah: knob needles 3") == 0);
   CHECK(error_of(opts("niah", 1000, 3, {{"depth_from", "60"}, {"depth_to", "40"}}))
@@ -282,6 +308,8 @@ TEST_CASE("niah and repoqa: bad knobs are one line naming the task", "[unit]") {
   CHECK(error_of(opts("repoqa", 1000, 3, {{"functions", "99"}}))
             .find("is more than the 40 documented functions of corpus test-code") !=
         std::string::npos);
+  CHECK(error_of(opts("repoqa_function", 1000, 3, {{"functions", "2"}}))
+            .find("task repoqa_function: knob functions 2 is fewer") == 0);
   CHECK(error_of(opts("repoqa", 100000))
             .find("task repoqa: context_tokens 100000 is more than the corpus holds") !=
         std::string::npos);

@@ -214,7 +214,7 @@ TEST_CASE("code_f1 compares the first fenced block with the gold function", "[sc
 
 TEST_CASE("the scorer registry maps names, and names an unknown one", "[scorers][unit]") {
   const std::vector<std::string> expected = {"exact", "contains", "f1_en", "f1_zh",
-                                             "choice", "number", "code", "contains_all"};
+                                             "choice", "number", "code", "contains_all", "function"};
   CHECK(scorer_names() == expected);
   for (const std::string& name : expected) CHECK(scorer_name(scorer_from_name(name)) == name);
   CHECK(scorer_from_name("f1_zh") == Scorer::f1_zh);

@@ -49,7 +49,7 @@ TEST_CASE("catalog: every task has a unique name and a decode budget", "[unit]")
     if (scbench_seen) CHECK(f.source == TaskSource::Scbench);
   }
   CHECK(task_formats().front().name == "retr_kv");
-  CHECK(seen.size() == 22);
+  CHECK(seen.size() == 23);
   CHECK(find_task_format("retr_kv")->scorer == Scorer::contains);
   CHECK(find_task_format("multihop_vt")->scorer == Scorer::contains_all);
   CHECK(find_task_format("math_find")->max_new_tokens == 16);
