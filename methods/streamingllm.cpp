@@ -69,6 +69,9 @@ MethodInfo streamingllm_method() {
       "keys); the paper re-assigns positions inside the cache",
       "prefill=dense by default, as kvpress and SCBench; the original streams, which "
       "prefill=stream,chunk=N runs",
+      "evicts after every decode step too, as the authors' rolling cache; kvpress's "
+      "StreamingLLMPress compresses the prompt once and then appends, so a long answer "
+      "slides kvbench's window off the prompt's end where kvpress's keeps it (docs/methods.md)",
   };
   const ParamInfo sink =
       int_param("sink", 4, 0, kMaxTokens,
