@@ -200,6 +200,11 @@ void BM_ScoreCompact(benchmark::State& state, const std::string& spec) {
       policy_s += seconds_since(t0);
     }
     const auto t0 = std::chrono::steady_clock::now();
+    if (policy->reads_context_end()) {  // as KvCache::end_context
+      for (int32_t l = 0; l < shape.n_layers; ++l) {
+        if (!policy->done(l)) policy->context_ending(l, stores[l]->view());
+      }
+    }
     compress(CachePhase::ContextEnd);
     policy_s += seconds_since(t0);
     state.SetIterationTime(policy_s);

@@ -22,8 +22,8 @@
 // choice. The scores do not change between those steps (a layer's statistics come from its
 // own full prefill) and the budgets only shrink as layers join, so the last step, over all
 // layers, is the allocation both modes end at; kvbench computes it at once at ContextEnd,
-// when every layer's window has been seen. The statistics are updated at each forward of
-// the context, so the last ones are the final window's.
+// when every layer's window has been seen, from each layer's final window over the whole
+// context (TokenPolicy::context_ending).
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -89,11 +89,15 @@ class CakePolicy : public TokenPolicy {
     return std::make_unique<CakePolicy>(*this);
   }
 
-  // Every forward of the context refreshes the layer's preference: the last one before
-  // ContextEnd is the final window's over the whole context.
+  // Every forward of the context moves the layer's window; its preference is computed once,
+  // from the final window over the whole context (context_ending), not at every forward.
   void observe(int32_t layer, const AttentionQuery& query, const DenseKv& kv) override {
     if (closed_[layer]) return;
     windows_[layer].observe(query, kv.head_dim);
+  }
+
+  bool reads_context_end() const override { return true; }
+  void context_ending(int32_t layer, const DenseKv& kv) override {
     preference_[layer] = preference(windows_[layer], kv);
   }
 
@@ -204,7 +208,7 @@ class CakePolicy : public TokenPolicy {
   LayerLimits limits_;
   std::vector<QueryWindow> windows_;
   std::vector<bool> closed_;
-  std::vector<double> preference_;    // per layer, from the latest forward of the context
+  std::vector<double> preference_;    // per layer, from its final window (context_ending)
   std::vector<int64_t> prefix_keep_;  // per layer, set at the first compressed layer
 };
 

@@ -119,6 +119,11 @@ bool HostPolicyOnDevice::plan(int32_t layer, const DenseKv& kv, CachePhase phase
   return inner_->plan(layer, host_kv.kv, phase, plan);
 }
 
+void HostPolicyOnDevice::context_ending(int32_t layer, const DenseKv& kv) {
+  const HostKv host_kv(kv);
+  inner_->context_ending(layer, host_kv.kv);
+}
+
 HostReaderOnDevice::HostReaderOnDevice(std::unique_ptr<ReadPolicy> inner, int32_t n_kv_heads,
                                        int32_t head_dim)
     : inner_(std::move(inner)), n_kv_heads_(n_kv_heads), head_dim_(head_dim) {}

@@ -34,6 +34,8 @@ class HostPolicyOnDevice : public TokenPolicy {
   // query and kv: DEVICE pointers, copied to the host for the wrapped policy.
   void observe(int32_t layer, const AttentionQuery& query, const DenseKv& kv) override;
   bool plan(int32_t layer, const DenseKv& kv, CachePhase phase, RetainPlan& plan) override;
+  bool reads_context_end() const override { return inner_->reads_context_end(); }
+  void context_ending(int32_t layer, const DenseKv& kv) override;  // kv: DEVICE, copied
   void retained(int32_t layer, const RetainPlan& plan) override { inner_->retained(layer, plan); }
   int64_t bytes_resident(int32_t layer) const override { return inner_->bytes_resident(layer); }
   int64_t context_block() const override { return inner_->context_block(); }

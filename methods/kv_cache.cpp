@@ -66,6 +66,11 @@ void KvCache::advance(int32_t n_tokens) {
 
 void KvCache::end_context() {
   context_ended_ = true;
+  if (policy_ && policy_->reads_context_end()) {
+    for (int32_t l = 0; l < shape_.n_layers; ++l) {
+      if (!policy_->done(l)) policy_->context_ending(l, layers_[l]->view());
+    }
+  }
   compress(CachePhase::ContextEnd);
   if (reader_) reader_->context_ended();
 }

@@ -146,6 +146,14 @@ class TokenPolicy {
   // segments it keeps or drops whole (ShotKV's shots); most policies ignore it.
   virtual void context_text(const std::vector<std::string>& /*token_texts*/) {}
 
+  // A policy that splits the budget across layers from every layer's final state (CAKE's
+  // preferences) asks, by reads_context_end, to see each layer's KV once the whole shared
+  // context is in: context_ending is then called for every layer not done, in order, before
+  // any layer's ContextEnd plan. Cheaper than recomputing that state at every forward of
+  // the context, when only the last one counts.
+  virtual bool reads_context_end() const { return false; }
+  virtual void context_ending(int32_t /*layer*/, const DenseKv& /*kv*/) {}
+
   // True once `layer` is compressed for good (a policy that compresses once): observe and
   // plan are no longer called for it, so a packed store is not unpacked to show them.
   virtual bool done(int32_t /*layer*/) const { return false; }

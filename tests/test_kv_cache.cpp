@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/attention.h"
@@ -175,4 +177,43 @@ TEST_CASE("kv cache: reserve_more grows each layer from its own count", "[unit]"
   CHECK(cache.layer(1).bytes_resident() == (8 + 4) * per_token);  // not 40 + 4
   CHECK(cache.layer(2).bytes_resident() == (8 + 4) * per_token);
   CHECK(cache.layer(0).bytes_resident() >= (n + 4) * per_token);  // whole, as it grew
+}
+
+namespace {
+
+// Records the order of context_ending and plan calls, and what each saw.
+class EndRecorder : public TokenPolicy {
+ public:
+  std::vector<std::string> calls;
+  std::unique_ptr<TokenPolicy> clone() const override {
+    return std::make_unique<EndRecorder>(*this);
+  }
+  bool reads_context_end() const override { return true; }
+  void context_ending(int32_t layer, const DenseKv& kv) override {
+    calls.push_back("end " + std::to_string(layer) + " " + std::to_string(kv.n_tokens));
+  }
+  bool plan(int32_t layer, const DenseKv&, CachePhase phase, RetainPlan&) override {
+    if (phase == CachePhase::ContextEnd) calls.push_back("plan " + std::to_string(layer));
+    return false;
+  }
+  bool done(int32_t layer) const override { return layer == 1; }
+};
+
+}  // namespace
+
+TEST_CASE("kv cache: context_ending sees every layer not done before any ContextEnd plan",
+          "[unit]") {
+  const KvShape shape{3, 1, 4};
+  auto recorder = std::make_unique<EndRecorder>();
+  EndRecorder* seen = recorder.get();
+  KvCache cache(shape, make_dense_layers(shape), std::move(recorder));
+  const std::vector<float> kv(static_cast<size_t>(5 * shape.head_dim), 0.5f);
+  const std::vector<int32_t> positions = {0, 1, 2, 3, 4};
+  for (int32_t l = 0; l < shape.n_layers; ++l) {
+    cache.append(l, kv.data(), kv.data(), positions.data(), 5);
+  }
+  cache.advance(5);
+  cache.end_context();
+  // Layer 1 is done: neither hook nor plan reaches it.
+  CHECK(seen->calls == std::vector<std::string>{"end 0 5", "end 2 5", "plan 0", "plan 2"});
 }
