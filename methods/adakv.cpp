@@ -90,6 +90,9 @@ MethodInfo adakv_method() {
       "each head really holds its own count (kvpress's AdaKVPress masks the pruned tokens and "
       "keeps their memory), on the CPU or the GPU, in the fp32 store or behind a storage "
       "method that holds heads apart (fp16, bf16, fp8, kivi)",
+      "the split is the authors' (window kept in every head, cnt_h (1 - floor) + B floor of "
+      "the prefix); kvpress's AdaKVPress guarantees each head its own top alpha n_kept first "
+      "and takes the global top of the rest, window included, so its per-head counts differ",
       "adakv+pyramidkv sets each layer's B by PyramidKV's rule first, KVCache-Factory's: a "
       "context under 2 x (budget - window) gives every layer the same B. AdaKV's own pyramid "
       "mode has no such rule, and its per-layer budgets are its own formula; kvbench follows "

@@ -135,6 +135,9 @@ MethodInfo lagkv_method() {
       "a context shorter than sink + 2 lag keeps the sinks and the newest tokens, as kvpress",
       "a channel whose reference range is 0 counts 0 (kvpress divides by 0); rank ties go "
       "to the older token",
+      "a budget under the sinks plus the last partition (sink + lag + the remainder, all "
+      "scored 1) is filled by the tie rule alone: the oldest here, torch.topk's order in "
+      "kvpress (at budget 64 the two keep other tokens from layer 0)",
   };
   const ParamInfo sink =
       int_param("sink", 4, 0, kMaxTokens, "the first `sink` tokens are always kept");
