@@ -64,6 +64,8 @@ std::vector<int64_t> d2o_layer_budgets(const std::vector<double>& density, int64
 
 namespace {
 
+constexpr int64_t kRowBlock = 256;  // evicted keys per cosine GEMM: 256 x keep floats at once
+
 struct D2oConfig {
   Budget budget;
   double recent = 0.5;  // share of a layer's budget for its newest tokens
@@ -217,26 +219,35 @@ class D2oPolicy : public TokenPolicy {
         if (!is_kept[t]) gone.push_back(t);
       const int32_t* pos = kv.positions + h * kv.capacity;
       std::sort(gone.begin(), gone.end(), [pos](int64_t a, int64_t b) { return pos[a] < pos[b]; });
-      std::vector<double> kept_norm(static_cast<size_t>(keep));
-      for (int64_t j = 0; j < keep; ++j) kept_norm[j] = norm(key(h, kept[j]));
-      for (int64_t e = 0; e < n_evicted; ++e) {
-        const float* ke = key(h, gone[e]);
-        const double ne = norm(ke);
-        double best = -std::numeric_limits<double>::infinity();
-        int64_t best_j = 0;
-        for (int64_t j = 0; j < keep; ++j) {
-          const float* kk = key(h, kept[j]);
-          double dot = 0;
-          for (int32_t i = 0; i < d; ++i) dot += static_cast<double>(ke[i]) * kk[i];
-          const double denom = ne * kept_norm[j];
-          const double cosine = denom > 0 ? dot / denom : 0.0;
-          if (cosine > best) best = cosine, best_j = j;  // the first of equals, as max()
+      // Cosines as one fp32 GEMM of unit rows (the authors' torch matmul of normalised keys),
+      // not a double dot per (evicted, kept) pair: that loop was most of D2O's time.
+      const int ld = static_cast<int>(keep);
+      std::vector<float> kept_t(static_cast<size_t>(d) * ld, 0.f);  // [d][ld], unit columns
+      for (int64_t j = 0; j < keep; ++j) {
+        const float* kk = key(h, kept[j]);
+        const double nk = norm(kk);
+        for (int32_t i = 0; i < d; ++i)
+          kept_t[static_cast<size_t>(i) * ld + j] = nk > 0 ? static_cast<float>(kk[i] / nk) : 0.f;
+      }
+      for (int64_t e0 = 0; e0 < n_evicted; e0 += kRowBlock) {
+        const int rows = static_cast<int>(std::min<int64_t>(kRowBlock, n_evicted - e0));
+        std::vector<float> unit(static_cast<size_t>(rows) * d), cosines(static_cast<size_t>(rows) * ld);
+        for (int r = 0; r < rows; ++r) {
+          const float* ke = key(h, gone[e0 + r]);
+          const double ne = norm(ke);
+          for (int32_t i = 0; i < d; ++i)
+            unit[static_cast<size_t>(r) * d + i] = ne > 0 ? static_cast<float>(ke[i] / ne) : 0.f;
         }
-        const size_t at = static_cast<size_t>(h * n_evicted + e);
-        evicted[at] = gone[e];
-        nearest[at] = best_j;
-        similarity[at] = best;
-        sum_similarity += best;
+        gemm_cpu(rows, d, ld, unit.data(), d, kept_t.data(), ld, cosines.data(), ld);
+        for (int r = 0; r < rows; ++r) {
+          const float* row = cosines.data() + static_cast<size_t>(r) * ld;
+          const int64_t best_j = std::max_element(row, row + keep) - row;  // first of equals
+          const size_t at = static_cast<size_t>(h * n_evicted + e0 + r);
+          evicted[at] = gone[e0 + r];
+          nearest[at] = best_j;
+          similarity[at] = row[best_j];
+          sum_similarity += row[best_j];
+        }
       }
     }
     const double mean = sum_similarity / static_cast<double>(n_kv_heads_ * n_evicted);
