@@ -16,7 +16,7 @@
 // Here: the base is SnapKV with its parameters and defaults (window 32, avg-pool 5);
 // rounds 2, neighbours 4, decay 0.5 are kvbench's choice. Cost per KV head: O(n d) to
 // normalise the keys plus O(n d) per token kept before the last round (its similarity to
-// every unselected token), never the full n x n graph.
+// every unselected token, as fp32 GEMMs), never the full n x n graph.
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -24,10 +24,13 @@
 #include <string>
 
 #include "common/input_error.h"
+#include "kernels/cpu/scores.h"
 #include "methods/snapkv.h"
 
 namespace kvbench {
 namespace {
+
+constexpr int64_t kChosenBlock = 256;  // chosen tokens per similarity GEMM
 
 struct GraphConfig {
   int64_t rounds = 2;
@@ -74,21 +77,37 @@ void select_graph(std::vector<float>& score, const std::vector<float>& unit, int
     for (int32_t t : chosen) kept[t] = 1;
     if (last || open.empty()) continue;
     const int64_t n_similar = std::min<int64_t>(graph.neighbours, open.size());
-    for (int32_t t : chosen) {
-      similar.clear();
-      const float* a = unit.data() + static_cast<int64_t>(t) * d;
-      for (int32_t j : open) {
-        const float* b = unit.data() + static_cast<int64_t>(j) * d;
-        float dot = 0;
-        for (int32_t c = 0; c < d; ++c) dot += a[c] * b[c];
-        similar.emplace_back(dot, j);
+    // The chosen tokens' similarities to the open ones as fp32 GEMMs of unit keys, a block of
+    // chosen rows at a time, not a dot per (chosen, open) pair.
+    const int n_open = static_cast<int>(open.size());
+    std::vector<float> open_t(static_cast<size_t>(d) * n_open);  // [d][n_open]
+    for (int j = 0; j < n_open; ++j) {
+      for (int32_t c = 0; c < d; ++c) {
+        open_t[static_cast<size_t>(c) * n_open + j] = unit[static_cast<int64_t>(open[j]) * d + c];
       }
-      std::partial_sort(similar.begin(), similar.begin() + n_similar, similar.end(),
-                        [](const auto& x, const auto& y) {
-                          return x.first > y.first || (x.first == y.first && x.second < y.second);
-                        });
-      for (int64_t i = 0; i < n_similar; ++i) {
-        score[similar[i].second] *= static_cast<float>(graph.decay);
+    }
+    std::vector<float> rows_unit, cosines;
+    for (int64_t b0 = 0; b0 < take; b0 += kChosenBlock) {
+      const int rows = static_cast<int>(std::min<int64_t>(kChosenBlock, take - b0));
+      rows_unit.resize(static_cast<size_t>(rows) * d);
+      cosines.resize(static_cast<size_t>(rows) * n_open);
+      for (int r = 0; r < rows; ++r) {
+        std::copy_n(unit.data() + static_cast<int64_t>(chosen[b0 + r]) * d, d,
+                    rows_unit.data() + static_cast<size_t>(r) * d);
+      }
+      gemm_cpu(rows, d, n_open, rows_unit.data(), d, open_t.data(), n_open, cosines.data(), n_open);
+      for (int r = 0; r < rows; ++r) {
+        similar.clear();
+        for (int j = 0; j < n_open; ++j) {
+          similar.emplace_back(cosines[static_cast<size_t>(r) * n_open + j], open[j]);
+        }
+        std::partial_sort(similar.begin(), similar.begin() + n_similar, similar.end(),
+                          [](const auto& x, const auto& y) {
+                            return x.first > y.first || (x.first == y.first && x.second < y.second);
+                          });
+        for (int64_t i = 0; i < n_similar; ++i) {
+          score[similar[i].second] *= static_cast<float>(graph.decay);
+        }
       }
     }
   }
