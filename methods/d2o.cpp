@@ -210,6 +210,7 @@ class D2oPolicy : public TokenPolicy {
     std::vector<int64_t> nearest(evicted.size());
     std::vector<double> similarity(evicted.size());
     double sum_similarity = 0;
+    std::vector<float> unit, cosines;  // one block's unit evicted keys and their cosines
     for (int32_t h = 0; h < n_kv_heads_; ++h) {
       const int32_t* kept = plan.slots.data() + h * keep;
       std::vector<bool> is_kept(static_cast<size_t>(n), false);
@@ -231,7 +232,8 @@ class D2oPolicy : public TokenPolicy {
       }
       for (int64_t e0 = 0; e0 < n_evicted; e0 += kRowBlock) {
         const int rows = static_cast<int>(std::min<int64_t>(kRowBlock, n_evicted - e0));
-        std::vector<float> unit(static_cast<size_t>(rows) * d), cosines(static_cast<size_t>(rows) * ld);
+        unit.resize(static_cast<size_t>(rows) * d);
+        cosines.resize(static_cast<size_t>(rows) * ld);
         for (int r = 0; r < rows; ++r) {
           const float* ke = key(h, gone[e0 + r]);
           const double ne = norm(ke);
