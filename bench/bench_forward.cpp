@@ -54,9 +54,11 @@ void prefill(benchmark::State& state, ModelDevice device, ModelDtype dtype = Mod
 // One-token decode after `context` tokens fed to a cache of `spec` (compressed at the end of
 // the context, as a session does).
 void decode(benchmark::State& state, ModelDevice device, const char* spec = "full",
-            ModelDtype dtype = ModelDtype::Fp32) {
-  const LlamaModel* model = model_or_skip(state, device, dtype);
+            ModelDtype dtype = ModelDtype::Fp32,
+            DecodeActivations activations = DecodeActivations::Fp32) {
+  LlamaModel* model = model_or_skip(state, device, dtype);
   if (!model) return;
+  model->set_decode_activations(activations);
   const int64_t context = state.range(0);
   constexpr int kSteps = 16;
   KvCache cache = new_cache(*model, resolve_method_spec(spec));
@@ -74,6 +76,7 @@ void decode(benchmark::State& state, ModelDevice device, const char* spec = "ful
   state.counters["ctx"] = static_cast<double>(cache.next_position());
   state.counters["KV_MiB"] = static_cast<double>(cache.bytes_resident()) / (1 << 20);
   state.counters["read_KiB"] = static_cast<double>(cache.stats().bytes_read_last_forward) / 1024;
+  model->set_decode_activations(DecodeActivations::Fp32);
 }
 
 // The issue's end-to-end set side by side, on the CPU and (in a CUDA build) on a GPU.
@@ -83,6 +86,10 @@ void decode_method(benchmark::State& state, ModelDevice device, const char* spec
 
 void BM_Prefill(benchmark::State& state) { prefill(state, ModelDevice::Cpu); }
 void BM_Decode(benchmark::State& state) { decode(state, ModelDevice::Cpu); }
+// The same with activations rounded to int8 for integer dot products (--decode-activations).
+void BM_DecodeInt8(benchmark::State& state) {
+  decode(state, ModelDevice::Cpu, "full", ModelDtype::Fp32, DecodeActivations::Int8);
+}
 // The same on a GPU (--device cuda: the full cache; skipped without a device).
 void BM_PrefillCuda(benchmark::State& state) { prefill(state, ModelDevice::Cuda); }
 void BM_DecodeCuda(benchmark::State& state) { decode(state, ModelDevice::Cuda); }
@@ -167,6 +174,8 @@ void BM_DocsBlend(benchmark::State& state) {
 
 BENCHMARK(BM_Prefill)->Arg(64)->Arg(512)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Decode)->Arg(0)->Arg(2048)->Arg(4096)->Iterations(8)->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_DecodeInt8)->Arg(0)->Arg(2048)->Arg(4096)->Iterations(8)->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK_CAPTURE(decode_method, cpu_full, ModelDevice::Cpu, "full")
     ->Arg(4096)->Iterations(8)->Unit(benchmark::kMillisecond)->UseRealTime();

@@ -18,6 +18,7 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/block_matvec.h"
+#include "kernels/cpu/block_matvec_q8.h"
 #include "kernels/cpu/gather.h"
 #include "kernels/cpu/kivi_attention.h"
 #include "kernels/cpu/quest.h"
@@ -237,6 +238,7 @@ std::vector<int64_t> fp16_fields(BlockFormat f) {
 }
 
 // y[n, rows] = x[n, cols] W^T with W streamed from memory: GB/s of weight bytes.
+// Args: n (x rows), W streamed (1) or cache-resident (0), x as fp32 (0) or int8 (1).
 void BM_BlockMatmul(benchmark::State& state, BlockFormat f, int64_t rows, int64_t cols) {
   const int64_t n = state.range(0);
   const int64_t block_bytes = kvbench::block_format_bytes(f);
@@ -260,10 +262,17 @@ void BM_BlockMatmul(benchmark::State& state, BlockFormat f, int64_t rows, int64_
   }
   const auto x = random_floats(n * cols, 7);
   std::vector<float> y(n * rows);
+  const bool int8_activations = state.range(2) != 0;
+  kvbench::Q8Activations xq;
   size_t c = 0;
   for (auto _ : state) {
     const BlockMatrix m{weights[c].data(), f, rows, cols, row_bytes};
-    kvbench::block_matmul_cpu(m, x.data(), y.data(), n);
+    if (int8_activations) {  // x's rounding is part of the int8 path's cost
+      kvbench::quantize_activations_q8(x.data(), n, cols, &xq);
+      kvbench::block_matmul_q8(m, xq, y.data());
+    } else {
+      kvbench::block_matmul_cpu(m, x.data(), y.data(), n);
+    }
     c = (c + 1) % weights.size();
     benchmark::DoNotOptimize(y.data());
   }
@@ -272,52 +281,62 @@ void BM_BlockMatmul(benchmark::State& state, BlockFormat f, int64_t rows, int64_
                          benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 BENCHMARK_CAPTURE(BM_BlockMatmul, q4_1_576x1536, BlockFormat::Q4_1, 576, 1536)
-    ->Args({1, 1})
-    ->Args({4, 1})
-    ->Args({1, 0})
+    ->Args({1, 1, 0})
+    ->Args({1, 1, 1})
+    ->Args({4, 1, 0})
+    ->Args({4, 1, 1})
+    ->Args({1, 0, 0})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_BlockMatmul, q4_1_1536x576, BlockFormat::Q4_1, 1536, 576)
-    ->Args({1, 1})
-    ->Args({1, 0})
+    ->Args({1, 1, 0})
+    ->Args({1, 1, 1})
+    ->Args({1, 0, 0})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_BlockMatmul, q8_0_49152x576, BlockFormat::Q8_0, 49152, 576)
-    ->Args({1, 1})
-    ->Args({1, 0})
+    ->Args({1, 1, 0})
+    ->Args({1, 1, 1})
+    ->Args({1, 0, 0})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_BlockMatmul, f32_576x1536, BlockFormat::F32, 576, 1536)
-    ->Args({1, 1})
-    ->Args({1, 0})
+    ->Args({1, 1, 0})
+    ->Args({1, 0, 0})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 // Qwen2.5-0.5B's FFN (Q4_K_M file): gate/up 4864x896 in Q5_0, down 896x4864 in Q4_K or
 // Q6_K (f32: what down cost when it was dequantized for decode).
 BENCHMARK_CAPTURE(BM_BlockMatmul, q5_0_4864x896, BlockFormat::Q5_0, 4864, 896)
-    ->Args({1, 1})
-    ->Args({4, 1})
-    ->Args({1, 0})
+    ->Args({1, 1, 0})
+    ->Args({1, 1, 1})
+    ->Args({4, 1, 0})
+    ->Args({4, 1, 1})
+    ->Args({1, 0, 0})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_BlockMatmul, q5_1_4864x896, BlockFormat::Q5_1, 4864, 896)
-    ->Args({1, 1})
-    ->Args({1, 0})
+    ->Args({1, 1, 0})
+    ->Args({1, 1, 1})
+    ->Args({1, 0, 0})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_BlockMatmul, q4_k_896x4864, BlockFormat::Q4_K, 896, 4864)
-    ->Args({1, 1})
-    ->Args({4, 1})
-    ->Args({1, 0})
+    ->Args({1, 1, 0})
+    ->Args({1, 1, 1})
+    ->Args({4, 1, 0})
+    ->Args({4, 1, 1})
+    ->Args({1, 0, 0})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_BlockMatmul, q6_k_896x4864, BlockFormat::Q6_K, 896, 4864)
-    ->Args({1, 1})
-    ->Args({1, 0})
+    ->Args({1, 1, 0})
+    ->Args({1, 1, 1})
+    ->Args({1, 0, 0})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_BlockMatmul, f32_896x4864, BlockFormat::F32, 896, 4864)
-    ->Args({1, 1})
+    ->Args({1, 1, 0})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

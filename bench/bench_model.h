@@ -17,7 +17,7 @@ namespace kvbench::bench {
 // $KVBENCH_MODEL, else the bundled SmolLM2-135M-Instruct Q4_1, loaded once per device and
 // dtype; null (and the benchmark marked skipped with the load error, e.g. no CUDA device)
 // when it cannot be loaded.
-inline const LlamaModel* model_or_skip(benchmark::State& state,
+inline LlamaModel* model_or_skip(benchmark::State& state,
                                        ModelDevice device = ModelDevice::Cpu,
                                        ModelDtype dtype = ModelDtype::Fp32) {
   struct Loaded {

@@ -11,6 +11,7 @@
 #include "datasets/generator.h"
 #include "harness/calibration.h"
 #include "common/input_error.h"
+#include "common/json_input.h"
 #include "harness/model/llama_model.h"
 #include "harness/model/model_config.h"
 #include "harness/model/tokenizer.h"
@@ -290,7 +291,7 @@ SweepProgress run_sweep(const LlamaModel& model, const SweepConfig& config, cons
                                        model.tokenizer().eos_id()),
                   scratch);
   }
-  run.config_json = canonical_config_json(config);
+  run.config_json = run_config_json(config, model.dtype(), model.decode_activations());
   const int64_t run_id = db.begin_run(run);
   const auto start = std::chrono::steady_clock::now();
   for (const auto& todo_entry : todo) {
@@ -345,6 +346,18 @@ SweepProgress run_sweep(const LlamaModel& model, const SweepConfig& config, cons
   }
   db.finish_run(run_id);
   return state;
+}
+
+std::string run_config_json(const SweepConfig& config, ModelDtype dtype,
+                            DecodeActivations decode_activations) {
+  const std::string canonical = canonical_config_json(config);
+  if (dtype == ModelDtype::Fp32 && decode_activations == DecodeActivations::Fp32) {
+    return canonical;  // as before numerics were recorded, so older dbs still resume
+  }
+  nlohmann::json root = nlohmann::json::parse(canonical);
+  root["numerics"] = {{"dtype", dtype_name(dtype)},
+                      {"decode_activations", decode_activations_name(decode_activations)}};
+  return dump_json(root);
 }
 
 }  // namespace kvbench

@@ -11,6 +11,7 @@
 
 #include "harness/calibration.h"
 #include "harness/evaluation.h"
+#include "harness/model/model_dtype.h"
 #include "harness/sweep_config.h"
 #include "results/results_db.h"
 
@@ -27,6 +28,12 @@ struct Calibration;
 // measured on another model file (sha256 differs) or every task is left out.
 void apply_calibration(SweepConfig& config, const Calibration& calibration,
                        const std::string& model_sha256, const std::string& calibration_file);
+
+// The config as a run records it (RunRecord::config_json): canonical_config_json, plus
+// "numerics" when the forward does not run the defaults (fp32 weights and activations), so
+// that a db refuses to mix runs of different numerics and a report can say which ran.
+std::string run_config_json(const SweepConfig& config, ModelDtype dtype,
+                            DecodeActivations decode_activations);
 
 struct SweepProgress {
   int64_t done = 0;     // units finished in this invocation

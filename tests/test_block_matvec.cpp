@@ -2,6 +2,7 @@
 // independent packer) of the ggml block formats, with error bounds derived from what each
 // path rounds, and exactly against dequantize_row on one-hot x rows.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -11,6 +12,7 @@
 
 #include "harness/model/dequant.h"
 #include "kernels/cpu/block_matvec.h"
+#include "kernels/cpu/block_matvec_q8.h"
 
 namespace {
 
@@ -283,5 +285,73 @@ TEST_CASE("block_matmul with one-hot x rows gives dequantize_row's values exactl
       }
     }
     CHECK(mismatches == 0);
+  }
+}
+
+TEST_CASE("quantize_activations_q8 rounds each 32-value block to int8 codes and one scale",
+          "[unit]") {
+  std::mt19937 rng(41);
+  std::uniform_real_distribution<float> uni(-3.0f, 3.0f);
+  const int64_t n = 3, cols = 96;
+  std::vector<float> x(n * cols);
+  for (auto& e : x) e = uni(rng);
+  for (int64_t c = 32; c < 64; ++c) x[cols + c] = 0.0f;  // an all-zero block
+  kvbench::Q8Activations q;
+  kvbench::quantize_activations_q8(x.data(), n, cols, &q);
+  REQUIRE(q.codes.size() == static_cast<size_t>(n * cols));
+  REQUIRE(q.scales.size() == static_cast<size_t>(n * cols / 32));
+  for (int64_t b = 0; b < n * cols / 32; ++b) {
+    float amax = 0.0f;
+    int32_t sum = 0, code_max = 0;
+    for (int64_t e = 0; e < 32; ++e) amax = std::max(amax, std::fabs(x[b * 32 + e]));
+    CHECK(q.scales[b] == amax / 127.0f);
+    for (int64_t e = 0; e < 32; ++e) {
+      const int32_t code = q.codes[b * 32 + e];
+      sum += code;
+      code_max = std::max(code_max, std::abs(code));
+      // Nearest code: within half a step (and a little fp32 slack in x / scale).
+      CHECK(std::fabs(x[b * 32 + e] - code * q.scales[b]) <= 0.5001f * q.scales[b]);
+    }
+    CHECK(q.sums[b] == sum);
+    CHECK(code_max == (amax > 0.0f ? 127 : 0));
+  }
+}
+
+TEST_CASE("block_matmul_q8 is W times x's int8 rounding, for every block format", "[unit]") {
+  // Exact expectation: the independently decoded weights times the rounded x (codes *
+  // scale) in double; the kernel's integer sums are exact, so only fp32 scaling and
+  // accumulation remain.
+  for (BlockFormat f : kAllFormats) {
+    if (f == BlockFormat::F32) continue;
+    for (int64_t rows : {1, 17, 577}) {
+      for (int64_t blocks : {1, 2, 5, 18}) {
+        const int64_t cols = blocks * kvbench::block_format_elements(f);
+        for (int64_t n : {1, 2, 4, 5}) {
+          const Weights w = make_weights(f, rows, cols, static_cast<uint32_t>(rows * 5 + n));
+          std::mt19937 rng(static_cast<uint32_t>(cols * 3 + n));
+          std::uniform_real_distribution<float> uni(-2.0f, 2.0f);
+          std::vector<float> x(n * cols);
+          for (auto& e : x) e = uni(rng);
+          kvbench::Q8Activations q;
+          kvbench::quantize_activations_q8(x.data(), n, cols, &q);
+          std::vector<float> y(n * rows);
+          kvbench::block_matmul_q8(w.m, q, y.data());
+          INFO(name(f) << " rows " << rows << " cols " << cols << " n " << n);
+          for (int64_t i = 0; i < n; ++i) {
+            for (int64_t r = 0; r < rows; ++r) {
+              double exact = 0.0, magnitude = 0.0;
+              for (int64_t c = 0; c < cols; ++c) {
+                const int64_t at = r * cols + c;
+                const double xv = static_cast<double>(q.codes[i * cols + c]) *
+                                  q.scales[(i * cols + c) / 32];
+                exact += w.dense[at] * xv;
+                magnitude += (std::fabs(w.scaled[at]) + std::fabs(w.dense[at])) * std::fabs(xv);
+              }
+              CHECK(std::fabs(y[i * rows + r] - exact) <= 1e-5 * magnitude + 1e-30);
+            }
+          }
+        }
+      }
+    }
   }
 }

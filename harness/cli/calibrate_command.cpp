@@ -95,8 +95,7 @@ void run_calibrate(const ModelOptions& model_options, const CalibrateArgs& args)
     calibration.model_sha256 = sha;
     calibration.seed = args.seed;
   }
-  auto model = LlamaModel::load(model_path, model_device(model_options),
-                                model_dtype(model_options));
+  auto model = load_model(model_path, model_options);
 
   EvaluationOptions evaluation;  // multi-turn with gold answers appended: the sweeps' mode
   evaluation.session.max_new_tokens = 0;  // each task's decode budget, as sweeps use

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,14 +22,20 @@ struct ModelOptions {
   int threads = 0;         // --threads; 0: OpenMP's default
   std::string device = "cpu";  // --device: cpu or cuda
   std::string dtype = "fp32";  // --dtype: fp32, or bf16 with --device cuda
+  std::string decode_activations = "fp32";  // --decode-activations: fp32, or int8 on the CPU
 };
 
 // --device as the model's device.
 ModelDevice model_device(const ModelOptions& options);
 // --dtype as the model's dtype.
 ModelDtype model_dtype(const ModelOptions& options);
-// Throws InputError naming --dtype when it asks for bf16 without --device cuda.
+// --decode-activations as the model's setting.
+DecodeActivations decode_activations(const ModelOptions& options);
+// Throws InputError naming --dtype when it asks for bf16 without --device cuda, and
+// --decode-activations when it asks for int8 with it.
 void check_dtype_option(const ModelOptions& options);
+// Loads the model at `path` as the options say: device, dtype and decode activations.
+std::unique_ptr<LlamaModel> load_model(const std::string& path, const ModelOptions& options);
 
 // Sets the compute thread count from --threads (before any kernel runs).
 void apply_thread_option(const ModelOptions& options);

@@ -32,8 +32,7 @@ void run_generate(const ModelOptions& model_options, const GenerateArgs& args) {
   const ResolvedSpec method = resolve_method_spec(args.method);  // before the model loads
   check_runs_on(method, model_device(model_options));
   apply_thread_option(model_options);
-  auto model = LlamaModel::load(resolve_model_path(model_options), model_device(model_options),
-                                model_dtype(model_options));
+  auto model = load_model(resolve_model_path(model_options), model_options);
   prepare_head_retrieval(*model, resolve_model_path(model_options), {method});
   const std::string jinja = model->file().get_string("tokenizer.chat_template", "");
   const ChatFormat format = detect_chat_format(jinja);

@@ -60,11 +60,26 @@ ModelDtype model_dtype(const ModelOptions& options) {
   return options.dtype == "bf16" ? ModelDtype::Bf16 : ModelDtype::Fp32;
 }
 
+DecodeActivations decode_activations(const ModelOptions& options) {
+  return options.decode_activations == "int8" ? DecodeActivations::Int8 : DecodeActivations::Fp32;
+}
+
 void check_dtype_option(const ModelOptions& options) {
   if (model_dtype(options) != ModelDtype::Fp32 && model_device(options) != ModelDevice::Cuda) {
     throw InputError("--dtype " + options.dtype + ": runs only with --device cuda (the CPU "
                      "forward is fp32)");
   }
+  if (decode_activations(options) != DecodeActivations::Fp32 &&
+      model_device(options) != ModelDevice::Cpu) {
+    throw InputError("--decode-activations " + options.decode_activations +
+                     ": runs only on the CPU (the GPU forward rounds as --dtype says)");
+  }
+}
+
+std::unique_ptr<LlamaModel> load_model(const std::string& path, const ModelOptions& options) {
+  auto model = LlamaModel::load(path, model_device(options), model_dtype(options));
+  model->set_decode_activations(decode_activations(options));
+  return model;
 }
 
 // Every option's values, once, before any command runs: CLI11 takes an empty string for an
@@ -144,6 +159,11 @@ int main(int argc, char** argv) {
                  "Weights and activations on --device cuda: fp32 (the default, the fidelity "
                  "reference) or bf16 (fp32 accumulation; docs/gpu.md says what is rounded)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
+  app.add_option("--decode-activations", model.decode_activations,
+                 "Activations of the CPU's decode matrix-vector products: fp32 (the default: a "
+                 "token's logits match its batched prefill's) or int8, rounded per 32 values "
+                 "for integer dot products as llama.cpp does (faster decode; docs/speed.md)")
+      ->check(CLI::IsMember({"fp32", "int8"}));
   // Before any command runs: a bad combination is refused even by commands without a model.
   app.parse_complete_callback([&app, &model] {
     kvbench::check_option_values(app);

@@ -128,8 +128,7 @@ void run_run_command(const ModelOptions& model_options, const RunArgs& args,
                      " is generated (see kvbench list tasks)");
   }
 
-  auto model = LlamaModel::load(resolve_model_path(model_options), model_device(model_options),
-                                model_dtype(model_options));
+  auto model = load_model(resolve_model_path(model_options), model_options);
   prepare_head_retrieval(*model, resolve_model_path(model_options), specs);
   const int64_t window = model->config().context_length;
   GeneratorOptions defaults;

@@ -64,8 +64,7 @@ void run_session_command(const ModelOptions& model_options, const SessionArgs& a
     }
     samples = {*it};
   }
-  auto model = LlamaModel::load(resolve_model_path(model_options), model_device(model_options),
-                                model_dtype(model_options));
+  auto model = load_model(resolve_model_path(model_options), model_options);
   prepare_head_retrieval(*model, resolve_model_path(model_options), specs);
   EvaluationOptions evaluation;
   evaluation.session = options;

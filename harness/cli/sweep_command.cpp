@@ -157,7 +157,8 @@ PreparedSweep prepare_sweep(const ModelOptions& model_options, SweepConfig confi
     }
     std::fflush(stdout);
   }
-  p.run.config_json = canonical_config_json(config);
+  p.run.config_json =
+      run_config_json(config, model_dtype(options), decode_activations(options));
   p.config = std::move(config);
   return p;
 }
@@ -222,7 +223,8 @@ void run_sweep_jobs(const ModelOptions& model, const std::string& config_path,
   for (int i = 0; i < jobs && g_stop_signal == 0; ++i) {
     const std::string shard = std::to_string(i) + "/" + std::to_string(jobs);
     std::vector<std::string> args = {"kvbench", "--threads", std::to_string(threads),
-                                     "--device", model.device, "--dtype", model.dtype};
+                                     "--device", model.device, "--dtype", model.dtype,
+                                     "--decode-activations", model.decode_activations};
     if (!model.model_path.empty()) args.insert(args.end(), {"--model", model.model_path});
     args.insert(args.end(), {"sweep", config_path, "--db", db_path, "--shard", shard});
     std::vector<char*> argv;
@@ -278,10 +280,7 @@ void run_sweep_into(const ModelOptions& model_options, SweepConfig config, const
   auto db = ResultsDb::open(db_path);
   const WriterLock lock(db_path);
   check_db_holds_this_sweep(*db, run_record);
-  ModelOptions options = model_options;
-  options.model_path = run_record.model_path;
-  auto model = LlamaModel::load(run_record.model_path, model_device(options),
-                                model_dtype(options));
+  auto model = load_model(run_record.model_path, model_options);
   std::vector<ResolvedSpec> specs;
   for (const std::string& method : prepared.config.methods) {
     specs.push_back(resolve_method_spec(method));

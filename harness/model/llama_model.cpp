@@ -17,6 +17,7 @@
 #include "harness/model/gguf.h"
 #include "harness/model/tokenizer.h"
 #include "kernels/cpu/block_matvec.h"
+#include "kernels/cpu/block_matvec_q8.h"
 #include "kernels/cpu/layer_ops.h"
 
 #ifdef KVBENCH_WITH_CUDA
@@ -75,8 +76,13 @@ struct Linear {
   at::Tensor dense;         // [rows, cols] fp32
   std::vector<float> bias;  // [rows], or empty
 
-  void apply(const float* x, int64_t n, float* y) const {
-    if (n <= kMaxBlockRows) {
+  void apply(const float* x, int64_t n, float* y, DecodeActivations activations) const {
+    if (n <= kMaxBlockRows && activations == DecodeActivations::Int8 &&
+        block.format != BlockFormat::F32) {
+      thread_local Q8Activations xq;
+      quantize_activations_q8(x, n, cols, &xq);
+      block_matmul_q8(block, xq, y);
+    } else if (n <= kMaxBlockRows) {
       block_matmul_cpu(block, x, y, n);
     } else {
       // Each thread multiplies x by its own slice of weight rows (output columns).
@@ -233,6 +239,7 @@ struct LlamaModel::Impl {
   std::unique_ptr<GgufFile> file;
   ModelDevice device = ModelDevice::Cpu;
   ModelDtype dtype = ModelDtype::Fp32;
+  DecodeActivations decode_activations = DecodeActivations::Fp32;
 #ifdef KVBENCH_WITH_CUDA
   std::unique_ptr<CudaForward> cuda;  // the forward pass on a GPU (ModelDevice::Cuda)
 #endif
@@ -277,9 +284,9 @@ struct LlamaModel::Impl {
                         LayerScratch& s) const {
     const ModelConfig& c = config;
     rms_norm_cpu(x, w.attn_norm.data(), s.h.data(), n, c.n_embd, c.rms_eps);
-    w.q.apply(s.h.data(), n, s.q.data());
-    w.k.apply(s.h.data(), n, s.k.data());
-    w.v.apply(s.h.data(), n, s.v.data());
+    w.q.apply(s.h.data(), n, s.q.data(), decode_activations);
+    w.k.apply(s.h.data(), n, s.k.data(), decode_activations);
+    w.v.apply(s.h.data(), n, s.v.data(), decode_activations);
     rope_interleaved_cpu(s.q.data(), positions, n, c.n_heads, c.head_dim, c.rope_inv_freq.data());
     rope_interleaved_cpu(s.k.data(), positions, n, c.n_kv_heads, c.head_dim,
                          c.rope_inv_freq.data());
@@ -289,13 +296,13 @@ struct LlamaModel::Impl {
   // x += o(attn), then x += down(silu(gate(norm x)) * up(norm x)).
   void finish_block(const Layer& w, float* x, int64_t n, LayerScratch& s) const {
     const ModelConfig& c = config;
-    w.o.apply(s.attn.data(), n, s.h.data());
+    w.o.apply(s.attn.data(), n, s.h.data(), decode_activations);
     add_in_place(x, s.h.data(), n * c.n_embd);
     rms_norm_cpu(x, w.ffn_norm.data(), s.h.data(), n, c.n_embd, c.rms_eps);
-    w.gate.apply(s.h.data(), n, s.gate.data());
-    w.up.apply(s.h.data(), n, s.up.data());
+    w.gate.apply(s.h.data(), n, s.gate.data(), decode_activations);
+    w.up.apply(s.h.data(), n, s.up.data(), decode_activations);
     silu_mul_cpu(s.gate.data(), s.up.data(), s.gate.data(), n * c.n_ff);
-    w.down.apply(s.gate.data(), n, s.h.data());
+    w.down.apply(s.gate.data(), n, s.h.data(), decode_activations);
     add_in_place(x, s.h.data(), n * c.n_embd);
   }
 
@@ -333,7 +340,7 @@ struct LlamaModel::Impl {
     const int64_t first = all_logits ? 0 : n - 1;
     rms_norm_cpu(x.data() + first * c.n_embd, output_norm.data(), s.h.data(), n - first, c.n_embd,
                  c.rms_eps);
-    lm_head.apply(s.h.data(), n - first, logits);
+    lm_head.apply(s.h.data(), n - first, logits, decode_activations);
   }
 
   // Token-selective propagation (LlamaModel::forward_propagating): each chunk of chunk_rows
@@ -389,7 +396,7 @@ struct LlamaModel::Impl {
 
     rms_norm_cpu(xsel.data() + (m - 1) * c.n_embd, output_norm.data(), s.h.data(), 1, c.n_embd,
                  c.rms_eps);
-    lm_head.apply(s.h.data(), 1, logits);
+    lm_head.apply(s.h.data(), 1, logits, decode_activations);
   }
 
   // CacheBlend (LlamaModel::forward_blend): layers 0..select_layer in full, in chunks of
@@ -594,6 +601,16 @@ void LlamaModel::set_head_retrieval(std::vector<float> scores) {
 
 ModelDevice LlamaModel::device() const { return impl_->device; }
 ModelDtype LlamaModel::dtype() const { return impl_->dtype; }
+
+void LlamaModel::set_decode_activations(DecodeActivations activations) {
+  if (activations != DecodeActivations::Fp32 && impl_->device != ModelDevice::Cpu) {
+    throw InputError(std::string("--decode-activations ") + decode_activations_name(activations) +
+                     ": runs only on the CPU (the GPU forward rounds by --dtype)");
+  }
+  impl_->decode_activations = activations;
+}
+
+DecodeActivations LlamaModel::decode_activations() const { return impl_->decode_activations; }
 
 int64_t LlamaModel::device_weight_bytes() const {
 #ifdef KVBENCH_WITH_CUDA

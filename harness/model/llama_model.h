@@ -91,6 +91,11 @@ class LlamaModel {
 
   int32_t prefill_chunk = static_cast<int32_t>(kPrefillChunk);
 
+  // How the CPU forward rounds the activations of its few-row products (model_dtype.h);
+  // Fp32 by default. Throws InputError for Int8 on a GPU, whose forward has no such path.
+  void set_decode_activations(DecodeActivations activations);
+  DecodeActivations decode_activations() const;
+
  private:
   struct Impl;
   explicit LlamaModel(std::unique_ptr<Impl> impl);

@@ -11,4 +11,15 @@ inline const char* dtype_name(ModelDtype dtype) {
   return dtype == ModelDtype::Bf16 ? "bf16" : "fp32";
 }
 
+// The activations of the CPU's few-row products (decode, and prefill chunks of up to four
+// tokens): exact fp32 (the default: a token's logits are the same decoded or prefilled,
+// up to fp32 summation order), or rounded to int8 per 32 values for integer dot products,
+// as llama.cpp does (kernels/cpu/block_matvec_q8.h): faster decode, logits moved by the
+// rounding.
+enum class DecodeActivations { Fp32, Int8 };
+
+inline const char* decode_activations_name(DecodeActivations a) {
+  return a == DecodeActivations::Int8 ? "int8" : "fp32";
+}
+
 }  // namespace kvbench

@@ -7,133 +7,15 @@
 #include <vector>
 
 #include "kernels/cpu/avx2.h"
+#include "kernels/cpu/block_layout.h"
 #include "kernels/cpu/half.h"
 
 namespace kvbench {
 namespace {
 
-constexpr int kBlock = 32;    // elements per block; K-quant super-blocks hold 8 of them
-constexpr int kSuper = 256;   // elements per K-quant super-block
-constexpr int64_t kQ4_0Bytes = block_format_bytes(BlockFormat::Q4_0);
-constexpr int64_t kQ4_1Bytes = block_format_bytes(BlockFormat::Q4_1);
-constexpr int64_t kQ8_0Bytes = block_format_bytes(BlockFormat::Q8_0);
-constexpr int64_t kQ5_0Bytes = block_format_bytes(BlockFormat::Q5_0);
-constexpr int64_t kQ5_1Bytes = block_format_bytes(BlockFormat::Q5_1);
-constexpr int64_t kQ4_KBytes = block_format_bytes(BlockFormat::Q4_K);
-constexpr int64_t kQ6_KBytes = block_format_bytes(BlockFormat::Q6_K);
-constexpr int kMaxRowsX = 4;        // x rows sharing one pass over a weight row
+using namespace block_layout;
 
-inline uint16_t load_u16(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-
-// Q4_K super-block layout (ggml-common.h block_q4_K): fp16 d, fp16 dmin, 12 bytes of
-// scales, then 128 bytes of nibbles; 32-element sub-block j is the low (j even) or high
-// (j odd) nibbles of qs[32 (j / 2) .. + 32], valued d * scale_j * q - dmin * min_j.
-constexpr int kQ4_KScales = 4;
-constexpr int kQ4_KQs = 16;
-
-// The 6-bit (scale, min) of Q4_K sub-block j: j < 4 in the low six bits of bytes j and
-// j + 4; j >= 4 takes its low four bits from byte j + 4 and its top two from the spare
-// high bits of bytes j - 4 (scale) and j (min).
-inline void q4_k_scale_min(int j, const uint8_t* s, int* scale, int* min) {
-  if (j < 4) {
-    *scale = s[j] & 63;
-    *min = s[j + 4] & 63;
-  } else {
-    *scale = (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
-    *min = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-  }
-}
-
-// Q6_K super-block layout (block_q6_K): 128 bytes ql, 64 bytes qh, 16 int8 scales, fp16 d.
-// Element 128 h + 32 g + l (g, l < 32) has low four bits in ql[64 h + 32 (g % 2) + l]
-// (low nibble for g < 2, high for g >= 2), top two bits at bit 2 g of qh[32 h + l], and
-// value d * scales[8 h + 2 g + l / 16] * (q - 32).
-constexpr int kQ6_KQh = 128;
-constexpr int kQ6_KScales = 192;
-constexpr int kQ6_KD = 208;
-
-// One block of a weight row (block_format_elements(format) values), dequantized to floats.
-void dequant_block(BlockFormat format, const uint8_t* blk, float* out) {
-  switch (format) {
-    case BlockFormat::Q4_0: {
-      const float d = half_to_float(load_u16(blk));
-      for (int i = 0; i < 16; ++i) {
-        out[i] = static_cast<float>((blk[2 + i] & 0x0F) - 8) * d;
-        out[i + 16] = static_cast<float>((blk[2 + i] >> 4) - 8) * d;
-      }
-      break;
-    }
-    case BlockFormat::Q4_1: {
-      const float d = half_to_float(load_u16(blk));
-      const float m = half_to_float(load_u16(blk + 2));
-      for (int i = 0; i < 16; ++i) {
-        out[i] = static_cast<float>(blk[4 + i] & 0x0F) * d + m;
-        out[i + 16] = static_cast<float>(blk[4 + i] >> 4) * d + m;
-      }
-      break;
-    }
-    case BlockFormat::Q8_0: {
-      const float d = half_to_float(load_u16(blk));
-      for (int i = 0; i < 32; ++i) out[i] = static_cast<float>(static_cast<int8_t>(blk[2 + i])) * d;
-      break;
-    }
-    case BlockFormat::Q5_0:
-    case BlockFormat::Q5_1: {
-      // Q4's nibbles with a fifth bit: bit e of the 32-bit qh is element e's bit 4.
-      const bool q5_1 = format == BlockFormat::Q5_1;
-      const float d = half_to_float(load_u16(blk));
-      const float m = q5_1 ? half_to_float(load_u16(blk + 2)) : 0.0f;
-      const uint8_t* qh = blk + (q5_1 ? 4 : 2);
-      const uint32_t bits = static_cast<uint32_t>(qh[0]) | static_cast<uint32_t>(qh[1]) << 8 |
-                            static_cast<uint32_t>(qh[2]) << 16 | static_cast<uint32_t>(qh[3]) << 24;
-      const uint8_t* qs = qh + 4;
-      const int zero = q5_1 ? 0 : 16;
-      for (int i = 0; i < 16; ++i) {
-        const int lo = static_cast<int>((qs[i] & 0x0F) | (((bits >> i) & 1) << 4)) - zero;
-        const int hi = static_cast<int>((qs[i] >> 4) | (((bits >> (i + 16)) & 1) << 4)) - zero;
-        out[i] = static_cast<float>(lo) * d + m;
-        out[i + 16] = static_cast<float>(hi) * d + m;
-      }
-      break;
-    }
-    case BlockFormat::Q4_K: {
-      const float d = half_to_float(load_u16(blk));
-      const float dmin = half_to_float(load_u16(blk + 2));
-      for (int j = 0; j < kSuper / kBlock; ++j) {
-        int sc, mn;
-        q4_k_scale_min(j, blk + kQ4_KScales, &sc, &mn);
-        const float dj = d * static_cast<float>(sc);
-        const float mj = dmin * static_cast<float>(mn);
-        const uint8_t* q = blk + kQ4_KQs + 32 * (j / 2);
-        const int shift = 4 * (j % 2);
-        for (int l = 0; l < 32; ++l) {
-          out[32 * j + l] = dj * static_cast<float>((q[l] >> shift) & 0x0F) - mj;
-        }
-      }
-      break;
-    }
-    case BlockFormat::Q6_K: {
-      const float d = half_to_float(load_u16(blk + kQ6_KD));
-      const auto* scales = reinterpret_cast<const int8_t*>(blk + kQ6_KScales);
-      for (int e = 0; e < kSuper; ++e) {
-        const int h = e / 128, g = (e / 32) % 4, l = e % 32;
-        const int lo = (blk[64 * h + 32 * (g % 2) + l] >> (4 * (g / 2))) & 0x0F;
-        const int hi = (blk[kQ6_KQh + 32 * h + l] >> (2 * g)) & 3;
-        // ggml's order, (d * scale) * q, so the values equal dequantize_row's.
-        out[e] = d * static_cast<float>(scales[8 * h + 2 * g + l / 16]) *
-                 static_cast<float>((lo | hi << 4) - 32);
-      }
-      break;
-    }
-    case BlockFormat::F32:
-      std::memcpy(out, blk, kBlock * sizeof(float));
-      break;
-  }
-}
+constexpr int kMaxRowsX = 4;  // x rows sharing one pass over a weight row
 
 #if KVBENCH_AVX2
 // Activations stay exact fp32: weights are decoded to floats in registers and multiplied by
@@ -186,34 +68,13 @@ inline void decode_block(const uint8_t* w, int64_t b, __m256 q[4], float* d, flo
     const uint8_t* blk = w + b * (q5_1 ? kQ5_1Bytes : kQ5_0Bytes);
     *d = half_to_float(load_u16(blk));
     *offset = q5_1 ? half_to_float(load_u16(blk + 2)) : -16.0f * *d;
-    const uint8_t* qh = blk + (q5_1 ? 4 : 2);
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qh + 4));
-    const __m128i mask = _mm_set1_epi8(0x0F);
-    const __m256i nibbles = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), mask),
-                                             _mm_and_si128(raw, mask));  // element e in byte e
-    // Bit e of qh to byte e: broadcast qh, give byte e its qh byte e / 8, then test bit e % 8.
-    uint32_t bits;
-    std::memcpy(&bits, qh, sizeof(bits));
-    const __m256i spread = _mm256_shuffle_epi8(
-        _mm256_set1_epi32(static_cast<int32_t>(bits)),
-        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
-    const __m256i bit_of_byte = _mm256_set1_epi64x(0x8040201008040201);
-    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit_of_byte), bit_of_byte);
-    const __m256i codes = _mm256_or_si256(nibbles, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
-    u8x32_to_float(codes, q);
+    u8x32_to_float(q5_codes(blk + (q5_1 ? 4 : 2)), q);
   } else {
     const bool q4_1 = F == BlockFormat::Q4_1;
     const uint8_t* blk = w + b * (q4_1 ? kQ4_1Bytes : kQ4_0Bytes);
     *d = half_to_float(load_u16(blk));
     *offset = q4_1 ? half_to_float(load_u16(blk + 2)) : -8.0f * *d;
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (q4_1 ? 4 : 2)));
-    const __m128i mask = _mm_set1_epi8(0x0F);
-    const __m128i lo = _mm_and_si128(raw, mask);                     // elements 0..15
-    const __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), mask);  // elements 16..31
-    q[0] = u8x8_to_float(lo);
-    q[1] = u8x8_to_float(_mm_srli_si128(lo, 8));
-    q[2] = u8x8_to_float(hi);
-    q[3] = u8x8_to_float(_mm_srli_si128(hi, 8));
+    u8x32_to_float(q4_codes(blk + (q4_1 ? 4 : 2)), q);
   }
 }
 
@@ -229,16 +90,24 @@ void row_dot_q(const uint8_t* w, int64_t nb, const float* const* xs, const float
     acc[0][x] = acc[1][x] = _mm256_setzero_ps();
     offset_sum[x] = 0.0f;
   }
-  for (int64_t b = 0; b < nb; ++b) {
+  const auto block = [&](int64_t b, __m256* accumulators) {
     __m256 q[4];
     float d, offset;
     decode_block<F>(w, b, q, &d, &offset);
     const __m256 dv = _mm256_set1_ps(d);
     for (int x = 0; x < NX; ++x) {
-      acc[b & 1][x] = _mm256_fmadd_ps(dv, dot_block(q, xs[x] + b * kBlock), acc[b & 1][x]);
+      accumulators[x] = _mm256_fmadd_ps(dv, dot_block(q, xs[x] + b * kBlock), accumulators[x]);
       if constexpr (F != BlockFormat::Q8_0) offset_sum[x] += offset * x_sums[x][b];
     }
+  };
+  // acc[0] and acc[1] by name, not acc[b & 1]: an index the compiler cannot resolve kept
+  // the accumulators in memory, a store-to-load round trip per block.
+  int64_t b = 0;
+  for (; b + 1 < nb; b += 2) {
+    block(b, acc[0]);
+    block(b + 1, acc[1]);
   }
+  if (b < nb) block(b, acc[0]);
   for (int x = 0; x < NX; ++x) y[x] = hsum(_mm256_add_ps(acc[0][x], acc[1][x])) + offset_sum[x];
 }
 
@@ -307,34 +176,16 @@ void row_dot_q6_k(const uint8_t* w, int64_t nb, const float* const* xs, const fl
                   float* y) {
   __m256 acc[2][NX];
   for (int x = 0; x < NX; ++x) acc[0][x] = acc[1][x] = _mm256_setzero_ps();
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
-  const __m256i bits45 = _mm256_set1_epi8(0x30);
-  const __m256i bias = _mm256_set1_epi8(32);
   for (int64_t s = 0; s < nb / (kSuper / kBlock); ++s) {
     const uint8_t* blk = w + s * kQ6_KBytes;
     const float d = half_to_float(load_u16(blk + kQ6_KD));
     const auto* scales = reinterpret_cast<const int8_t*>(blk + kQ6_KScales);
     for (int h = 0; h < 2; ++h) {
-      const auto* ql = reinterpret_cast<const __m256i*>(blk + 64 * h);
-      const __m256i ql0 = _mm256_loadu_si256(ql);
-      const __m256i ql1 = _mm256_loadu_si256(ql + 1);
-      const __m256i qh =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ6_KQh + 32 * h));
-      // Group g's top bits (bits 2g, 2g + 1 of qh) moved to bits 4-5 of each byte; 16-bit
-      // shifts are safe because the mask drops whatever crosses a byte boundary.
-      const __m256i codes[4] = {
-          _mm256_or_si256(_mm256_and_si256(ql0, low4),
-                          _mm256_and_si256(_mm256_slli_epi16(qh, 4), bits45)),
-          _mm256_or_si256(_mm256_and_si256(ql1, low4),
-                          _mm256_and_si256(_mm256_slli_epi16(qh, 2), bits45)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
-                          _mm256_and_si256(qh, bits45)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
-                          _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45)),
-      };
+      __m256i codes[4];
+      q6_k_codes(blk, h, codes);
       for (int g = 0; g < 4; ++g) {
         __m256 q[4];
-        i8x32_to_float(_mm256_sub_epi8(codes[g], bias), q);
+        i8x32_to_float(codes[g], q);
         const __m256 d0 = _mm256_set1_ps(d * static_cast<float>(scales[8 * h + 2 * g]));
         const __m256 d1 = _mm256_set1_ps(d * static_cast<float>(scales[8 * h + 2 * g + 1]));
         const int64_t e = s * kSuper + 128 * h + 32 * g;
