@@ -27,9 +27,9 @@
 // - the re-fed window sits at positions from the block's last one on; here the queries
 //   keep their own positions (window - 1 earlier), so their RoPE differs by that shift.
 #include <algorithm>
-#include <cfloat>
 #include <cmath>
 
+#include "kernels/cpu/scores.h"
 #include "methods/budget.h"
 #include "methods/plan_helpers.h"
 #include "methods/registry.h"
@@ -54,32 +54,28 @@ class EpiCachePolicy : public TokenPolicy {
   int64_t context_block() const override { return chunk_; }
 
   // The forward's last `window` rows score every stored key: [n_kv_heads, n_tokens], the
-  // max over the GQA group and the rows of each softmax over all stored keys.
+  // max over the GQA group and the rows of each softmax over all stored keys. The rows are
+  // given the last row's position, so the causal mask hides no stored key from any of them.
   void observe(int32_t layer, const AttentionQuery& query, const DenseKv& kv) override {
     const int64_t n = kv.n_tokens;
     const int32_t d = kv.head_dim, group = query.n_heads / kv.n_kv_heads;
-    seen_[layer] = std::max<int64_t>(seen_[layer], query.q_positions[query.n_queries - 1] + 1);
+    const int32_t last_position = query.q_positions[query.n_queries - 1];
+    seen_[layer] = std::max<int64_t>(seen_[layer], last_position + 1);
+    const int32_t rows = std::min<int32_t>(query.n_queries, static_cast<int32_t>(window_));
+    const std::vector<int32_t> positions(static_cast<size_t>(rows), last_position);
+    AttentionQuery window = query;
+    window.q += static_cast<int64_t>(query.n_queries - rows) * query.n_heads * d;
+    window.q_positions = positions.data();
+    window.n_queries = rows;
+    probs_.resize(static_cast<size_t>(rows) * query.n_heads * n);
+    attention_row_scores_cpu(window, kv, probs_.data());
     std::vector<float>& score = scores_[layer];
     score.assign(static_cast<size_t>(kv.n_kv_heads) * n, 0.f);
-    std::vector<double> logits(static_cast<size_t>(n));
-    const int32_t first = std::max<int32_t>(0, query.n_queries - static_cast<int32_t>(window_));
-    for (int32_t r = first; r < query.n_queries; ++r) {
+    for (int32_t r = 0; r < rows; ++r) {
       for (int32_t h = 0; h < query.n_heads; ++h) {
-        const int32_t g = h / group;
-        const float* q = query.q + (static_cast<int64_t>(r) * query.n_heads + h) * d;
-        const float* k = kv.k + g * kv.capacity * d;
-        double top = -DBL_MAX;
-        for (int64_t t = 0; t < n; ++t) {
-          double dot = 0;
-          for (int32_t a = 0; a < d; ++a) dot += static_cast<double>(q[a]) * k[t * d + a];
-          logits[t] = dot * query.scale;
-          top = std::max(top, logits[t]);
-        }
-        double z = 0;
-        for (int64_t t = 0; t < n; ++t) z += (logits[t] = std::exp(logits[t] - top));
-        float* out = score.data() + g * n;
-        for (int64_t t = 0; t < n; ++t)
-          out[t] = std::max(out[t], static_cast<float>(logits[t] / z));
+        const float* p = probs_.data() + (static_cast<int64_t>(r) * query.n_heads + h) * n;
+        float* out = score.data() + (h / group) * n;
+        for (int64_t t = 0; t < n; ++t) out[t] = std::max(out[t], p[t]);
       }
     }
   }
@@ -108,6 +104,7 @@ class EpiCachePolicy : public TokenPolicy {
   std::vector<std::vector<float>> scores_;  // per layer: the last forward's, until planned
   std::vector<int64_t> seen_;               // per layer: context tokens read (queries seen)
   std::vector<bool> closed_;                // per layer: the context has ended
+  std::vector<float> probs_;                // observe's scratch: [rows, n_heads, n_tokens]
 };
 
 }  // namespace
