@@ -11,10 +11,12 @@
 #include <benchmark/benchmark.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -219,4 +221,30 @@ BENCHMARK(BM_DocsFullPrefill)->Arg(4096)->Unit(benchmark::kMillisecond)->UseReal
 BENCHMARK(BM_DocsBlend)->Args({4096, 15})->Args({4096, 0})->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-BENCHMARK_MAIN();
+// KVBENCH_BENCH_CONTEXTS=4096,8192,16384 (scripts/compare_speed.sh) adds prefill and decode
+// (fp32 and int8 activations) at those lengths, one iteration each: left out by default, as
+// a 16K-token prefill takes minutes on a 2-core machine.
+int main(int argc, char** argv) {
+  if (const char* contexts = std::getenv("KVBENCH_BENCH_CONTEXTS"); contexts && *contexts) {
+    std::stringstream list(contexts);
+    for (std::string item; std::getline(list, item, ',');) {
+      char* end = nullptr;
+      const long n = std::strtol(item.c_str(), &end, 10);
+      if (item.empty() || *end != '\0' || n < 1 || n > 1 << 20) {
+        std::fprintf(stderr, "KVBENCH_BENCH_CONTEXTS='%s': not a list of token counts\n", contexts);
+        return 2;
+      }
+      benchmark::RegisterBenchmark("BM_Prefill", BM_Prefill)
+          ->Arg(n)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+      benchmark::RegisterBenchmark("BM_Decode", BM_Decode)
+          ->Arg(n)->Iterations(4)->Unit(benchmark::kMillisecond)->UseRealTime();
+      benchmark::RegisterBenchmark("BM_DecodeInt8", BM_DecodeInt8)
+          ->Arg(n)->Iterations(4)->Unit(benchmark::kMillisecond)->UseRealTime();
+    }
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

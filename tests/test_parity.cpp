@@ -262,18 +262,15 @@ TEMPLATE_TEST_CASE("parity: int8 decode activations stay within llama.cpp's roun
                    "[model]", SmolLM2, Qwen2) {
   // --decode-activations int8 rounds x as llama.cpp does (not bit for bit: its own scales
   // and, for K-quants, 256-value blocks): its decode logits are held to llama.cpp's by the
-  // fp32 path's mean and p99 bounds, and a max of its own. Both paths' figures are printed.
-  for (const DecodeActivations a : {DecodeActivations::Fp32, DecodeActivations::Int8}) {
-    const std::vector<double> all = decode_differences<TestType>(a);
-    REQUIRE(!all.empty());
-    double mean = 0;
-    for (double d : all) mean += d / all.size();
-    const double p99 = all[all.size() * 99 / 100];
-    WARN(decode_activations_name(a) << " mean " << mean << " p99 " << p99 << " max "
-                                    << all.back());
-    CHECK(mean < TestType::llama_cpp_mean);
-    CHECK(p99 < TestType::llama_cpp_p99);
-    CHECK(all.back() < (a == DecodeActivations::Int8 ? TestType::int8_decode_max
-                                                     : TestType::llama_cpp_max));
-  }
+  // fp32 path's mean and p99 bounds, and a max of its own (the fp32 decode's figures, in
+  // the comments above, come from decode_differences<M>(DecodeActivations::Fp32)).
+  const std::vector<double> all = decode_differences<TestType>(DecodeActivations::Int8);
+  REQUIRE(!all.empty());
+  double mean = 0;
+  for (double d : all) mean += d / all.size();
+  const double p99 = all[all.size() * 99 / 100];
+  WARN("int8 decode: mean " << mean << " p99 " << p99 << " max " << all.back());
+  CHECK(mean < TestType::llama_cpp_mean);
+  CHECK(p99 < TestType::llama_cpp_p99);
+  CHECK(all.back() < TestType::int8_decode_max);
 }
