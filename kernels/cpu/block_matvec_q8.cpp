@@ -83,41 +83,49 @@ void row_dot(const uint8_t* w, int64_t nb, const Q8Row* xs, float* y) {
 }
 
 // Q4_K: sub-block j of a super-block is a 32-element block with scale d * scale_j and
-// offset -dmin * min_j, aligned with x's blocks.
+// offset -dmin * min_j, aligned with x's blocks. The eight sub-blocks' scales times x's and
+// their offsets are computed as vectors once per super-block.
 template <int NX>
 void row_dot_q4_k(const uint8_t* w, int64_t nb, const Q8Row* xs, float* y) {
-  __m256 acc[2][NX];
-  float offset_sum[NX];
-  for (int x = 0; x < NX; ++x) {
-    acc[0][x] = acc[1][x] = _mm256_setzero_ps();
-    offset_sum[x] = 0.0f;
-  }
+  constexpr int kSubBlocks = kSuper / kBlock;
+  __m256 acc[2][NX], offsets[NX];
+  for (int x = 0; x < NX; ++x) acc[0][x] = acc[1][x] = offsets[x] = _mm256_setzero_ps();
   const __m256i mask = _mm256_set1_epi8(0x0F);
-  for (int64_t s = 0; s < nb / (kSuper / kBlock); ++s) {
+  for (int64_t s = 0; s < nb / kSubBlocks; ++s) {
     const uint8_t* blk = w + s * kQ4_KBytes;
-    const float d = half_to_float(load_u16(blk));
-    const float dmin = half_to_float(load_u16(blk + 2));
+    const __m256 d = _mm256_set1_ps(half_to_float(load_u16(blk)));
+    const __m256 minus_dmin = _mm256_set1_ps(-half_to_float(load_u16(blk + 2)));
+    alignas(32) int32_t sc[kSubBlocks], mn[kSubBlocks];
+    for (int j = 0; j < kSubBlocks; ++j) q4_k_scale_min(j, blk + kQ4_KScales, &sc[j], &mn[j]);
+    const __m256 scales = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_load_si256(
+                                               reinterpret_cast<const __m256i*>(sc))));
+    const __m256 mins = _mm256_mul_ps(minus_dmin, _mm256_cvtepi32_ps(_mm256_load_si256(
+                                                      reinterpret_cast<const __m256i*>(mn))));
+    const int64_t b0 = s * kSubBlocks;
+    alignas(32) float scale_x[NX][kSubBlocks];  // d * scale_j * dx_j
+    for (int x = 0; x < NX; ++x) {
+      const __m256 dx = _mm256_loadu_ps(xs[x].scales + b0);
+      _mm256_store_ps(scale_x[x], _mm256_mul_ps(scales, dx));
+      const __m256 sums = _mm256_cvtepi32_ps(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[x].sums + b0)));
+      offsets[x] = _mm256_fmadd_ps(mins, _mm256_mul_ps(dx, sums), offsets[x]);
+    }
     for (int pair = 0; pair < kSuper / 64; ++pair) {
       const __m256i raw = load_bytes(blk + kQ4_KQs + 32 * pair);
       for (int half = 0; half < 2; ++half) {
         const int j = 2 * pair + half;
-        int sc, mn;
-        q4_k_scale_min(j, blk + kQ4_KScales, &sc, &mn);
-        const float scale = d * static_cast<float>(sc);
-        const float offset = -dmin * static_cast<float>(mn);
         const __m256i codes = _mm256_and_si256(half ? _mm256_srli_epi16(raw, 4) : raw, mask);
-        const int64_t b = s * (kSuper / kBlock) + j;
         for (int x = 0; x < NX; ++x) {
-          const __m256i dot = dot_u8_i8(codes, load_bytes(xs[x].codes + b * kBlock));
-          const float dx = xs[x].scales[b];
-          acc[half][x] =
-              _mm256_fmadd_ps(_mm256_set1_ps(scale * dx), _mm256_cvtepi32_ps(dot), acc[half][x]);
-          offset_sum[x] += offset * dx * static_cast<float>(xs[x].sums[b]);
+          const __m256i dot = dot_u8_i8(codes, load_bytes(xs[x].codes + (b0 + j) * kBlock));
+          acc[half][x] = _mm256_fmadd_ps(_mm256_broadcast_ss(&scale_x[x][j]),
+                                         _mm256_cvtepi32_ps(dot), acc[half][x]);
         }
       }
     }
   }
-  for (int x = 0; x < NX; ++x) y[x] = hsum(_mm256_add_ps(acc[0][x], acc[1][x])) + offset_sum[x];
+  for (int x = 0; x < NX; ++x) {
+    y[x] = hsum(_mm256_add_ps(_mm256_add_ps(acc[0][x], acc[1][x]), offsets[x]));
+  }
 }
 
 // Q6_K: signed codes, and a scale per 16 elements: a 32-element group's eight int32 sums
