@@ -60,9 +60,14 @@ void decode(benchmark::State& state, ModelDevice device, const char* spec = "ful
             DecodeActivations activations = DecodeActivations::Fp32) {
   LlamaModel* model = model_or_skip(state, device, dtype);
   if (!model) return;
-  model->set_decode_activations(activations);
   const int64_t context = state.range(0);
   constexpr int kSteps = 16;
+  if (context + kSteps * static_cast<int64_t>(state.max_iterations) >
+      model->config().context_length) {
+    state.SkipWithError("the context and the decoded tokens exceed the model's context length");
+    return;
+  }
+  model->set_decode_activations(activations);
   KvCache cache = new_cache(*model, resolve_method_spec(spec));
   cache.reserve(context + 1 + kSteps * 64);
   if (context > 0) model->forward(some_tokens(context, 2), cache);

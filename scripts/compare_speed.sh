@@ -6,6 +6,9 @@
 #                            [--threads 2] [--reps 1] [--out DIR]
 #
 # kvbench: bench/bench_forward (fp32 activations, and int8 for decode: --decode-activations).
+# Its OpenMP threads wait as the environment says: unset, libgomp spins a while and then
+# sleeps, as llama.cpp's own thread pool spins; scripts/kvbench sets OMP_WAIT_POLICY=PASSIVE
+# for shared machines, which costs a quiet machine a third of its decode speed (docs/speed.md).
 # llama.cpp: scripts/llamacpp_reference_speed.py in $KVBENCH_REFERENCE_VENV (default
 # .venv-reference; make it with scripts/reference_venv.sh), flash attention off and on.
 # Prints a table per model: each case's tok/s, and kvbench's ratio to the better llama.cpp
@@ -49,9 +52,9 @@ for name in ${models//,/ }; do
   gguf="$(model_file "$name")"
   [ -f "$gguf" ] || { echo "compare_speed.sh: no model file $gguf (scripts/setup.sh)" >&2; exit 2; }
   tag="$(basename "$gguf" .gguf)"
-  echo "== $name: kvbench (bench_forward, $threads threads) ==" >&2
+  echo "== $name: kvbench (bench_forward, $threads threads, OMP_WAIT_POLICY='${OMP_WAIT_POLICY:-}') ==" >&2
   KVBENCH_BENCH_CONTEXTS="$lengths" KVBENCH_MODEL="$gguf" OMP_NUM_THREADS="$threads" \
-    OMP_WAIT_POLICY=PASSIVE "$build/bench/bench_forward" \
+    "$build/bench/bench_forward" \
     --benchmark_filter='^BM_Prefill/[0-9]+/iterations:1/|^BM_Decode(Int8)?/([0-9]+/iterations:4|0/iterations:8)/' \
     --benchmark_repetitions="$reps" --benchmark_out="$out/kvbench-$tag.json" \
     --benchmark_out_format=json >&2

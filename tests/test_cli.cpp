@@ -91,6 +91,13 @@ TEST_CASE("cli: --device cuda is refused for methods it cannot run and without a
   if (run.exit_code == 2) require_clear_error(run, "--device cuda");
 }
 
+TEST_CASE("cli: --decode-activations takes fp32 or int8, int8 on the CPU only", "[unit]") {
+  require_clear_error(run_kvbench("--device cuda --decode-activations int8 list models"),
+                      "--decode-activations int8: runs only on the CPU");
+  require_clear_error(run_kvbench("--decode-activations int4 list models"),
+                      "--decode-activations");
+}
+
 TEST_CASE("cli: --dtype bf16 is refused without --device cuda, even where no model loads",
           "[unit]") {
   require_clear_error(run_kvbench("--dtype bf16 generate --prompt hi"),

@@ -79,7 +79,7 @@ struct Linear {
   void apply(const float* x, int64_t n, float* y, DecodeActivations activations) const {
     if (n <= kMaxBlockRows && activations == DecodeActivations::Int8 &&
         block.format != BlockFormat::F32) {
-      thread_local Q8Activations xq;
+      thread_local Q8Activations xq;  // reused: no allocation per decode step
       quantize_activations_q8(x, n, cols, &xq);
       block_matmul_q8(block, xq, y);
     } else if (n <= kMaxBlockRows) {
