@@ -21,7 +21,8 @@ constexpr int kMaxRowsX = 4;  // x rows sharing one pass over a weight row
 // Activations stay exact fp32: weights are decoded to floats in registers and multiplied by
 // x with FMAs. (llama.cpp instead rounds x to int8 per block, which moves this model's
 // logits by up to ~2 between batched and one-token evaluation; a harness that measures
-// fidelity between cache methods cannot afford that noise.)
+// fidelity between cache methods cannot afford that noise by default. The int8 path is
+// block_matvec_q8.h, behind --decode-activations int8.)
 
 // Eight unsigned bytes -> eight floats.
 inline __m256 u8x8_to_float(__m128i bytes) {
