@@ -26,8 +26,8 @@
 #include "harness/model/llama_model.h"
 #include "harness/model/tokenizer.h"
 #include "harness/model_cache.h"
-#include "methods/full_cache.h"
-#include "methods/registry.h"
+#include "cache/full_cache.h"
+#include "cache/registry.h"
 
 using namespace kvbench;
 using kvbench::bench::model_or_skip;

@@ -23,8 +23,8 @@
 
 #include "bench/bench_model.h"
 #include "common/input_error.h"
-#include "methods/full_cache.h"
-#include "methods/registry.h"
+#include "cache/full_cache.h"
+#include "cache/registry.h"
 
 using namespace kvbench;
 using kvbench::bench::model_or_skip;

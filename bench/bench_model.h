@@ -12,7 +12,7 @@
 
 #include "harness/model/llama_model.h"
 #include "harness/model/tokenizer.h"
-#include "methods/full_cache.h"
+#include "cache/full_cache.h"
 
 namespace kvbench::bench {
 

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "bench_model.h"
-#include "methods/full_cache.h"
+#include "cache/full_cache.h"
 #include "reuse/prefix_cache.h"
 
 namespace kvbench::bench {

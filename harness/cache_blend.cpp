@@ -6,7 +6,7 @@
 #include "common/elapsed.h"
 #include "common/input_error.h"
 #include "kernels/cpu/layer_ops.h"
-#include "methods/full_cache.h"
+#include "cache/full_cache.h"
 
 namespace kvbench {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "harness/model/llama_model.h"
-#include "methods/kv_cache.h"
+#include "cache/kv_cache.h"
 
 namespace kvbench {
 

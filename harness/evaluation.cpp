@@ -4,7 +4,7 @@
 #include <optional>
 
 #include "harness/shared_prefill.h"
-#include "methods/registry.h"
+#include "cache/registry.h"
 #include "tasks/task_catalog.h"
 
 namespace kvbench {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "methods/kv_cache.h"
+#include "cache/kv_cache.h"
 
 namespace kvbench {
 

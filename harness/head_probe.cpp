@@ -15,8 +15,8 @@
 #include "common/sha256.h"
 #include "harness/model/tokenizer.h"
 #include "kernels/cpu/scores.h"
-#include "methods/full_cache.h"
-#include "methods/registry.h"
+#include "cache/full_cache.h"
+#include "cache/registry.h"
 
 namespace kvbench {
 namespace {

@@ -5,8 +5,8 @@
 #include "common/input_error.h"
 #include "harness/model/llama_model.h"
 #include "harness/model/tokenizer.h"
-#include "methods/kv_cache.h"
-#include "methods/policy.h"
+#include "cache/kv_cache.h"
+#include "cache/policy.h"
 
 namespace kvbench {
 namespace {

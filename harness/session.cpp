@@ -17,7 +17,7 @@
 #include "harness/model/tokenizer.h"
 #include "harness/reconstruction.h"
 #include "harness/shared_prefill.h"
-#include "methods/registry.h"
+#include "cache/registry.h"
 #include "reuse/block_key.h"
 #include "reuse/context_snapshots.h"
 

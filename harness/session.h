@@ -16,7 +16,7 @@
 
 #include "datasets/sample.h"
 #include "harness/session_mode.h"
-#include "methods/kv_cache.h"
+#include "cache/kv_cache.h"
 #include "reuse/prefix_cache.h"
 
 namespace kvbench {

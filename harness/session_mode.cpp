@@ -1,7 +1,7 @@
 #include "harness/session_mode.h"
 
 #include "common/input_error.h"
-#include "methods/registry.h"
+#include "cache/registry.h"
 
 namespace kvbench {
 

@@ -5,7 +5,7 @@
 
 #include "common/elapsed.h"
 #include "harness/model/llama_model.h"
-#include "methods/full_cache.h"
+#include "cache/full_cache.h"
 
 namespace kvbench {
 

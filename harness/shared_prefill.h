@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
-#include "methods/kv_cache.h"
-#include "methods/registry.h"
+#include "cache/kv_cache.h"
+#include "cache/registry.h"
 
 namespace kvbench {
 

@@ -15,8 +15,8 @@
 #include "harness/model/llama_model.h"
 #include "harness/model/model_config.h"
 #include "harness/model/tokenizer.h"
-#include "methods/full_cache.h"
-#include "methods/registry.h"
+#include "cache/full_cache.h"
+#include "cache/registry.h"
 #include "results/results_db.h"
 #include "tasks/task_catalog.h"
 

@@ -9,7 +9,7 @@
 #include "common/input_error.h"
 #include "common/json_input.h"
 #include "harness/session_mode.h"
-#include "methods/registry.h"
+#include "cache/registry.h"
 #include "tasks/task_catalog.h"
 
 namespace kvbench {

@@ -20,8 +20,8 @@
 #include <memory>
 #include <vector>
 
-#include "methods/allocation.h"
-#include "methods/registry.h"
+#include "cache/allocation.h"
+#include "cache/registry.h"
 
 namespace kvbench {
 namespace {

@@ -17,10 +17,10 @@
 #include <cfloat>
 #include <cmath>
 
-#include "methods/budget.h"
-#include "methods/plan_helpers.h"
-#include "methods/query_window.h"
-#include "methods/registry.h"
+#include "cache/budget.h"
+#include "cache/plan_helpers.h"
+#include "cache/query_window.h"
+#include "cache/registry.h"
 
 namespace kvbench {
 namespace {

@@ -29,9 +29,9 @@
 #include <numeric>
 #include <vector>
 
-#include "methods/budget.h"
-#include "methods/plan_helpers.h"
-#include "methods/registry.h"
+#include "cache/budget.h"
+#include "cache/plan_helpers.h"
+#include "cache/registry.h"
 
 namespace kvbench {
 

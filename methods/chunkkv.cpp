@@ -23,7 +23,7 @@
 #include <numeric>
 #include <vector>
 
-#include "methods/budget.h"
+#include "cache/budget.h"
 #include "methods/snapkv.h"
 
 namespace kvbench {

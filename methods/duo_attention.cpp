@@ -34,7 +34,7 @@
 
 #include "common/files.h"
 #include "common/input_error.h"
-#include "methods/registry.h"
+#include "cache/registry.h"
 
 namespace kvbench {
 

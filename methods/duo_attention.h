@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "methods/budget.h"
-#include "methods/policy.h"
+#include "cache/budget.h"
+#include "cache/policy.h"
 
 namespace kvbench {
 

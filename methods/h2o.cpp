@@ -20,9 +20,9 @@
 #include <cmath>
 
 #include "kernels/cpu/scores.h"
-#include "methods/budget.h"
-#include "methods/plan_helpers.h"
-#include "methods/registry.h"
+#include "cache/budget.h"
+#include "cache/plan_helpers.h"
+#include "cache/registry.h"
 
 namespace kvbench {
 namespace {

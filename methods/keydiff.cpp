@@ -9,10 +9,10 @@
 // context, as kvpress's KeyDiffPress alone. Not applied after the context. Kept tokens
 // keep their positions.
 #include "kernels/cpu/scores.h"
-#include "methods/budget.h"
-#include "methods/plan_helpers.h"
-#include "methods/prefill_mode.h"
-#include "methods/registry.h"
+#include "cache/budget.h"
+#include "cache/plan_helpers.h"
+#include "cache/prefill_mode.h"
+#include "cache/registry.h"
 
 namespace kvbench {
 namespace {

@@ -8,8 +8,8 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/kivi_attention.h"
 #include "kernels/cpu/quantize.h"
-#include "methods/full_cache.h"
-#include "methods/registry.h"
+#include "cache/full_cache.h"
+#include "cache/registry.h"
 
 namespace kvbench {
 

@@ -26,9 +26,9 @@
 #include <memory>
 #include <vector>
 
-#include "methods/head_rows.h"
-#include "methods/kv_cache.h"
-#include "methods/packed_blocks.h"
+#include "cache/head_rows.h"
+#include "cache/kv_cache.h"
+#include "cache/packed_blocks.h"
 
 namespace kvbench {
 

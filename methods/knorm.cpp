@@ -6,9 +6,9 @@
 // l2compress re-orders the kept cache by norm; here kept tokens stay in position order and
 // keep their positions.
 #include "kernels/cpu/scores.h"
-#include "methods/budget.h"
-#include "methods/plan_helpers.h"
-#include "methods/registry.h"
+#include "cache/budget.h"
+#include "cache/plan_helpers.h"
+#include "cache/registry.h"
 
 namespace kvbench {
 namespace {

@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "kernels/cpu/kvquant.h"
-#include "methods/head_rows.h"
-#include "methods/kv_cache.h"
+#include "cache/head_rows.h"
+#include "cache/kv_cache.h"
 
 namespace kvbench {
 

@@ -18,7 +18,7 @@
 // system prompt, whose other tokens then score 0 and go first.
 // Here: both levels (`level`, "pair" by default as the authors'): "pair" keeps the
 // layers' budgets summed over all layers and KV heads, the highest scores wherever they lie,
-// so each head keeps its own count (ragged heads, methods/allocation.h). Scores in fp32; the
+// so each head keeps its own count (ragged heads, cache/allocation.h). Scores in fp32; the
 // budget counts the kept chat head.
 #include <algorithm>
 #include <cmath>
@@ -27,10 +27,10 @@
 
 #include "kernels/cpu/scores.h"
 #include "kernels/cpu/tile_gemm.h"
-#include "methods/allocation.h"
-#include "methods/budget.h"
-#include "methods/plan_helpers.h"
-#include "methods/registry.h"
+#include "cache/allocation.h"
+#include "cache/budget.h"
+#include "cache/plan_helpers.h"
+#include "cache/registry.h"
 
 namespace kvbench {
 namespace {

@@ -34,10 +34,10 @@
 #include <string>
 
 #include "common/input_error.h"
-#include "methods/budget.h"
+#include "cache/budget.h"
 #include "methods/lacache.h"
-#include "methods/plan_helpers.h"
-#include "methods/registry.h"
+#include "cache/plan_helpers.h"
+#include "cache/registry.h"
 
 namespace kvbench {
 namespace {

@@ -1,6 +1,6 @@
 // The registered methods, in the order `kvbench list methods` prints them. A method that
 // is not finished is not listed here.
-#include "methods/registry.h"
+#include "cache/registry.h"
 
 namespace kvbench {
 

@@ -7,8 +7,8 @@
 #include "common/input_error.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/kivi_attention.h"
-#include "methods/full_cache.h"
-#include "methods/registry.h"
+#include "cache/full_cache.h"
+#include "cache/registry.h"
 
 namespace kvbench {
 

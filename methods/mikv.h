@@ -6,7 +6,7 @@
 //
 // No authors' code is public; the paper's rule and kvbench's choices:
 // - the important set stays fp32 (kvbench's full cache; MiKV holds it in the model's fp16);
-// - demoted tokens are packed as KIVI packs (methods/packed_blocks.h): keys per channel over
+// - demoted tokens are packed as KIVI packs (cache/packed_blocks.h): keys per channel over
 //   blocks of 32 demoted tokens, values per token in groups of 32 channels, 2 or 4 bits,
 //   asymmetric min/max. MiKV quantizes keys per token and evens out outlier channels with a
 //   balancer sqrt(max|q_c| / max|k_c|) from the prefill's queries; per-channel key groups
@@ -23,9 +23,9 @@
 #include <memory>
 #include <vector>
 
-#include "methods/head_rows.h"
-#include "methods/kv_cache.h"
-#include "methods/packed_blocks.h"
+#include "cache/head_rows.h"
+#include "cache/kv_cache.h"
+#include "cache/packed_blocks.h"
 
 namespace kvbench {
 

@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "kernels/cpu/low_rank.h"
-#include "methods/head_rows.h"
-#include "methods/kv_cache.h"
+#include "cache/head_rows.h"
+#include "cache/kv_cache.h"
 
 namespace kvbench {
 

@@ -30,10 +30,10 @@
 #include <vector>
 
 #include "kernels/cpu/scores.h"
-#include "methods/budget.h"
-#include "methods/plan_helpers.h"
-#include "methods/read_policy.h"
-#include "methods/registry.h"
+#include "cache/budget.h"
+#include "cache/plan_helpers.h"
+#include "cache/read_policy.h"
+#include "cache/registry.h"
 
 namespace kvbench {
 

@@ -44,9 +44,9 @@
 
 #include "common/input_error.h"
 #include "methods/ivf_index.h"
-#include "methods/plan_helpers.h"
-#include "methods/read_policy.h"
-#include "methods/registry.h"
+#include "cache/plan_helpers.h"
+#include "cache/read_policy.h"
+#include "cache/registry.h"
 
 namespace kvbench {
 

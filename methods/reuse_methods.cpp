@@ -7,7 +7,7 @@
 // default), redis_codec=raw|zstd|cachegen (raw by default); reuse/block_codec.h.
 // `apc_ttl` pins what prefix reuse keeps in device memory for a time-to-live between
 // requests (Continuum): prefix:block=256+apc_ttl:ttl=30, with or without tiers.
-#include "methods/registry.h"
+#include "cache/registry.h"
 
 namespace kvbench {
 

@@ -30,7 +30,7 @@
 
 #include "common/input_error.h"
 #include "kernels/cpu/scores.h"
-#include "methods/plan_helpers.h"
+#include "cache/plan_helpers.h"
 #include "methods/snapkv.h"
 
 namespace kvbench {

@@ -8,12 +8,12 @@
 #include <vector>
 
 #include "kernels/cpu/scores.h"
-#include "methods/allocation.h"
-#include "methods/budget.h"
-#include "methods/plan_helpers.h"
-#include "methods/policy.h"
-#include "methods/query_window.h"
-#include "methods/registry.h"
+#include "cache/allocation.h"
+#include "cache/budget.h"
+#include "cache/plan_helpers.h"
+#include "cache/policy.h"
+#include "cache/query_window.h"
+#include "cache/registry.h"
 
 namespace kvbench {
 

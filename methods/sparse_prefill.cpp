@@ -28,7 +28,7 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/scores.h"
-#include "methods/registry.h"
+#include "cache/registry.h"
 
 namespace kvbench {
 namespace {

@@ -47,7 +47,7 @@ class SparsePrefill {
   BuiltPattern pattern(const AttentionQuery& query, const DenseKv& kv, int64_t prompt_end) const;
 
   // The chunk's attention with that pattern (attention_sparse_cpu; on a GPU
-  // methods/cuda_sparse_prefill.h's, attention_sparse_cuda).
+  // methods/cuda/sparse_prefill.h's, attention_sparse_cuda).
   virtual AttentionPairs attend(const AttentionQuery& query, const DenseKv& kv,
                                 int64_t prompt_end) const;
 

@@ -23,9 +23,9 @@
 
 #include "common/input_error.h"
 #include "kernels/cpu/attention.h"
-#include "methods/full_cache.h"
-#include "methods/plan_helpers.h"
-#include "methods/registry.h"
+#include "cache/full_cache.h"
+#include "cache/plan_helpers.h"
+#include "cache/registry.h"
 
 namespace kvbench {
 

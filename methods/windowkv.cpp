@@ -31,10 +31,10 @@
 #include <vector>
 
 #include "common/input_error.h"
-#include "methods/budget.h"
-#include "methods/plan_helpers.h"
-#include "methods/query_window.h"
-#include "methods/registry.h"
+#include "cache/budget.h"
+#include "cache/plan_helpers.h"
+#include "cache/query_window.h"
+#include "cache/registry.h"
 
 namespace kvbench {
 

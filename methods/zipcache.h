@@ -29,8 +29,8 @@
 #include <memory>
 #include <vector>
 
-#include "methods/head_rows.h"
-#include "methods/kv_cache.h"
+#include "cache/head_rows.h"
+#include "cache/kv_cache.h"
 
 namespace kvbench {
 

@@ -14,7 +14,7 @@
 #include <optional>
 #include <string>
 
-#include "methods/kv_cache.h"
+#include "cache/kv_cache.h"
 #include "reuse/replacement.h"
 #include "reuse/tier.h"
 #include "reuse/tiered_store.h"

@@ -4,7 +4,7 @@
 #include <stdexcept>
 
 #include "common/elapsed.h"
-#include "methods/registry.h"
+#include "cache/registry.h"
 #include "reuse/block_key.h"
 #include "reuse/kv_block.h"
 

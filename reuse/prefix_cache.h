@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "methods/kv_cache.h"
+#include "cache/kv_cache.h"
 #include "reuse/tiered_store.h"
 
 namespace kvbench {

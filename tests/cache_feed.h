@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "methods/kv_cache.h"
+#include "cache/kv_cache.h"
 #include "random_floats.h"
 
 namespace kvbench::testing {

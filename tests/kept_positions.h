@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "methods/full_cache.h"
-#include "methods/kv_cache.h"
+#include "cache/full_cache.h"
+#include "cache/kv_cache.h"
 
 namespace kvbench::testing {
 

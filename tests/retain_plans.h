@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "methods/policy.h"
+#include "cache/policy.h"
 
 namespace kvbench::testing {
 

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "common/input_error.h"
-#include "methods/allocation.h"
-#include "methods/full_cache.h"
-#include "methods/registry.h"
+#include "cache/allocation.h"
+#include "cache/full_cache.h"
+#include "cache/registry.h"
 #include "tests/cache_feed.h"
 #include "tests/kept_positions.h"
 #include "tests/retain_plans.h"

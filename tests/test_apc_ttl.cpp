@@ -9,7 +9,7 @@
 
 #include "common/input_error.h"
 #include "harness/session.h"
-#include "methods/registry.h"
+#include "cache/registry.h"
 #include "prefix_requests.h"
 #include "reuse/tiered_store.h"
 

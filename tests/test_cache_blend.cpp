@@ -15,7 +15,7 @@
 #include "harness/model/llama_model.h"
 #include "harness/model/tokenizer.h"
 #include "kernels/cpu/layer_ops.h"
-#include "methods/full_cache.h"
+#include "cache/full_cache.h"
 
 using namespace kvbench;
 

@@ -13,7 +13,7 @@
 #include "harness/cache_blend.h"
 #include "harness/model/llama_model.h"
 #include "harness/model/tokenizer.h"
-#include "methods/full_cache.h"
+#include "cache/full_cache.h"
 #include "model_path.h"
 
 using namespace kvbench;

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "methods/registry.h"
+#include "cache/registry.h"
 #include "tests/cache_feed.h"
 #include "tests/kept_positions.h"
 

@@ -13,7 +13,7 @@
 
 #include "cli_run.h"
 #include "gguf_writer.h"
-#include "methods/registry.h"
+#include "cache/registry.h"
 #include "results/results_db.h"
 
 using namespace kvbench;

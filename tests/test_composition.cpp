@@ -9,7 +9,7 @@
 
 #include "kernels/cpu/kivi_attention.h"
 #include "methods/kivi.h"
-#include "methods/registry.h"
+#include "cache/registry.h"
 #include "tests/cache_feed.h"
 
 using namespace kvbench;

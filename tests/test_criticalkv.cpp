@@ -13,7 +13,7 @@
 
 #include "common/input_error.h"
 #include "harness/model/llama_model.h"
-#include "methods/registry.h"
+#include "cache/registry.h"
 #include "tests/cache_feed.h"
 #include "tests/gguf_writer.h"
 #include "tests/kept_positions.h"

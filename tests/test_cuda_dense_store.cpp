@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "cuda_device.h"
-#include "methods/cuda_dense_store.h"
-#include "methods/full_cache.h"
+#include "cache/cuda/dense_store.h"
+#include "cache/full_cache.h"
 #include "page_picks.h"
 #include "random_floats.h"
 #include "retain_plans.h"

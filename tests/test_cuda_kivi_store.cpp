@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "cuda_device.h"
-#include "methods/cuda_host_policies.h"
-#include "methods/cuda_kivi_store.h"
+#include "cache/cuda/host_policies.h"
+#include "methods/cuda/kivi_store.h"
 #include "methods/kivi.h"
-#include "methods/registry.h"
+#include "cache/registry.h"
 #include "page_picks.h"
 #include "random_floats.h"
 #include "retain_plans.h"

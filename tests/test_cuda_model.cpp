@@ -16,7 +16,7 @@
 #include "harness/model/llama_model.h"
 #include "harness/model/tokenizer.h"
 #include "harness/model_cache.h"
-#include "methods/registry.h"
+#include "cache/registry.h"
 #include "model_path.h"
 
 using namespace kvbench;
@@ -151,8 +151,8 @@ TEST_CASE("head-wise budgets on a GPU keep, hold and read per KV head as on the 
   const auto gpu = LlamaModel::load(path, ModelDevice::Cuda);
   const std::vector<int32_t> prompt = long_prompt(*cpu);
   // AdaKV over SnapKV's scores (planned on the host) and KVzip's one threshold over every
-  // layer and head: the device store's heads of their own (methods/cuda_dense_store.h); and
-  // AdaKV's heads each in a device KIVI store of its own (methods/head_split.h).
+  // layer and head: the device store's heads of their own (cache/cuda/dense_store.h); and
+  // AdaKV's heads each in a device KIVI store of its own (cache/head_split.h).
   for (const char* method :
        {"adakv+snapkv:budget=256", "kvzip:budget=256", "adakv+snapkv:budget=256+kivi:bits=4"}) {
     INFO(method);

@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "cuda_device.h"
-#include "methods/cuda_host_policies.h"
-#include "methods/cuda_narrow_store.h"
-#include "methods/narrow_kv.h"
-#include "methods/registry.h"
+#include "cache/cuda/host_policies.h"
+#include "cache/cuda/narrow_store.h"
+#include "cache/narrow_kv.h"
+#include "cache/registry.h"
 #include "page_picks.h"
 #include "random_floats.h"
 #include "retain_plans.h"

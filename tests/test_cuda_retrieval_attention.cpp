@@ -1,4 +1,4 @@
-// retrieval_attention on --device cuda (methods/cuda_host_policies.h): the index and its
+// retrieval_attention on --device cuda (cache/cuda/host_policies.h): the index and its
 // choice stay on the host, attention reads the chosen token slots from the device stores
 // (dense fp32, or KIVI's packed blocks), equal to the CPU cache's reads.
 #include <algorithm>
@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "cuda_device.h"
-#include "methods/cuda_host_policies.h"
-#include "methods/registry.h"
+#include "cache/cuda/host_policies.h"
+#include "cache/registry.h"
 
 using namespace kvbench;
 using kvbench::testing::Device;

@@ -14,7 +14,7 @@
 #include "common/input_error.h"
 #include "harness/head_probe.h"
 #include "methods/duo_attention.h"
-#include "methods/registry.h"
+#include "cache/registry.h"
 #include "tests/cache_feed.h"
 #include "tests/gguf_writer.h"
 #include "tests/kept_positions.h"

@@ -12,7 +12,7 @@
 #include "harness/model/llama_model.h"
 #include "harness/model/tokenizer.h"
 #include "harness/model_cache.h"
-#include "methods/registry.h"
+#include "cache/registry.h"
 #include "model_path.h"
 
 using namespace kvbench;

@@ -1,4 +1,4 @@
-// Heads of their own in the narrow and KIVI stores (methods/head_split.h): after a ragged
+// Heads of their own in the narrow and KIVI stores (cache/head_split.h): after a ragged
 // plan each KV head is a one-head store of the layer's kind. A narrow layer then attends as
 // the fp32 ragged store over the same rounded rows; a KIVI layer holds each head exactly as
 // a one-head KIVI store fed that head alone and given that head's plan would, bit for bit,
@@ -13,11 +13,11 @@
 
 #include "harness/model_cache.h"  // check_runs_on
 #include "kernels/cpu/narrow.h"
-#include "methods/full_cache.h"
-#include "methods/head_split.h"
+#include "cache/full_cache.h"
+#include "cache/head_split.h"
 #include "methods/kivi.h"
-#include "methods/narrow_kv.h"
-#include "methods/registry.h"
+#include "cache/narrow_kv.h"
+#include "cache/registry.h"
 #include "tests/cache_feed.h"
 #include "tests/retain_plans.h"
 

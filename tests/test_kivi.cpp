@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "kernels/cpu/kivi_attention.h"
-#include "methods/full_cache.h"
+#include "cache/full_cache.h"
 #include "methods/kivi.h"
-#include "methods/registry.h"
+#include "cache/registry.h"
 #include "tests/cache_feed.h"
 
 using namespace kvbench;

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "kernels/cpu/attention.h"
-#include "methods/full_cache.h"
-#include "methods/plan_helpers.h"
-#include "methods/registry.h"
+#include "cache/full_cache.h"
+#include "cache/plan_helpers.h"
+#include "cache/registry.h"
 #include "random_floats.h"
 
 using namespace kvbench;

@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "methods/registry.h"
+#include "cache/registry.h"
 #include "tests/cache_feed.h"
 #include "tests/kept_positions.h"
 

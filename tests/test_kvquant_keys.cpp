@@ -15,9 +15,9 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/kvquant.h"
 #include "kernels/cpu/layer_ops.h"
-#include "methods/full_cache.h"
+#include "cache/full_cache.h"
 #include "methods/kvquant_keys.h"
-#include "methods/registry.h"
+#include "cache/registry.h"
 #include "tests/cache_feed.h"
 
 using namespace kvbench;

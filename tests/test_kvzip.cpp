@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "methods/registry.h"
+#include "cache/registry.h"
 #include "tests/cache_feed.h"
 #include "tests/kept_positions.h"
 

@@ -10,7 +10,7 @@
 
 #include "common/input_error.h"
 #include "methods/lacache.h"
-#include "methods/registry.h"
+#include "cache/registry.h"
 #include "tests/cache_feed.h"
 #include "tests/kept_positions.h"
 

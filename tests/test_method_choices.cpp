@@ -7,7 +7,7 @@
 #include <cctype>
 #include <string>
 
-#include "methods/registry.h"
+#include "cache/registry.h"
 
 using namespace kvbench;
 

@@ -15,8 +15,8 @@
 
 #include "harness/model/llama_model.h"
 #include "harness/reconstruction.h"
-#include "methods/full_cache.h"
-#include "methods/registry.h"
+#include "cache/full_cache.h"
+#include "cache/registry.h"
 #include "tests/gguf_writer.h"
 
 using namespace kvbench;

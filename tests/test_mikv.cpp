@@ -11,9 +11,9 @@
 #include "common/input_error.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/kivi_attention.h"
-#include "methods/full_cache.h"
+#include "cache/full_cache.h"
 #include "methods/mikv.h"
-#include "methods/registry.h"
+#include "cache/registry.h"
 #include "tests/cache_feed.h"
 #include "tests/random_floats.h"
 

@@ -1,4 +1,4 @@
-// The narrow stores (methods/narrow_kv.*, kernels/cpu/narrow.*): conversions rounded to
+// The narrow stores (cache/narrow_kv.*, kernels/cpu/narrow.*): conversions rounded to
 // nearest even, each element's round-trip error within its format's bound, attention that
 // converts as it reads equal to attention over the decoded values, and bytes exact.
 #include <catch2/catch.hpp>
@@ -13,9 +13,9 @@
 #include "kernels/cpu/half.h"
 #include "kernels/cpu/layer_ops.h"
 #include "kernels/cpu/narrow.h"
-#include "methods/full_cache.h"
-#include "methods/narrow_kv.h"
-#include "methods/registry.h"
+#include "cache/full_cache.h"
+#include "cache/narrow_kv.h"
+#include "cache/registry.h"
 #include "tests/attention_problem.h"
 #include "tests/cache_feed.h"
 

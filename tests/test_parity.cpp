@@ -20,7 +20,7 @@
 
 #include "harness/model/llama_model.h"
 #include "harness/model/tokenizer.h"
-#include "methods/full_cache.h"
+#include "cache/full_cache.h"
 #include "model_path.h"
 
 using namespace kvbench;

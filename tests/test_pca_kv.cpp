@@ -9,9 +9,9 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/low_rank.h"
-#include "methods/full_cache.h"
+#include "cache/full_cache.h"
 #include "methods/pca_kv.h"
-#include "methods/registry.h"
+#include "cache/registry.h"
 #include "tests/attention_problem.h"
 #include "tests/cache_feed.h"
 

@@ -12,9 +12,9 @@
 
 #include "common/input_error.h"
 #include "kernels/cpu/scores.h"
-#include "methods/full_cache.h"
-#include "methods/plan_helpers.h"
-#include "methods/registry.h"
+#include "cache/full_cache.h"
+#include "cache/plan_helpers.h"
+#include "cache/registry.h"
 #include "tests/cache_feed.h"
 #include "tests/kept_positions.h"
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/input_error.h"
-#include "methods/registry.h"
+#include "cache/registry.h"
 #include "tests/kept_positions.h"
 
 using namespace kvbench;

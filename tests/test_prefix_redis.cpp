@@ -15,7 +15,7 @@
 #include "prefix_requests.h"
 #include "harness/model/llama_model.h"
 #include "harness/session.h"
-#include "methods/full_cache.h"
+#include "cache/full_cache.h"
 #include "reuse/prefix_cache.h"
 #include "tests/redis_server.h"
 

@@ -12,7 +12,7 @@
 #include "harness/session.h"
 #include "harness/shared_prefill.h"
 #include "harness/sweep_config.h"
-#include "methods/registry.h"
+#include "cache/registry.h"
 #include "prefix_requests.h"
 
 using namespace kvbench;

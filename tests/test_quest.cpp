@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "kernels/cpu/attention.h"
-#include "methods/full_cache.h"
-#include "methods/registry.h"
+#include "cache/full_cache.h"
+#include "cache/registry.h"
 #include "tests/cache_feed.h"
 
 using namespace kvbench;

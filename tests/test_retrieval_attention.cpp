@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "common/input_error.h"
-#include "methods/full_cache.h"
+#include "cache/full_cache.h"
 #include "methods/ivf_index.h"
-#include "methods/registry.h"
+#include "cache/registry.h"
 #include "tests/cache_feed.h"
 
 using namespace kvbench;

@@ -15,7 +15,7 @@
 #include "harness/model/llama_model.h"
 #include "harness/model/tokenizer.h"
 #include "harness/session.h"
-#include "methods/registry.h"
+#include "cache/registry.h"
 
 using namespace kvbench;
 

@@ -8,7 +8,7 @@
 #include "datasets/sample.h"
 #include "harness/model/llama_model.h"
 #include "harness/session.h"
-#include "methods/registry.h"
+#include "cache/registry.h"
 #include "model_path.h"
 #include "datasets/generator.h"
 #include "harness/evaluation.h"

@@ -12,7 +12,7 @@
 #include "harness/model/llama_model.h"
 #include "harness/session.h"
 #include "harness/shared_prefill.h"
-#include "methods/registry.h"
+#include "cache/registry.h"
 #include "tests/same_turns.h"
 
 using namespace kvbench;

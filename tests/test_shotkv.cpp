@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "common/input_error.h"
-#include "methods/registry.h"
+#include "cache/registry.h"
 #include "tests/cache_feed.h"
 #include "tests/kept_positions.h"
 

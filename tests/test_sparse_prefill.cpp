@@ -16,8 +16,8 @@
 #include "harness/model_cache.h"
 #include "harness/shared_prefill.h"
 #include "kernels/cpu/attention.h"
-#include "methods/full_cache.h"
-#include "methods/registry.h"
+#include "cache/full_cache.h"
+#include "cache/registry.h"
 #include "methods/sparse_prefill.h"
 #include "tests/attention_problem.h"
 #include "tests/gguf_writer.h"
@@ -377,7 +377,7 @@ TEST_CASE("sparse prefill: specs compose with eviction, storage and retrieval, a
     INFO(bad);
     CHECK_THROWS_AS(resolve_method_spec(bad), InputError);
   }
-  // On a GPU too (methods/cuda_sparse_prefill.h), composed as on the CPU.
+  // On a GPU too (methods/cuda/sparse_prefill.h), composed as on the CPU.
   for (const char* spec :
        {"a_shape", "tri_shape", "minference", "tri_shape+snapkv:ratio=0.5+kivi:bits=2"}) {
     INFO(spec);

@@ -7,8 +7,8 @@
 
 #include "cache_feed.h"
 #include "common/input_error.h"
-#include "methods/budget.h"
-#include "methods/registry.h"
+#include "cache/budget.h"
+#include "cache/registry.h"
 
 using namespace kvbench;
 

@@ -9,8 +9,8 @@
 
 #include "common/input_error.h"
 #include "kernels/cpu/attention.h"
-#include "methods/full_cache.h"
-#include "methods/registry.h"
+#include "cache/full_cache.h"
+#include "cache/registry.h"
 #include "methods/think.h"
 #include "tests/attention_problem.h"
 #include "tests/cache_feed.h"

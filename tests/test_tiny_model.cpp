@@ -13,7 +13,7 @@
 #include "harness/model/gguf.h"
 #include "harness/model/llama_model.h"
 #include "harness/model/tokenizer.h"
-#include "methods/full_cache.h"
+#include "cache/full_cache.h"
 
 using namespace kvbench;
 using testing::TinyLlamaSpec;

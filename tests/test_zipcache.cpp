@@ -10,8 +10,8 @@
 
 #include "common/input_error.h"
 #include "kernels/cpu/attention.h"
-#include "methods/full_cache.h"
-#include "methods/registry.h"
+#include "cache/full_cache.h"
+#include "cache/registry.h"
 #include "methods/zipcache.h"
 #include "tests/cache_feed.h"
 

@@ -14,7 +14,7 @@
 #include "harness/model/tokenizer.h"
 #include "harness/model_cache.h"
 #include "harness/head_probe.h"
-#include "methods/registry.h"
+#include "cache/registry.h"
 
 namespace kvbench {
 

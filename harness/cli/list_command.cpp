@@ -15,7 +15,7 @@
 #include "harness/model/gguf.h"
 #include "harness/model/known_models.h"
 #include "harness/model/model_config.h"
-#include "methods/registry.h"
+#include "cache/registry.h"
 
 namespace kvbench {
 

@@ -22,7 +22,7 @@
 #include "harness/model_cache.h"
 #include "harness/sweep.h"
 #include "harness/head_probe.h"
-#include "methods/registry.h"
+#include "cache/registry.h"
 #include "tasks/task_catalog.h"
 
 namespace kvbench {

@@ -20,7 +20,7 @@
 #include "harness/model_cache.h"
 #include "harness/session.h"
 #include "harness/session_mode.h"
-#include "methods/registry.h"
+#include "cache/registry.h"
 
 namespace kvbench {
 

@@ -23,7 +23,7 @@
 #include "harness/model/llama_model.h"
 #include "harness/model_cache.h"
 #include "harness/sweep.h"
-#include "methods/registry.h"
+#include "cache/registry.h"
 #include "results/results_db.h"
 #include "results/writer_lock.h"
 #include "common/sha256.h"

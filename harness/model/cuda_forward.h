@@ -1,7 +1,7 @@
 // The transformer forward pass on a GPU (LlamaModel loaded with ModelDevice::Cuda): the
 // weights in device memory, the linear layers through cuBLAS, the per-token operations and
 // attention through the kernels of kernels/cuda, and the KV in a cache of device stores
-// (methods/cuda_dense_store.h). The model code hands it host views of its fp32 weights; no
+// (cache/cuda/dense_store.h). The model code hands it host views of its fp32 weights; no
 // CUDA or libtorch header is pulled in here.
 //
 // ModelDtype::Fp32 (the default and the fidelity reference): everything fp32, GEMMs in full
@@ -34,7 +34,7 @@
 
 #include "harness/model/model_config.h"
 #include "harness/model/model_dtype.h"
-#include "methods/kv_cache.h"
+#include "cache/kv_cache.h"
 
 namespace kvbench {
 

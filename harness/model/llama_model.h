@@ -13,7 +13,7 @@
 
 #include "harness/model/model_config.h"
 #include "harness/model/model_dtype.h"
-#include "methods/kv_cache.h"
+#include "cache/kv_cache.h"
 
 namespace kvbench {
 

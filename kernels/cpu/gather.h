@@ -30,7 +30,7 @@ DenseKv gather_rows_cpu(const DenseKv& kv, const int32_t* slots, int64_t n_keep,
 // Moves rows within one buffer of DenseKv's layout (`rows`, n_kv_heads heads of
 // rows.capacity rows): for i < n_moves, row to[i] gets row from[i] (key, value and position),
 // rows numbered across heads (h * rows.capacity + slot). A decode-step eviction placed by
-// place_kept_slots (methods/full_cache.h) moves a row or two this way instead of every kept
+// place_kept_slots (cache/full_cache.h) moves a row or two this way instead of every kept
 // row. No row may be both a source and a destination, nor a destination twice, since the CUDA
 // twin copies every move at once: place_kept_slots with every slot settled gives such moves
 // (its holes lie below n_keep, the rows that fill them at or past it). Throws

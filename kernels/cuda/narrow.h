@@ -1,6 +1,6 @@
 // CUDA twin of kernels/cpu/narrow.h: fp32 rows rounded to fp16, bf16 or fp8 e4m3 on the
 // device, bit for bit as encode_kv_rows, and read back as decode_kv_rows; plus the two ways a
-// device narrow store (methods/cuda_narrow_store.h) writes its rows: appending a chunk in the
+// device narrow store (cache/cuda/narrow_store.h) writes its rows: appending a chunk in the
 // projection layout, and moving kept rows within its buffers. Include only from CUDA-aware
 // code: this header pulls in <cuda_runtime.h>.
 #pragma once
@@ -51,7 +51,7 @@ void append_narrow_rows_cuda(const NarrowTarget& rows, int64_t n_tokens, const f
 // For i < n_moves, row to[i] of `rows` gets row from[i] (keys, values, their scales and the
 // position), rows numbered across heads (h * capacity + slot); from and to [n_moves] are
 // device arrays. Every move is copied at once, so no row may be both read and written: what
-// place_kept_slots (methods/full_cache.h) gives with every slot settled (its holes lie below
+// place_kept_slots (cache/full_cache.h) gives with every slot settled (its holes lie below
 // n_keep, the rows that fill them at or past it). A move with a row outside
 // [0, n_kv_heads * capacity) is skipped (the emulation aborts on it, and on a row both read and
 // written). Enqueued on `stream`. Throws std::invalid_argument for n_moves < 0,

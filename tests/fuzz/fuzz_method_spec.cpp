@@ -9,7 +9,7 @@
 
 #include "../cache_feed.h"
 #include "fuzz_check.h"
-#include "methods/registry.h"
+#include "cache/registry.h"
 
 using namespace kvbench;
 

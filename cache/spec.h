@@ -1,0 +1,34 @@
+// Method spec strings: "name:key=value,key=value", components joined by "+" to compose
+// ("snapkv:budget=512+kivi:bits=2"). Syntax only; cache/registry.h checks names and
+// parameters against what each method accepts.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kvbench {
+
+struct MethodComponent {
+  std::string name;
+  std::vector<std::pair<std::string, std::string>> params;  // in the order written
+};
+
+struct MethodSpec {
+  std::string text;  // as given
+  std::vector<MethodComponent> components;
+};
+
+// Throws InputError naming the spec and the expected form on any syntax error: empty
+// spec or component, missing name, "key" without "=value", empty key or value, a key
+// given twice, characters outside [A-Za-z0-9_.-] in names and keys.
+MethodSpec parse_method_spec(const std::string& text);
+
+// The form every spec error message quotes.
+extern const char* const kSpecForm;
+
+// Throws the InputError every spec problem raises: "bad method spec '<spec>': <what>;
+// expected <kSpecForm>" (the parser's syntax errors and the registry's checks alike).
+[[noreturn]] void fail_spec(const std::string& spec, const std::string& what);
+
+}  // namespace kvbench
