@@ -21,13 +21,13 @@
 #include <vector>
 
 #include "bench/bench_model.h"
+#include "cache/full_cache.h"
+#include "cache/registry.h"
 #include "datasets/generator.h"
 #include "harness/cache_blend.h"
 #include "harness/model/llama_model.h"
 #include "harness/model/tokenizer.h"
 #include "harness/model_cache.h"
-#include "cache/full_cache.h"
-#include "cache/registry.h"
 
 using namespace kvbench;
 using kvbench::bench::model_or_skip;

@@ -22,9 +22,9 @@
 #include <vector>
 
 #include "bench/bench_model.h"
-#include "common/input_error.h"
 #include "cache/full_cache.h"
 #include "cache/registry.h"
+#include "common/input_error.h"
 
 using namespace kvbench;
 using kvbench::bench::model_or_skip;

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "cache/full_cache.h"
 #include "harness/model/llama_model.h"
 #include "harness/model/tokenizer.h"
-#include "cache/full_cache.h"
 
 namespace kvbench::bench {
 

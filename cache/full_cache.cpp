@@ -5,8 +5,8 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "kernels/cpu/attention.h"
 #include "cache/registry.h"
+#include "kernels/cpu/attention.h"
 
 namespace kvbench {
 

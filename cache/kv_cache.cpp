@@ -5,7 +5,7 @@
 #include <stdexcept>
 
 #include "cache/policy.h"
-#include "methods/sparse_prefill.h"
+#include "cache/prefill_attention.h"
 
 namespace kvbench {
 

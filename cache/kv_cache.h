@@ -18,13 +18,13 @@
 #include <string>
 #include <vector>
 
-#include "kernels/layouts.h"
 #include "cache/policy.h"
 #include "cache/read_policy.h"
+#include "kernels/layouts.h"
 
 namespace kvbench {
 
-class SparsePrefill;  // methods/sparse_prefill.h
+class PrefillAttention;  // cache/prefill_attention.h
 
 // Shape of one sequence's cache.
 struct KvShape {
@@ -170,9 +170,9 @@ class KvCache {
   // The next forward feeds n_tokens (in chunks): a sparse prefill's pattern knows where the
   // prompt ends (Tri-shape's dense last rows).
   void begin_forward(int64_t n_tokens) { forward_end_ = next_position_ + n_tokens; }
-  // Every prefill forward's attention reads only the keys of this pattern (a Prefill method:
-  // a_shape, tri_shape, minference; nullptr: dense). Decode steps stay dense.
-  void set_sparse_prefill(std::shared_ptr<const SparsePrefill> prefill) {
+  // Every prefill forward's attention runs through a Prefill method (a_shape, tri_shape,
+  // minference: reading only the keys of its pattern; nullptr: dense). Decode steps stay dense.
+  void set_prefill_attention(std::shared_ptr<const PrefillAttention> prefill) {
     prefill_ = std::move(prefill);
   }
   // Attention FLOPs of sparse prefills since creation (4 * head_dim per query-key pair per
@@ -244,7 +244,7 @@ class KvCache {
   int64_t bytes_read_last_ = 0;     // the last finished forward
   int64_t bytes_read_total_ = 0;
   KvTap* tap_ = nullptr;
-  std::shared_ptr<const SparsePrefill> prefill_;  // immutable, shared by clones
+  std::shared_ptr<const PrefillAttention> prefill_;  // immutable, shared by clones
   int64_t forward_end_ = 0;
   double attn_flops_ = 0;
   double attn_flops_dense_ = 0;

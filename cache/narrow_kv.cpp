@@ -4,10 +4,9 @@
 #include <cassert>
 #include <cstring>
 
+#include "cache/full_cache.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/narrow.h"
-#include "cache/full_cache.h"
-#include "cache/registry.h"
 
 namespace kvbench {
 
@@ -190,56 +189,6 @@ std::vector<std::unique_ptr<LayerKv>> make_narrow_layers(const KvShape& shape,
     layers.push_back(std::make_unique<NarrowLayerKv>(shape.n_kv_heads, shape.head_dim, element));
   }
   return layers;
-}
-
-namespace {
-
-MethodInfo narrow_method(const std::string& name, KvElement element, const std::string& summary,
-                         const std::string& paper, std::vector<std::string> choices) {
-  MethodInfo info;
-  info.name = name;
-  info.kind = MethodKind::Storage;
-  info.stage = "2 storage (rounds each row as it is stored) + 3 (converts as it reads)";
-  info.summary = summary;
-  info.paper = paper;
-  choices.push_back(
-      "the context attends over the rounded rows, as llama.cpp's cache does (an engine's "
-      "prefill may read the unrounded chunk)");
-  info.choices = std::move(choices);
-  info.context_reads_store = true;
-  info.splits_heads = true;
-  info.cuda_store = true;
-  info.make_layers = [element](const MethodParams&, const KvShape& shape) {
-    return make_narrow_layers(shape, element);
-  };
-  return info;
-}
-
-}  // namespace
-
-// Registered as `fp16`, `bf16` and `fp8` (methods/method_list.cpp).
-MethodInfo fp16_method() {
-  return narrow_method("fp16", KvElement::F16,
-                       "every kept token's keys and values in IEEE fp16 (round to nearest "
-                       "even): the 16-bit cache engines hold",
-                       "- (the engines' default KV cache)", {});
-}
-
-MethodInfo bf16_method() {
-  return narrow_method("bf16", KvElement::BF16,
-                       "every kept token's keys and values in bf16 (round to nearest even): "
-                       "the 16-bit cache engines hold for bf16 models, the report's reference",
-                       "- (the engines' default KV cache)", {});
-}
-
-MethodInfo fp8_method() {
-  return narrow_method(
-      "fp8", KvElement::F8E4M3,
-      "keys and values in fp8 e4m3 with an fp32 scale per token and KV head (max |x| / 448)",
-      "- (engines' fp8 KV cache: vLLM --kv-cache-dtype fp8_e4m3)",
-      {"the scale is per token and KV head, computed as the row is stored; vLLM scales per "
-       "tensor (1.0 unless calibrated), so this is kinder to outliers",
-       "out-of-range values saturate to +-448 (e4m3fn has no infinity)"});
 }
 
 }  // namespace kvbench

@@ -2,8 +2,8 @@
 
 #include <string>
 
-#include "common/input_error.h"
 #include "cache/policy.h"
+#include "common/input_error.h"
 
 namespace kvbench {
 

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "kernels/cpu/scores.h"
 #include "cache/plan_helpers.h"
+#include "kernels/cpu/scores.h"
 
 namespace kvbench {
 

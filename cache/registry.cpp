@@ -5,9 +5,9 @@
 #include <cstdlib>
 #include <map>
 
-#include "common/input_error.h"
 #include "cache/full_cache.h"
 #include "cache/head_split.h"
+#include "common/input_error.h"
 
 namespace kvbench {
 
@@ -452,7 +452,7 @@ KvCache make_cache(const ResolvedSpec& spec, const KvShape& shape) {
   CacheParts parts = make_cache_parts(spec, shape);
   if (parts.layers.empty()) parts.layers = make_dense_layers(shape);
   KvCache cache(shape, std::move(parts.layers), std::move(parts.policy), std::move(parts.reader));
-  cache.set_sparse_prefill(std::move(parts.prefill));
+  cache.set_prefill_attention(std::move(parts.prefill));
   return cache;
 }
 

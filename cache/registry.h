@@ -19,7 +19,7 @@
 
 namespace kvbench {
 class HeadAllocation;  // cache/allocation.h
-class SparsePrefill;   // methods/sparse_prefill.h
+class PrefillAttention;  // cache/prefill_attention.h
 }
 
 namespace kvbench {
@@ -153,8 +153,8 @@ struct MethodInfo {
   std::function<std::unique_ptr<TokenPolicy>(const MethodParams&, const KvShape&,
                                              std::shared_ptr<const HeadAllocation>)>
       make_allocated_policy;
-  // A prefill method's pattern (methods/sparse_prefill.h).
-  std::function<std::shared_ptr<const SparsePrefill>(const MethodParams&)> make_prefill;
+  // A prefill method's attention (cache/prefill_attention.h; methods/sparse_prefill.h).
+  std::function<std::shared_ptr<const PrefillAttention>(const MethodParams&)> make_prefill;
 };
 
 // Every registered method, in listing order (methods/method_list.cpp).
@@ -197,7 +197,7 @@ struct CacheParts {
   std::unique_ptr<TokenPolicy> policy;
   std::vector<std::unique_ptr<LayerKv>> layers;
   std::unique_ptr<ReadPolicy> reader;
-  std::shared_ptr<const SparsePrefill> prefill;  // a Prefill method's pattern
+  std::shared_ptr<const PrefillAttention> prefill;  // a Prefill method's attention
 };
 CacheParts make_cache_parts(const ResolvedSpec& spec, const KvShape& shape);
 

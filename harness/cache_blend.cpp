@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <chrono>
 
+#include "cache/full_cache.h"
 #include "common/elapsed.h"
 #include "common/input_error.h"
 #include "kernels/cpu/layer_ops.h"
-#include "cache/full_cache.h"
 
 namespace kvbench {
 

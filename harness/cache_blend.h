@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "harness/model/llama_model.h"
 #include "cache/kv_cache.h"
+#include "harness/model/llama_model.h"
 
 namespace kvbench {
 

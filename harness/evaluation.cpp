@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <optional>
 
-#include "harness/shared_prefill.h"
 #include "cache/registry.h"
+#include "harness/shared_prefill.h"
 #include "tasks/task_catalog.h"
 
 namespace kvbench {

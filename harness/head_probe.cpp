@@ -11,12 +11,12 @@
 
 #include <unistd.h>
 
+#include "cache/full_cache.h"
+#include "cache/registry.h"
 #include "common/input_error.h"
 #include "common/sha256.h"
 #include "harness/model/tokenizer.h"
 #include "kernels/cpu/scores.h"
-#include "cache/full_cache.h"
-#include "cache/registry.h"
 
 namespace kvbench {
 namespace {

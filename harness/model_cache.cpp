@@ -1,9 +1,9 @@
 #include "harness/model_cache.h"
 
-#include "common/input_error.h"
 #include "cache/registry.h"
+#include "common/input_error.h"
 #ifdef KVBENCH_WITH_CUDA
-#include "cache/cuda/host_policies.h"
+#include "methods/cuda/device_cache.h"
 #endif
 
 namespace kvbench {
@@ -12,7 +12,7 @@ void check_runs_on(const ResolvedSpec& spec, ModelDevice device) {
   if (device != ModelDevice::Cuda) return;
   // On a GPU the KV lives in device stores (dense, narrow or KIVI's; heads of their own in
   // each, as on the host); policies and read policies plan on host copies
-  // (cache/cuda/host_policies.h). Reuse keeps host memory.
+  // (methods/cuda/device_cache.h). Reuse keeps host memory.
   for (const auto& [info, params] : spec.components) {
     if (runs_on_cuda(*info)) continue;
     throw InputError("method '" + info->name + "' in '" + spec.canonical +

@@ -2,8 +2,8 @@
 // the model itself knows only KvCache and the store interface, no method.
 #pragma once
 
-#include "harness/model/llama_model.h"
 #include "cache/kv_cache.h"
+#include "harness/model/llama_model.h"
 
 namespace kvbench {
 
@@ -15,7 +15,7 @@ void check_runs_on(const ResolvedSpec& spec, ModelDevice device);
 
 // An empty cache for `spec` where `model`'s forward can use it: host stores on the CPU; on a
 // GPU device stores (dense or KIVI's), with an eviction method's or Quest's decisions made on
-// host copies (cache/cuda/host_policies.h). Reuse across requests does not run on a GPU
+// host copies (methods/cuda/device_cache.h). Reuse across requests does not run on a GPU
 // yet (InputError naming the method).
 KvCache new_cache(const LlamaModel& model, const ResolvedSpec& spec);
 

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 
+#include "cache/kv_cache.h"
+#include "cache/policy.h"
 #include "common/input_error.h"
 #include "harness/model/llama_model.h"
 #include "harness/model/tokenizer.h"
-#include "cache/kv_cache.h"
-#include "cache/policy.h"
 
 namespace kvbench {
 namespace {

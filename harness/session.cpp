@@ -6,18 +6,18 @@
 #include <optional>
 #include <stdexcept>
 
-#include "harness/cache_blend.h"
+#include "cache/registry.h"
 #include "common/elapsed.h"
+#include "common/input_error.h"
+#include "harness/cache_blend.h"
 #include "harness/fidelity.h"
 #include "harness/generate.h"
-#include "common/input_error.h"
 #include "harness/model/chat_template.h"
 #include "harness/model/gguf.h"
 #include "harness/model/llama_model.h"
 #include "harness/model/tokenizer.h"
 #include "harness/reconstruction.h"
 #include "harness/shared_prefill.h"
-#include "cache/registry.h"
 #include "reuse/block_key.h"
 #include "reuse/context_snapshots.h"
 

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "cache/kv_cache.h"
 #include "datasets/sample.h"
 #include "harness/session_mode.h"
-#include "cache/kv_cache.h"
 #include "reuse/prefix_cache.h"
 
 namespace kvbench {

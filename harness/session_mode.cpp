@@ -1,7 +1,7 @@
 #include "harness/session_mode.h"
 
-#include "common/input_error.h"
 #include "cache/registry.h"
+#include "common/input_error.h"
 
 namespace kvbench {
 

@@ -3,9 +3,9 @@
 #include <chrono>
 #include <stdexcept>
 
+#include "cache/full_cache.h"
 #include "common/elapsed.h"
 #include "harness/model/llama_model.h"
-#include "cache/full_cache.h"
 
 namespace kvbench {
 

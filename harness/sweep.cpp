@@ -8,15 +8,15 @@
 #include <set>
 #include <sstream>
 
-#include "datasets/generator.h"
-#include "harness/calibration.h"
+#include "cache/full_cache.h"
+#include "cache/registry.h"
 #include "common/input_error.h"
 #include "common/json_input.h"
+#include "datasets/generator.h"
+#include "harness/calibration.h"
 #include "harness/model/llama_model.h"
 #include "harness/model/model_config.h"
 #include "harness/model/tokenizer.h"
-#include "cache/full_cache.h"
-#include "cache/registry.h"
 #include "results/results_db.h"
 #include "tasks/task_catalog.h"
 

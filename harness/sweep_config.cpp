@@ -5,11 +5,11 @@
 #include <cstdlib>
 #include <set>
 
+#include "cache/registry.h"
 #include "common/files.h"
 #include "common/input_error.h"
 #include "common/json_input.h"
 #include "harness/session_mode.h"
-#include "cache/registry.h"
 #include "tasks/task_catalog.h"
 
 namespace kvbench {

@@ -32,9 +32,9 @@
 #include <string>
 #include <utility>
 
+#include "cache/registry.h"
 #include "common/files.h"
 #include "common/input_error.h"
-#include "cache/registry.h"
 
 namespace kvbench {
 

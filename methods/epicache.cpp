@@ -29,10 +29,10 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/cpu/scores.h"
 #include "cache/budget.h"
 #include "cache/plan_helpers.h"
 #include "cache/registry.h"
+#include "kernels/cpu/scores.h"
 
 namespace kvbench {
 namespace {

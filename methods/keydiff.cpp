@@ -8,11 +8,11 @@
 // this: it scores blocks over a fully prefilled KV (list methods' choices). The default prefill is dense, compressing once at the end of the
 // context, as kvpress's KeyDiffPress alone. Not applied after the context. Kept tokens
 // keep their positions.
-#include "kernels/cpu/scores.h"
 #include "cache/budget.h"
 #include "cache/plan_helpers.h"
 #include "cache/prefill_mode.h"
 #include "cache/registry.h"
+#include "kernels/cpu/scores.h"
 
 namespace kvbench {
 namespace {

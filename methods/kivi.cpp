@@ -4,12 +4,12 @@
 #include <cassert>
 #include <cstring>
 
+#include "cache/full_cache.h"
+#include "cache/registry.h"
 #include "common/input_error.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/kivi_attention.h"
 #include "kernels/cpu/quantize.h"
-#include "cache/full_cache.h"
-#include "cache/registry.h"
 
 namespace kvbench {
 

@@ -5,10 +5,10 @@
 // Applied once to the shared context at ContextEnd; later tokens are appended uncompressed.
 // l2compress re-orders the kept cache by norm; here kept tokens stay in position order and
 // keep their positions.
-#include "kernels/cpu/scores.h"
 #include "cache/budget.h"
 #include "cache/plan_helpers.h"
 #include "cache/registry.h"
+#include "kernels/cpu/scores.h"
 
 namespace kvbench {
 namespace {

@@ -23,11 +23,11 @@
 #include <numeric>
 #include <vector>
 
-#include "kernels/cpu/merge.h"
 #include "cache/budget.h"
 #include "cache/plan_helpers.h"
 #include "cache/query_window.h"
 #include "cache/registry.h"
+#include "kernels/cpu/merge.h"
 
 namespace kvbench {
 

@@ -6,10 +6,10 @@
 #include <cstring>
 #include <string>
 
-#include "common/input_error.h"
-#include "kernels/cpu/attention.h"
 #include "cache/full_cache.h"
 #include "cache/registry.h"
+#include "common/input_error.h"
+#include "kernels/cpu/attention.h"
 
 namespace kvbench {
 

@@ -24,9 +24,9 @@
 #include <memory>
 #include <vector>
 
-#include "kernels/cpu/kvquant.h"
 #include "cache/head_rows.h"
 #include "cache/kv_cache.h"
+#include "kernels/cpu/kvquant.h"
 
 namespace kvbench {
 

@@ -25,12 +25,12 @@
 #include <stdexcept>
 #include <vector>
 
-#include "kernels/cpu/scores.h"
-#include "kernels/cpu/tile_gemm.h"
 #include "cache/allocation.h"
 #include "cache/budget.h"
 #include "cache/plan_helpers.h"
 #include "cache/registry.h"
+#include "kernels/cpu/scores.h"
+#include "kernels/cpu/tile_gemm.h"
 
 namespace kvbench {
 namespace {

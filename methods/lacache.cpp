@@ -33,11 +33,11 @@
 #include <algorithm>
 #include <string>
 
-#include "common/input_error.h"
 #include "cache/budget.h"
-#include "methods/lacache.h"
 #include "cache/plan_helpers.h"
 #include "cache/registry.h"
+#include "common/input_error.h"
+#include "methods/lacache.h"
 
 namespace kvbench {
 namespace {

@@ -4,11 +4,11 @@
 #include <cassert>
 #include <cstring>
 
+#include "cache/full_cache.h"
+#include "cache/registry.h"
 #include "common/input_error.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/kivi_attention.h"
-#include "cache/full_cache.h"
-#include "cache/registry.h"
 
 namespace kvbench {
 

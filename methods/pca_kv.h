@@ -18,9 +18,9 @@
 #include <memory>
 #include <vector>
 
-#include "kernels/cpu/low_rank.h"
 #include "cache/head_rows.h"
 #include "cache/kv_cache.h"
+#include "kernels/cpu/low_rank.h"
 
 namespace kvbench {
 

@@ -42,11 +42,11 @@
 #include <utility>
 #include <vector>
 
-#include "common/input_error.h"
-#include "methods/ivf_index.h"
 #include "cache/plan_helpers.h"
 #include "cache/read_policy.h"
 #include "cache/registry.h"
+#include "common/input_error.h"
+#include "methods/ivf_index.h"
 
 namespace kvbench {
 

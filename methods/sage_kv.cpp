@@ -18,10 +18,10 @@
 #include <cfloat>
 #include <climits>
 
-#include "kernels/cpu/scores.h"
 #include "cache/budget.h"
 #include "cache/plan_helpers.h"
 #include "cache/registry.h"
+#include "kernels/cpu/scores.h"
 
 namespace kvbench {
 namespace {

@@ -28,9 +28,9 @@
 #include <climits>
 #include <string>
 
+#include "cache/plan_helpers.h"
 #include "common/input_error.h"
 #include "kernels/cpu/scores.h"
-#include "cache/plan_helpers.h"
 #include "methods/snapkv.h"
 
 namespace kvbench {

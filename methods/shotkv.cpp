@@ -27,11 +27,11 @@
 #include <numeric>
 #include <string>
 
-#include "kernels/cpu/scores.h"
 #include "cache/budget.h"
 #include "cache/plan_helpers.h"
 #include "cache/query_window.h"
 #include "cache/registry.h"
+#include "kernels/cpu/scores.h"
 
 namespace kvbench {
 namespace {

@@ -24,11 +24,11 @@
 #include <algorithm>
 #include <string>
 
-#include "common/input_error.h"
 #include "cache/budget.h"
 #include "cache/plan_helpers.h"
 #include "cache/query_window.h"
 #include "cache/registry.h"
+#include "common/input_error.h"
 
 namespace kvbench {
 namespace {

@@ -7,13 +7,13 @@
 #include <memory>
 #include <vector>
 
-#include "kernels/cpu/scores.h"
 #include "cache/allocation.h"
 #include "cache/budget.h"
 #include "cache/plan_helpers.h"
 #include "cache/policy.h"
 #include "cache/query_window.h"
 #include "cache/registry.h"
+#include "kernels/cpu/scores.h"
 
 namespace kvbench {
 

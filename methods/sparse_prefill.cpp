@@ -26,9 +26,9 @@
 #include <memory>
 #include <string>
 
+#include "cache/registry.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/scores.h"
-#include "cache/registry.h"
 
 namespace kvbench {
 namespace {

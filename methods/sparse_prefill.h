@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "cache/prefill_attention.h"
 #include "kernels/layouts.h"
 
 namespace kvbench {
@@ -35,10 +36,9 @@ struct BuiltPattern {
   std::vector<int32_t> offsets;  // [n_heads, n_offsets]
 };
 
-class SparsePrefill {
+class SparsePrefill : public PrefillAttention {
  public:
   explicit SparsePrefill(SparsePrefillRule rule) : rule_(rule) {}
-  virtual ~SparsePrefill() = default;
   const SparsePrefillRule& rule() const { return rule_; }
 
   // The pattern of a prefill chunk over `kv` (what is stored, the chunk included).
@@ -48,8 +48,8 @@ class SparsePrefill {
 
   // The chunk's attention with that pattern (attention_sparse_cpu; on a GPU
   // methods/cuda/sparse_prefill.h's, attention_sparse_cuda).
-  virtual AttentionPairs attend(const AttentionQuery& query, const DenseKv& kv,
-                                int64_t prompt_end) const;
+  AttentionPairs attend(const AttentionQuery& query, const DenseKv& kv,
+                        int64_t prompt_end) const override;
 
  private:
   SparsePrefillRule rule_;

@@ -8,11 +8,11 @@
 #include <algorithm>
 #include <string>
 
-#include "common/input_error.h"
 #include "cache/budget.h"
 #include "cache/plan_helpers.h"
 #include "cache/prefill_mode.h"
 #include "cache/registry.h"
+#include "common/input_error.h"
 
 namespace kvbench {
 namespace {

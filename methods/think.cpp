@@ -21,11 +21,11 @@
 #include <numeric>
 #include <string>
 
-#include "common/input_error.h"
-#include "kernels/cpu/attention.h"
 #include "cache/full_cache.h"
 #include "cache/plan_helpers.h"
 #include "cache/registry.h"
+#include "common/input_error.h"
+#include "kernels/cpu/attention.h"
 
 namespace kvbench {
 

@@ -6,10 +6,10 @@
 // last token to stay; the original does not). Kept tokens keep their positions.
 #include <algorithm>
 
-#include "kernels/cpu/scores.h"
 #include "cache/budget.h"
 #include "cache/plan_helpers.h"
 #include "cache/registry.h"
+#include "kernels/cpu/scores.h"
 
 namespace kvbench {
 namespace {

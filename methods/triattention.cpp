@@ -40,10 +40,10 @@
 #include <complex>
 #include <string>
 
-#include "common/input_error.h"
 #include "cache/budget.h"
 #include "cache/plan_helpers.h"
 #include "cache/registry.h"
+#include "common/input_error.h"
 
 namespace kvbench {
 namespace {

@@ -30,11 +30,11 @@
 #include <numeric>
 #include <vector>
 
-#include "common/input_error.h"
 #include "cache/budget.h"
 #include "cache/plan_helpers.h"
 #include "cache/query_window.h"
 #include "cache/registry.h"
+#include "common/input_error.h"
 
 namespace kvbench {
 

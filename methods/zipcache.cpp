@@ -5,12 +5,12 @@
 #include <cmath>
 #include <cstring>
 
-#include "common/input_error.h"
-#include "kernels/cpu/attention.h"
-#include "kernels/cpu/scores.h"
 #include "cache/full_cache.h"
 #include "cache/plan_helpers.h"
 #include "cache/registry.h"
+#include "common/input_error.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/scores.h"
 
 namespace kvbench {
 

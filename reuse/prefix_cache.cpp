@@ -3,8 +3,8 @@
 #include <chrono>
 #include <stdexcept>
 
-#include "common/elapsed.h"
 #include "cache/registry.h"
+#include "common/elapsed.h"
 #include "reuse/block_key.h"
 #include "reuse/kv_block.h"
 

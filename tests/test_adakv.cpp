@@ -8,10 +8,10 @@
 #include <random>
 #include <vector>
 
-#include "common/input_error.h"
 #include "cache/allocation.h"
 #include "cache/full_cache.h"
 #include "cache/registry.h"
+#include "common/input_error.h"
 #include "tests/cache_feed.h"
 #include "tests/kept_positions.h"
 #include "tests/retain_plans.h"

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "cache/registry.h"
 #include "common/input_error.h"
 #include "harness/session.h"
-#include "cache/registry.h"
 #include "prefix_requests.h"
 #include "reuse/tiered_store.h"
 

@@ -9,13 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "cache/full_cache.h"
+#include "common/input_error.h"
 #include "gguf_writer.h"
 #include "harness/cache_blend.h"
-#include "common/input_error.h"
 #include "harness/model/llama_model.h"
 #include "harness/model/tokenizer.h"
 #include "kernels/cpu/layer_ops.h"
-#include "cache/full_cache.h"
 
 using namespace kvbench;
 

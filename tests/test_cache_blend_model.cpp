@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "cache/full_cache.h"
 #include "datasets/generator.h"
 #include "harness/cache_blend.h"
 #include "harness/model/llama_model.h"
 #include "harness/model/tokenizer.h"
-#include "cache/full_cache.h"
 #include "model_path.h"
 
 using namespace kvbench;

@@ -11,9 +11,9 @@
 #include <map>
 #include <string>
 
+#include "cache/registry.h"
 #include "cli_run.h"
 #include "gguf_writer.h"
-#include "cache/registry.h"
 #include "results/results_db.h"
 
 using namespace kvbench;

@@ -7,9 +7,9 @@
 #include <random>
 #include <vector>
 
+#include "cache/registry.h"
 #include "kernels/cpu/kivi_attention.h"
 #include "methods/kivi.h"
-#include "cache/registry.h"
 #include "tests/cache_feed.h"
 
 using namespace kvbench;

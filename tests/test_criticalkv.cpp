@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "cache/registry.h"
 #include "common/input_error.h"
 #include "harness/model/llama_model.h"
-#include "cache/registry.h"
 #include "tests/cache_feed.h"
 #include "tests/gguf_writer.h"
 #include "tests/kept_positions.h"

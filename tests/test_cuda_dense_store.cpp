@@ -17,9 +17,9 @@
 #include <utility>
 #include <vector>
 
-#include "cuda_device.h"
 #include "cache/cuda/dense_store.h"
 #include "cache/full_cache.h"
+#include "cuda_device.h"
 #include "page_picks.h"
 #include "random_floats.h"
 #include "retain_plans.h"

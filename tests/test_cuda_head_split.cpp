@@ -12,13 +12,13 @@
 #include <memory>
 #include <vector>
 
-#include "cuda_device.h"
-#include "methods/cuda/kivi_store.h"
 #include "cache/cuda/narrow_store.h"
 #include "cache/cuda/row_memory.h"
 #include "cache/head_split.h"
-#include "methods/kivi.h"
 #include "cache/narrow_kv.h"
+#include "cuda_device.h"
+#include "methods/cuda/kivi_store.h"
+#include "methods/kivi.h"
 #include "random_floats.h"
 #include "retain_plans.h"
 

@@ -19,11 +19,11 @@
 #include <string>
 #include <vector>
 
+#include "cache/registry.h"
 #include "cuda_device.h"
-#include "cache/cuda/host_policies.h"
+#include "methods/cuda/device_cache.h"
 #include "methods/cuda/kivi_store.h"
 #include "methods/kivi.h"
-#include "cache/registry.h"
 #include "page_picks.h"
 #include "random_floats.h"
 #include "retain_plans.h"

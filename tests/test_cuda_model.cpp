@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "cache/registry.h"
 #include "cuda_device.h"
 #include "harness/generate.h"
 #include "harness/model/llama_model.h"
 #include "harness/model/tokenizer.h"
 #include "harness/model_cache.h"
-#include "cache/registry.h"
 #include "model_path.h"
 
 using namespace kvbench;

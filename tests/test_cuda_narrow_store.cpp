@@ -13,11 +13,11 @@
 #include <random>
 #include <vector>
 
-#include "cuda_device.h"
-#include "cache/cuda/host_policies.h"
 #include "cache/cuda/narrow_store.h"
 #include "cache/narrow_kv.h"
 #include "cache/registry.h"
+#include "cuda_device.h"
+#include "methods/cuda/device_cache.h"
 #include "page_picks.h"
 #include "random_floats.h"
 #include "retain_plans.h"

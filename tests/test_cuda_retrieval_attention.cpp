@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "cuda_device.h"
-#include "cache/cuda/host_policies.h"
 #include "cache/registry.h"
+#include "cuda_device.h"
+#include "methods/cuda/device_cache.h"
 
 using namespace kvbench;
 using kvbench::testing::Device;

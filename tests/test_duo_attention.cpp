@@ -11,10 +11,10 @@
 #include <numeric>
 #include <random>
 
+#include "cache/registry.h"
 #include "common/input_error.h"
 #include "harness/head_probe.h"
 #include "methods/duo_attention.h"
-#include "cache/registry.h"
 #include "tests/cache_feed.h"
 #include "tests/gguf_writer.h"
 #include "tests/kept_positions.h"

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "common/input_error.h"
 #include "cache/registry.h"
+#include "common/input_error.h"
 #include "tests/cache_feed.h"
 #include "tests/kept_positions.h"
 

@@ -9,12 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "cache/full_cache.h"
+#include "cache/registry.h"
 #include "common/input_error.h"
 #include "harness/model/llama_model.h"
 #include "harness/model_cache.h"
 #include "harness/shared_prefill.h"
-#include "cache/full_cache.h"
-#include "cache/registry.h"
 #include "tests/cache_feed.h"
 #include "tests/gguf_writer.h"
 #include "tests/kept_positions.h"

@@ -8,11 +8,11 @@
 #include <cmath>
 #include <string>
 
+#include "cache/registry.h"
 #include "datasets/sample.h"
 #include "harness/model/llama_model.h"
 #include "harness/model/tokenizer.h"
 #include "harness/model_cache.h"
-#include "cache/registry.h"
 #include "model_path.h"
 
 using namespace kvbench;

@@ -11,13 +11,13 @@
 #include <random>
 #include <vector>
 
-#include "harness/model_cache.h"  // check_runs_on
-#include "kernels/cpu/narrow.h"
 #include "cache/full_cache.h"
 #include "cache/head_split.h"
-#include "methods/kivi.h"
 #include "cache/narrow_kv.h"
 #include "cache/registry.h"
+#include "harness/model_cache.h"  // check_runs_on
+#include "kernels/cpu/narrow.h"
+#include "methods/kivi.h"
 #include "tests/cache_feed.h"
 #include "tests/retain_plans.h"
 

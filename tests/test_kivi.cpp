@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/kivi_attention.h"
 #include "cache/full_cache.h"
-#include "methods/kivi.h"
 #include "cache/registry.h"
+#include "kernels/cpu/kivi_attention.h"
+#include "methods/kivi.h"
 #include "tests/cache_feed.h"
 
 using namespace kvbench;

@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/attention.h"
 #include "cache/full_cache.h"
 #include "cache/plan_helpers.h"
 #include "cache/registry.h"
+#include "kernels/cpu/attention.h"
 #include "random_floats.h"
 
 using namespace kvbench;

@@ -11,13 +11,13 @@
 #include <set>
 #include <vector>
 
+#include "cache/full_cache.h"
+#include "cache/registry.h"
 #include "common/input_error.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/kvquant.h"
 #include "kernels/cpu/layer_ops.h"
-#include "cache/full_cache.h"
 #include "methods/kvquant_keys.h"
-#include "cache/registry.h"
 #include "tests/cache_feed.h"
 
 using namespace kvbench;

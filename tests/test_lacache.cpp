@@ -8,9 +8,9 @@
 #include <set>
 #include <vector>
 
+#include "cache/registry.h"
 #include "common/input_error.h"
 #include "methods/lacache.h"
-#include "cache/registry.h"
 #include "tests/cache_feed.h"
 #include "tests/kept_positions.h"
 

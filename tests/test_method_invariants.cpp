@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "harness/model/llama_model.h"
-#include "harness/reconstruction.h"
 #include "cache/full_cache.h"
 #include "cache/registry.h"
+#include "harness/model/llama_model.h"
+#include "harness/reconstruction.h"
 #include "tests/gguf_writer.h"
 
 using namespace kvbench;

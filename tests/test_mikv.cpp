@@ -8,12 +8,12 @@
 #include <set>
 #include <vector>
 
+#include "cache/full_cache.h"
+#include "cache/registry.h"
 #include "common/input_error.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/kivi_attention.h"
-#include "cache/full_cache.h"
 #include "methods/mikv.h"
-#include "cache/registry.h"
 #include "tests/cache_feed.h"
 #include "tests/random_floats.h"
 

@@ -9,13 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "cache/full_cache.h"
+#include "cache/narrow_kv.h"
+#include "cache/registry.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/half.h"
 #include "kernels/cpu/layer_ops.h"
 #include "kernels/cpu/narrow.h"
-#include "cache/full_cache.h"
-#include "cache/narrow_kv.h"
-#include "cache/registry.h"
 #include "tests/attention_problem.h"
 #include "tests/cache_feed.h"
 

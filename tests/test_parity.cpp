@@ -18,9 +18,9 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "cache/full_cache.h"
 #include "harness/model/llama_model.h"
 #include "harness/model/tokenizer.h"
-#include "cache/full_cache.h"
 #include "model_path.h"
 
 using namespace kvbench;

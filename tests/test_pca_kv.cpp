@@ -7,11 +7,11 @@
 #include <random>
 #include <vector>
 
+#include "cache/full_cache.h"
+#include "cache/registry.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/low_rank.h"
-#include "cache/full_cache.h"
 #include "methods/pca_kv.h"
-#include "cache/registry.h"
 #include "tests/attention_problem.h"
 #include "tests/cache_feed.h"
 

@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "common/input_error.h"
-#include "kernels/cpu/scores.h"
 #include "cache/full_cache.h"
 #include "cache/plan_helpers.h"
 #include "cache/registry.h"
+#include "common/input_error.h"
+#include "kernels/cpu/scores.h"
 #include "tests/cache_feed.h"
 #include "tests/kept_positions.h"
 

@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "common/input_error.h"
 #include "cache/registry.h"
+#include "common/input_error.h"
 #include "tests/kept_positions.h"
 
 using namespace kvbench;

@@ -9,13 +9,13 @@
 #include <memory>
 #include <string>
 
-#include "gguf_writer.h"
-#include "prefix_requests.h"
-#include "common/input_error.h"
-#include "harness/model/llama_model.h"
-#include "harness/session.h"
 #include "cache/full_cache.h"
 #include "cache/registry.h"
+#include "common/input_error.h"
+#include "gguf_writer.h"
+#include "harness/model/llama_model.h"
+#include "harness/session.h"
+#include "prefix_requests.h"
 #include "reuse/block_codec.h"
 #include "reuse/block_key.h"
 #include "reuse/cachegen_codec.h"

@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "cache/full_cache.h"
 #include "gguf_writer.h"
-#include "prefix_requests.h"
 #include "harness/model/llama_model.h"
 #include "harness/session.h"
-#include "cache/full_cache.h"
+#include "prefix_requests.h"
 #include "reuse/prefix_cache.h"
 #include "tests/redis_server.h"
 

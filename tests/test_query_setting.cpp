@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "cache/registry.h"
 #include "common/input_error.h"
 #include "harness/session.h"
 #include "harness/shared_prefill.h"
 #include "harness/sweep_config.h"
-#include "cache/registry.h"
 #include "prefix_requests.h"
 
 using namespace kvbench;

@@ -6,9 +6,9 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/cpu/attention.h"
 #include "cache/full_cache.h"
 #include "cache/registry.h"
+#include "kernels/cpu/attention.h"
 #include "tests/cache_feed.h"
 
 using namespace kvbench;

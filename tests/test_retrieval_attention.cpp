@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "common/input_error.h"
 #include "cache/full_cache.h"
-#include "methods/ivf_index.h"
 #include "cache/registry.h"
+#include "common/input_error.h"
+#include "methods/ivf_index.h"
 #include "tests/cache_feed.h"
 
 using namespace kvbench;

@@ -9,13 +9,13 @@
 #include <numeric>
 #include <string>
 
+#include "cache/registry.h"
+#include "common/input_error.h"
 #include "gguf_writer.h"
 #include "harness/fidelity.h"
-#include "common/input_error.h"
 #include "harness/model/llama_model.h"
 #include "harness/model/tokenizer.h"
 #include "harness/session.h"
-#include "cache/registry.h"
 
 using namespace kvbench;
 

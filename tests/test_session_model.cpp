@@ -5,13 +5,13 @@
 #include <algorithm>
 #include <string>
 
+#include "cache/registry.h"
+#include "datasets/generator.h"
 #include "datasets/sample.h"
+#include "harness/evaluation.h"
 #include "harness/model/llama_model.h"
 #include "harness/session.h"
-#include "cache/registry.h"
 #include "model_path.h"
-#include "datasets/generator.h"
-#include "harness/evaluation.h"
 #include "tests/same_turns.h"
 
 using namespace kvbench;

@@ -7,12 +7,12 @@
 #include <string>
 #include <vector>
 
+#include "cache/registry.h"
 #include "gguf_writer.h"
 #include "harness/evaluation.h"
 #include "harness/model/llama_model.h"
 #include "harness/session.h"
 #include "harness/shared_prefill.h"
-#include "cache/registry.h"
 #include "tests/same_turns.h"
 
 using namespace kvbench;

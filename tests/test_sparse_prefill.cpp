@@ -11,13 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "cache/full_cache.h"
+#include "cache/registry.h"
 #include "common/input_error.h"
 #include "harness/model/llama_model.h"
 #include "harness/model_cache.h"
 #include "harness/shared_prefill.h"
 #include "kernels/cpu/attention.h"
-#include "cache/full_cache.h"
-#include "cache/registry.h"
 #include "methods/sparse_prefill.h"
 #include "tests/attention_problem.h"
 #include "tests/gguf_writer.h"

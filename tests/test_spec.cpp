@@ -5,10 +5,10 @@
 #include <random>
 #include <string>
 
-#include "cache_feed.h"
-#include "common/input_error.h"
 #include "cache/budget.h"
 #include "cache/registry.h"
+#include "cache_feed.h"
+#include "common/input_error.h"
 
 using namespace kvbench;
 

@@ -7,10 +7,10 @@
 #include <random>
 #include <vector>
 
-#include "common/input_error.h"
-#include "kernels/cpu/attention.h"
 #include "cache/full_cache.h"
 #include "cache/registry.h"
+#include "common/input_error.h"
+#include "kernels/cpu/attention.h"
 #include "methods/think.h"
 #include "tests/attention_problem.h"
 #include "tests/cache_feed.h"

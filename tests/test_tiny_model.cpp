@@ -7,13 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "cache/full_cache.h"
 #include "gguf_writer.h"
 #include "harness/generate.h"
 #include "harness/model/dequant.h"
 #include "harness/model/gguf.h"
 #include "harness/model/llama_model.h"
 #include "harness/model/tokenizer.h"
-#include "cache/full_cache.h"
 
 using namespace kvbench;
 using testing::TinyLlamaSpec;

@@ -6,8 +6,8 @@
 #include <random>
 #include <vector>
 
-#include "common/input_error.h"
 #include "cache/registry.h"
+#include "common/input_error.h"
 #include "methods/uncomp.h"
 #include "tests/cache_feed.h"
 

@@ -8,10 +8,10 @@
 #include <set>
 #include <vector>
 
-#include "common/input_error.h"
-#include "kernels/cpu/attention.h"
 #include "cache/full_cache.h"
 #include "cache/registry.h"
+#include "common/input_error.h"
+#include "kernels/cpu/attention.h"
 #include "methods/zipcache.h"
 #include "tests/cache_feed.h"
 

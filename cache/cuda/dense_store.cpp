@@ -4,10 +4,10 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernels/cuda/attention.h"
-#include "kernels/cuda/gather.h"
 #include "cache/full_cache.h"
 #include "cache/plan_helpers.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/gather.h"
 
 namespace kvbench {
 namespace {

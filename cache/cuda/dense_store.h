@@ -10,8 +10,8 @@
 #include <memory>
 #include <vector>
 
-#include "kernels/cuda/device_buffer.h"
 #include "cache/kv_cache.h"
+#include "kernels/cuda/device_buffer.h"
 
 namespace kvbench {
 

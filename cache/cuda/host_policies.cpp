@@ -4,14 +4,6 @@
 
 #include "common/input_error.h"
 #include "kernels/cuda/scores.h"
-#include "cache/cuda/dense_store.h"
-#include "methods/cuda/kivi_store.h"
-#include "cache/cuda/narrow_store.h"
-#include "cache/cuda/row_memory.h"
-#include "methods/cuda/sparse_prefill.h"
-#include "cache/head_split.h"
-#include "methods/kivi.h"
-#include "cache/registry.h"
 
 namespace kvbench {
 
@@ -148,42 +140,6 @@ const PageSelection* HostReaderOnDevice::select(int32_t layer, const AttentionQu
   pages_.upload(chosen->pages, n);
   selection_ = PageSelection{pages_.data(), chosen->n_selected, chosen->page_tokens};
   return &selection_;
-}
-
-KvCache make_cuda_cache(const ResolvedSpec& spec, const KvShape& shape) {
-  CacheParts parts = make_cache_parts(spec, shape);
-  std::vector<std::unique_ptr<LayerKv>> layers = make_cuda_dense_layers(shape);
-  bool ragged = false;  // then a storage method's stores hold their heads apart, as on the host
-  for (const auto& component : spec.components) {
-    ragged = ragged || makes_ragged_heads(*component.first);
-  }
-  for (const auto& [info, params] : spec.components) {
-    if (info->kind != MethodKind::Storage) continue;
-    if (info->name == "kivi") {
-      layers = make_cuda_kivi_layers(shape, kivi_config_from(params));
-    } else if (const std::optional<KvElement> element = narrow_method_element(info->name)) {
-      layers = make_cuda_narrow_layers(shape, *element);
-    } else {
-      throw InputError("method '" + info->name + "' does not run on --device cuda yet");
-    }
-    if (ragged) {  // the dense device store holds them itself
-      layers = split_heads_on_ragged_plans(std::move(layers), shape.n_kv_heads, shape.head_dim,
-                                           device_memory());
-    }
-  }
-  std::unique_ptr<TokenPolicy> policy;
-  if (parts.policy) policy = std::make_unique<HostPolicyOnDevice>(std::move(parts.policy));
-  std::unique_ptr<ReadPolicy> reader;
-  if (parts.reader) {
-    reader = std::make_unique<HostReaderOnDevice>(std::move(parts.reader), shape.n_kv_heads,
-                                                  shape.head_dim);
-  }
-  KvCache cache(shape, std::move(layers), std::move(policy), std::move(reader));
-  // A sparse prefill attends on the device (its pattern chosen on the host).
-  if (parts.prefill) {
-    cache.set_sparse_prefill(std::make_shared<const SparsePrefillOnDevice>(parts.prefill->rule()));
-  }
-  return cache;
 }
 
 }  // namespace kvbench

@@ -17,10 +17,10 @@
 #include <memory>
 #include <vector>
 
-#include "kernels/cuda/device_buffer.h"
 #include "cache/kv_cache.h"
 #include "cache/policy.h"
 #include "cache/read_policy.h"
+#include "kernels/cuda/device_buffer.h"
 
 namespace kvbench {
 
@@ -74,11 +74,5 @@ class HostReaderOnDevice : public ReadPolicy {
   DeviceBuffer<int32_t> pages_;  // the last selection's pages on the device
   PageSelection selection_{};
 };
-
-// The cache of one sequence for `spec` with the model on a GPU: device stores (dense, KIVI's
-// packed blocks, or fp16/bf16/fp8 rows), the spec's policy or read policy wrapped as above, and
-// its sparse prefill on the device (methods/cuda/sparse_prefill.h).
-// Throws InputError naming the method for components that cannot run there yet (reuse, tiers).
-KvCache make_cuda_cache(const ResolvedSpec& spec, const KvShape& shape);
 
 }  // namespace kvbench

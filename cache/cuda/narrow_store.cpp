@@ -4,10 +4,10 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernels/cpu/narrow.h"
-#include "kernels/cuda/attention.h"
 #include "cache/full_cache.h"
 #include "cache/plan_helpers.h"
+#include "kernels/cpu/narrow.h"
+#include "kernels/cuda/attention.h"
 
 namespace kvbench {
 namespace {

@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
+#include "cache/kv_cache.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/narrow.h"
-#include "cache/kv_cache.h"
 
 namespace kvbench {
 

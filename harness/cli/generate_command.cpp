@@ -6,15 +6,15 @@
 #include <cstdio>
 #include <iostream>
 
+#include "cache/registry.h"
 #include "harness/cli/commands.h"
 #include "harness/generate.h"
+#include "harness/head_probe.h"
 #include "harness/model/chat_template.h"
 #include "harness/model/gguf.h"
 #include "harness/model/llama_model.h"
 #include "harness/model/tokenizer.h"
 #include "harness/model_cache.h"
-#include "harness/head_probe.h"
-#include "cache/registry.h"
 
 namespace kvbench {
 

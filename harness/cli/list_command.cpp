@@ -8,14 +8,14 @@
 #include <filesystem>
 #include <set>
 
+#include "cache/registry.h"
 #include "datasets/corpus.h"
 #include "datasets/generator.h"
-#include "tasks/task_catalog.h"
 #include "harness/cli/commands.h"
 #include "harness/model/gguf.h"
 #include "harness/model/known_models.h"
 #include "harness/model/model_config.h"
-#include "cache/registry.h"
+#include "tasks/task_catalog.h"
 
 namespace kvbench {
 

@@ -11,18 +11,18 @@
 #include <string>
 #include <vector>
 
+#include "cache/registry.h"
+#include "common/input_error.h"
 #include "datasets/generator.h"
 #include "datasets/sample.h"
 #include "harness/cli/commands.h"
 #include "harness/cli/turn_table.h"
 #include "harness/evaluation.h"
-#include "common/input_error.h"
+#include "harness/head_probe.h"
 #include "harness/model/llama_model.h"
 #include "harness/model/model_config.h"
 #include "harness/model_cache.h"
 #include "harness/sweep.h"
-#include "harness/head_probe.h"
-#include "cache/registry.h"
 #include "tasks/task_catalog.h"
 
 namespace kvbench {

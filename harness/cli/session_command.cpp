@@ -10,9 +10,10 @@
 #include <memory>
 #include <string>
 
+#include "cache/registry.h"
+#include "common/input_error.h"
 #include "datasets/sample.h"
 #include "harness/cli/commands.h"
-#include "common/input_error.h"
 #include "harness/cli/turn_table.h"
 #include "harness/evaluation.h"
 #include "harness/head_probe.h"
@@ -20,7 +21,6 @@
 #include "harness/model_cache.h"
 #include "harness/session.h"
 #include "harness/session_mode.h"
-#include "cache/registry.h"
 
 namespace kvbench {
 

@@ -15,18 +15,18 @@
 #include <string>
 #include <vector>
 
-#include "harness/cli/commands.h"
-#include "harness/calibration.h"
+#include "cache/registry.h"
 #include "common/input_error.h"
+#include "common/sha256.h"
+#include "harness/calibration.h"
+#include "harness/cli/commands.h"
 #include "harness/head_probe.h"
 #include "harness/model/known_models.h"
 #include "harness/model/llama_model.h"
 #include "harness/model_cache.h"
 #include "harness/sweep.h"
-#include "cache/registry.h"
 #include "results/results_db.h"
 #include "results/writer_lock.h"
-#include "common/sha256.h"
 
 namespace kvbench {
 

@@ -32,9 +32,9 @@
 #include <memory>
 #include <vector>
 
+#include "cache/kv_cache.h"
 #include "harness/model/model_config.h"
 #include "harness/model/model_dtype.h"
-#include "cache/kv_cache.h"
 
 namespace kvbench {
 

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "cache/kv_cache.h"
 #include "harness/model/model_config.h"
 #include "harness/model/model_dtype.h"
-#include "cache/kv_cache.h"
 
 namespace kvbench {
 

@@ -4,14 +4,14 @@
 #include <stdexcept>
 #include <string>
 
+#include "cache/cuda/dense_store.h"  // append_projection_rows
+#include "cache/full_cache.h"        // selected_slots, kept_slot_order
+#include "cache/plan_helpers.h"
 #include "kernels/cpu/kivi_attention.h"  // kivi_block_bytes
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/gather.h"
 #include "kernels/cuda/kivi_attention.h"
 #include "kernels/cuda/quantize.h"
-#include "cache/cuda/dense_store.h"  // append_projection_rows
-#include "cache/full_cache.h"        // selected_slots, kept_slot_order
-#include "cache/plan_helpers.h"
 
 namespace kvbench {
 namespace {

@@ -17,9 +17,9 @@
 #include <memory>
 #include <vector>
 
+#include "cache/kv_cache.h"
 #include "kernels/cuda/device_buffer.h"
 #include "methods/kivi.h"
-#include "cache/kv_cache.h"
 
 namespace kvbench {
 

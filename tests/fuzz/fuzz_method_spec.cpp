@@ -8,8 +8,8 @@
 #include <string>
 
 #include "../cache_feed.h"
-#include "fuzz_check.h"
 #include "cache/registry.h"
+#include "fuzz_check.h"
 
 using namespace kvbench;
 
