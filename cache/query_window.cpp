@@ -33,16 +33,20 @@ void QueryWindow::observe(const AttentionQuery& query, int32_t head_dim) {
   }
 }
 
-std::vector<float> QueryWindow::head_scores(const DenseKv& kv) const {
-  if (n_rows_ == 0) return {};
-  std::vector<float> scores(static_cast<size_t>(n_heads_ * kv.n_tokens), 0.f);
-  AttentionQuery window_query{};  // scores only: no output
+AttentionQuery QueryWindow::query() const {
+  AttentionQuery window_query{};
   window_query.q = q_.data();
   window_query.q_positions = positions_.data();
   window_query.n_queries = static_cast<int32_t>(n_rows_);
   window_query.n_heads = n_heads_;
   window_query.scale = scale_;
-  attention_scores_cpu(window_query, kv, scores.data());
+  return window_query;
+}
+
+std::vector<float> QueryWindow::head_scores(const DenseKv& kv) const {
+  if (n_rows_ == 0) return {};
+  std::vector<float> scores(static_cast<size_t>(n_heads_ * kv.n_tokens), 0.f);
+  attention_scores_cpu(query(), kv, scores.data());
   return scores;
 }
 

@@ -17,6 +17,8 @@ class QueryWindow {
 
   void observe(const AttentionQuery& query, int32_t head_dim);
   int64_t n_rows() const { return n_rows_; }
+  // The held rows as a query (scores only: no output), valid while the window lives.
+  AttentionQuery query() const;
   // Softmax attention each slot receives from the held rows (causal by position), the GQA
   // group's query heads averaged per KV head: [kv.n_kv_heads, kv.n_tokens]; zeros when no
   // row is held.

@@ -1,8 +1,11 @@
 #include "cache/registry.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <iterator>
 #include <map>
 
 #include "cache/full_cache.h"
@@ -292,6 +295,87 @@ const MethodParams* ResolvedSpec::find(MethodKind kind) const {
     if (info->kind == kind) return &params;
   }
   return nullptr;
+}
+
+namespace {
+
+std::deque<MethodInfo>& registry() {
+  static std::deque<MethodInfo> methods = [] {
+    std::vector<MethodInfo> builtin = builtin_methods();
+    return std::deque<MethodInfo>(std::make_move_iterator(builtin.begin()),
+                                  std::make_move_iterator(builtin.end()));
+  }();
+  return methods;
+}
+
+bool valid_method_name(const std::string& name) {
+  if (name.empty() || name.size() > 64 || !std::islower(static_cast<unsigned char>(name[0]))) {
+    return false;
+  }
+  return std::all_of(name.begin(), name.end(), [](unsigned char c) {
+    return std::islower(c) || std::isdigit(c) || c == '_';
+  });
+}
+
+// The factory a method of `kind` must give, or nullptr for kinds a plugin cannot add.
+const char* missing_factory(const MethodInfo& m) {
+  switch (m.kind) {
+    case MethodKind::Eviction: return m.make_policy ? "" : "make_policy";
+    case MethodKind::Storage: return m.make_layers ? "" : "make_layers";
+    case MethodKind::Retrieval: return m.make_reader ? "" : "make_reader";
+    case MethodKind::Allocation: return m.make_allocation ? "" : "make_allocation";
+    case MethodKind::Prefill: return m.make_prefill ? "" : "make_prefill";
+    default: return nullptr;
+  }
+}
+
+}  // namespace
+
+const std::deque<MethodInfo>& method_registry() { return registry(); }
+
+void register_methods(std::vector<MethodInfo> methods, const std::string& plugin,
+                      const std::string& plugin_sha256) {
+  std::vector<std::string> names;
+  for (const MethodInfo& m : methods) {
+    if (!valid_method_name(m.name)) {
+      throw InputError("method name '" + m.name +
+                       "' is not lower-case letters, digits and '_' starting with a letter");
+    }
+    if (const MethodInfo* known = find_method(m.name)) {
+      throw InputError("method '" + m.name + "' is already registered (" +
+                       (known->plugin.empty() ? "built into kvbench" : "by " + known->plugin) +
+                       ")");
+    }
+    if (std::find(names.begin(), names.end(), m.name) != names.end()) {
+      throw InputError("method '" + m.name + "' is registered twice");
+    }
+    names.push_back(m.name);
+    const char* factory = missing_factory(m);
+    if (factory == nullptr) {
+      throw InputError("method '" + m.name +
+                       "': a plugin adds eviction, storage, retrieval, allocation or prefill "
+                       "methods (full, reuse, tiers and pinning are the session's)");
+    }
+    if (*factory != '\0') {
+      throw InputError("method '" + m.name + "' has no " + factory + " for its kind");
+    }
+    std::vector<std::string> param_names;
+    for (const ParamInfo& p : m.params) {
+      if (!valid_method_name(p.name)) {
+        throw InputError("method '" + m.name + "': parameter name '" + p.name +
+                         "' is not lower-case letters, digits and '_'");
+      }
+      if (std::find(param_names.begin(), param_names.end(), p.name) != param_names.end()) {
+        throw InputError("method '" + m.name + "': parameter '" + p.name + "' given twice");
+      }
+      param_names.push_back(p.name);
+    }
+  }
+  for (MethodInfo& m : methods) {
+    m.plugin = plugin;
+    m.plugin_sha256 = plugin_sha256;
+    registry().push_back(std::move(m));
+  }
 }
 
 const MethodInfo* find_method(const std::string& name) {

@@ -4,10 +4,12 @@
 //
 // Adding a method: write methods/<name>.cpp with its TokenPolicy and a
 // `MethodInfo <name>_method()` function, declare it in methods/method_list.cpp and add it
-// to the list there.
+// to the list there. Out of the tree, a plugin registers its methods at run time
+// (cache/plugin_api.h; docs/methods.md, "Write your own method").
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -103,7 +105,7 @@ enum class MethodKind {
 };
 
 struct MethodInfo {
-  std::string name;
+  std::string name;  // lower-case letters, digits and '_', starting with a letter
   MethodKind kind = MethodKind::Eviction;
   std::string stage;    // e.g. "2 (after prefill) + decode"
   std::string summary;  // one line: what it keeps
@@ -155,11 +157,26 @@ struct MethodInfo {
       make_allocated_policy;
   // A prefill method's attention (cache/prefill_attention.h; methods/sparse_prefill.h).
   std::function<std::shared_ptr<const PrefillAttention>(const MethodParams&)> make_prefill;
+  // Filled in by the registry: the file name and sha256 of the plugin that registered the
+  // method; empty for a method built into kvbench.
+  std::string plugin;
+  std::string plugin_sha256;
 };
 
-// Every registered method, in listing order (methods/method_list.cpp).
-const std::vector<MethodInfo>& method_registry();
+// The methods built into kvbench, in listing order (methods/method_list.cpp).
+std::vector<MethodInfo> builtin_methods();
+// Every registered method: the built-in ones, then those plugins added, in the order they
+// came. Entries never move: a MethodInfo* stays valid while the program runs.
+const std::deque<MethodInfo>& method_registry();
 const MethodInfo* find_method(const std::string& name);
+
+// Adds a plugin's methods, all or none (MethodInfo::plugin and plugin_sha256 set from the
+// arguments). Throws InputError naming the method when a name is malformed or already
+// registered (built in, by another plugin, or twice in `methods`), a parameter name repeats,
+// or a kind is one a plugin cannot add (full, reuse, tiers, pinning: the session drives
+// those) or lacks its factory.
+void register_methods(std::vector<MethodInfo> methods, const std::string& plugin,
+                      const std::string& plugin_sha256);
 
 // A parsed and validated spec: components with their infos and parameters.
 struct ResolvedSpec {

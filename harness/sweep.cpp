@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -351,12 +352,27 @@ SweepProgress run_sweep(const LlamaModel& model, const SweepConfig& config, cons
 std::string run_config_json(const SweepConfig& config, ModelDtype dtype,
                             DecodeActivations decode_activations) {
   const std::string canonical = canonical_config_json(config);
-  if (dtype == ModelDtype::Fp32 && decode_activations == DecodeActivations::Fp32) {
-    return canonical;  // as before numerics were recorded, so older dbs still resume
+  // The plugins the sweep's methods come from, by file name and sha256: a rebuilt plugin
+  // is another method, so a db of the old one refuses to resume with it.
+  std::map<std::string, std::string> plugins;  // sha256 -> file
+  for (const SweepMethod& m : sweep_methods(config)) {
+    for (const auto& [info, params] : resolve_method_spec(m.spec).components) {
+      if (!info->plugin.empty()) plugins[info->plugin_sha256] = info->plugin;
+    }
+  }
+  const bool default_numerics =
+      dtype == ModelDtype::Fp32 && decode_activations == DecodeActivations::Fp32;
+  if (default_numerics && plugins.empty()) {
+    return canonical;  // as before numerics and plugins were recorded: older dbs resume
   }
   nlohmann::json root = nlohmann::json::parse(canonical);
-  root["numerics"] = {{"dtype", dtype_name(dtype)},
-                      {"decode_activations", decode_activations_name(decode_activations)}};
+  if (!default_numerics) {
+    root["numerics"] = {{"dtype", dtype_name(dtype)},
+                        {"decode_activations", decode_activations_name(decode_activations)}};
+  }
+  for (const auto& [sha256, file] : plugins) {
+    root["plugins"].push_back({{"file", file}, {"sha256", sha256}});
+  }
   return dump_json(root);
 }
 

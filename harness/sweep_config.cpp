@@ -3,12 +3,14 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <set>
 
 #include "cache/registry.h"
 #include "common/files.h"
 #include "common/input_error.h"
 #include "common/json_input.h"
+#include "harness/plugins.h"
 #include "harness/session_mode.h"
 #include "tasks/task_catalog.h"
 
@@ -250,6 +252,20 @@ SweepConfig parse_sweep_config(const std::string& json_text, const std::string& 
     } else if (key == "shared_prefill") {
       if (!v.is_boolean()) fail(source, "shared_prefill must be true or false");
       config.shared_prefill = v.get<bool>();
+    } else if (key == "plugins") {
+      for (const json& p : list_field(v, source, key)) {
+        if (!p.is_string() || p.get<std::string>().empty()) {
+          fail(source, "plugins must be a list of shared-object paths");
+        }
+        std::filesystem::path file = p.get<std::string>();
+        if (file.is_relative()) file = std::filesystem::path(source).parent_path() / file;
+        config.plugins.push_back(file.string());
+        try {
+          load_plugin(file.string());
+        } catch (const InputError& e) {
+          fail(source, e.what());
+        }
+      }
     } else if (key == "model") {
       if (!v.is_string() || v.get<std::string>().empty()) {
         fail(source, "model must be a short name (kvbench list models) or a GGUF path");
@@ -269,7 +285,7 @@ SweepConfig parse_sweep_config(const std::string& json_text, const std::string& 
       fail(source, "unknown key '" + key + "' (keys: tasks, methods, budgets, modes, "
                    "query_settings, turn_gaps_s, seeds, samples, turns, context_tokens, "
                    "max_new, fidelity, shared_prefill, model, min_full_accuracy, "
-                   "max_no_context_accuracy)");
+                   "max_no_context_accuracy, plugins)");
     }
   }
   if (!has_tasks) fail(source, "missing 'tasks'");

@@ -57,8 +57,8 @@ MethodInfo tiers_method();
 MethodInfo apc_ttl_method();
 MethodInfo cacheblend_method();
 
-const std::vector<MethodInfo>& method_registry() {
-  static const std::vector<MethodInfo> methods = {
+std::vector<MethodInfo> builtin_methods() {
+  return {
       full_method(),
       a_shape_method(),
       tri_shape_method(),
@@ -112,7 +112,6 @@ const std::vector<MethodInfo>& method_registry() {
       apc_ttl_method(),
       cacheblend_method(),
   };
-  return methods;
 }
 
 }  // namespace kvbench

@@ -381,7 +381,20 @@ struct Coverage {
   std::map<std::string, std::string> left_out;  // task -> why its sweep left it out
   // task -> the calibration that let it in: "100% with the context, 4% without"
   std::map<std::string, std::string> calibrated;
+  std::set<std::string> plugins;  // "libx.so, sha256 9f2c..." of the methods from plugins
 };
+
+// The plugins a run's methods came from ("plugins", harness/sweep.cpp run_config_json).
+void add_plugins(const std::string& config_json, std::set<std::string>& out) {
+  const auto root = nlohmann::json::parse(config_json, nullptr, false);
+  if (!root.is_object() || !root.contains("plugins") || !root["plugins"].is_array()) return;
+  for (const auto& p : root["plugins"]) {
+    if (p.is_object() && p.value("file", nlohmann::json()).is_string() &&
+        p.value("sha256", nlohmann::json()).is_string()) {
+      out.insert(p["file"].get<std::string>() + ", sha256 " + p["sha256"].get<std::string>());
+    }
+  }
+}
 
 // The tasks a run's sweep left out (its config's "excluded_tasks", harness/sweep.h).
 void add_left_out(const std::string& config_json, std::map<std::string, std::string>& out) {
@@ -435,6 +448,7 @@ Coverage coverage(const std::vector<RunRecord>& runs) {
     if (r.finished_at.empty()) ++c.unfinished;
     add_left_out(r.config_json, c.left_out);
     add_calibrated(r.config_json, c.calibrated);
+    add_plugins(r.config_json, c.plugins);
     if (!r.started_at.empty() && (c.first.empty() || r.started_at < c.first)) c.first = r.started_at;
     const std::string& end = r.finished_at.empty() ? r.started_at : r.finished_at;
     if (!end.empty() && end > c.last) c.last = end;
@@ -504,6 +518,11 @@ std::string render_leaderboard_markdown(const std::vector<RunRecord>& runs,
     for (const auto& [task, numbers] : c.calibrated) {
       o << "- " << md_escape(task) << ": " << md_escape(numbers) << "\n";
     }
+  }
+  if (!c.plugins.empty()) {
+    o << "\n**Plugins** some of the methods above came from (docs/methods.md, \"Write your "
+         "own method\"):\n\n";
+    for (const std::string& p : c.plugins) o << "- " << md_escape(p) << "\n";
   }
   if (!c.left_out.empty()) {
     o << "\n**Left out**, because the model cannot do them with the full cache or answers "
@@ -937,6 +956,11 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
     for (const auto& [task, numbers] : c.calibrated) {
       o << "<li>" << h(task) << ": " << h(numbers) << "</li>\n";
     }
+    o << "</ul>\n";
+  }
+  if (!c.plugins.empty()) {
+    o << "<p class=\"note\"><b>Plugins</b> some of the methods above came from:</p>\n<ul>\n";
+    for (const std::string& p : c.plugins) o << "<li>" << h(p) << "</li>\n";
     o << "</ul>\n";
   }
   if (!c.left_out.empty()) {

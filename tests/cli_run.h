@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <sqlite3.h>
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -84,6 +85,21 @@ inline std::string one_unit_db(const std::string& name, const std::string& metho
   db->write_unit(id, unit);
   db->finish_run(id);
   return path;
+}
+
+// The first column of a query's first row in the db at `path` ("" for none or NULL).
+inline std::string sql_text(const std::string& db, const std::string& query) {
+  sqlite3* handle = nullptr;
+  REQUIRE(sqlite3_open(db.c_str(), &handle) == SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  REQUIRE(sqlite3_prepare_v2(handle, query.c_str(), -1, &stmt, nullptr) == SQLITE_OK);
+  std::string out;
+  if (sqlite3_step(stmt) == SQLITE_ROW && sqlite3_column_text(stmt, 0) != nullptr) {
+    out = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
+  }
+  sqlite3_finalize(stmt);
+  sqlite3_close(handle);
+  return out;
 }
 
 }  // namespace kvbench::testing

@@ -30,6 +30,7 @@ using testing::one_unit_db;
 using testing::require_clear_error;
 using testing::Run;
 using testing::run_kvbench;
+using testing::sql_text;
 using testing::temp_path;
 using testing::write_text;
 
@@ -56,20 +57,6 @@ void sql(const std::string& db, const std::string& statement) {
   sqlite3_free(error);
   sqlite3_close(handle);
   REQUIRE(rc == SQLITE_OK);
-}
-
-std::string sql_text(const std::string& db, const std::string& query) {
-  sqlite3* handle = nullptr;
-  REQUIRE(sqlite3_open(db.c_str(), &handle) == SQLITE_OK);
-  sqlite3_stmt* stmt = nullptr;
-  REQUIRE(sqlite3_prepare_v2(handle, query.c_str(), -1, &stmt, nullptr) == SQLITE_OK);
-  std::string out;
-  if (sqlite3_step(stmt) == SQLITE_ROW && sqlite3_column_text(stmt, 0) != nullptr) {
-    out = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
-  }
-  sqlite3_finalize(stmt);
-  sqlite3_close(handle);
-  return out;
 }
 
 // A tiny model with room for the sweep below; `seed` makes another file (another sha256).

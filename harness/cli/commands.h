@@ -23,6 +23,7 @@ struct ModelOptions {
   std::string device = "cpu";  // --device: cpu or cuda
   std::string dtype = "fp32";  // --dtype: fp32, or bf16 with --device cuda
   std::string decode_activations = "fp32";  // --decode-activations: fp32, or int8 on the CPU
+  std::vector<std::string> plugins;  // --plugin, repeated: loaded before any command runs
 };
 
 // --device as the model's device.

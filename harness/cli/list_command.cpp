@@ -78,6 +78,9 @@ const char* type_name(ParamType type) {
 void list_methods() {
   for (const MethodInfo& m : method_registry()) {
     std::printf("%s\n  %s\n  stage: %s\n", m.name.c_str(), m.summary.c_str(), m.stage.c_str());
+    if (!m.plugin.empty()) {
+      std::printf("  plugin: %s (sha256 %s)\n", m.plugin.c_str(), m.plugin_sha256.c_str());
+    }
     if (m.paper != "-") std::printf("  paper: %s\n", m.paper.c_str());
     for (const std::string& choice : m.choices) std::printf("  choice: %s\n", choice.c_str());
     for (const ParamInfo& p : m.params) {

@@ -12,6 +12,7 @@
 #include "harness/cli/commands.h"
 #include "harness/model/gguf.h"
 #include "harness/model/known_models.h"
+#include "harness/plugins.h"
 
 namespace kvbench {
 
@@ -164,11 +165,15 @@ int main(int argc, char** argv) {
                  "token's logits match its batched prefill's) or int8, rounded per 32 values "
                  "for integer dot products as llama.cpp does (faster decode; docs/speed.md)")
       ->check(CLI::IsMember({"fp32", "int8"}));
+  app.add_option("--plugin", model.plugins,
+                 "A shared object that adds methods (cache/plugin_api.h; docs/methods.md, "
+                 "\"Write your own method\"); may be repeated");
   // Before any command runs: a bad combination is refused even by commands without a model.
   app.parse_complete_callback([&app, &model] {
     kvbench::check_option_values(app);
     kvbench::check_thread_environment();
     kvbench::check_dtype_option(model);
+    for (const std::string& plugin : model.plugins) kvbench::load_plugin(plugin);
   });
   kvbench::add_calibrate_command(app, model);
   kvbench::add_generate_command(app, model);

@@ -226,6 +226,7 @@ void run_sweep_jobs(const ModelOptions& model, const std::string& config_path,
                                      "--device", model.device, "--dtype", model.dtype,
                                      "--decode-activations", model.decode_activations};
     if (!model.model_path.empty()) args.insert(args.end(), {"--model", model.model_path});
+    for (const std::string& plugin : model.plugins) args.insert(args.end(), {"--plugin", plugin});
     args.insert(args.end(), {"sweep", config_path, "--db", db_path, "--shard", shard});
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());

@@ -1,0 +1,60 @@
+// A plugin: a shared module that adds methods to kvbench at run time, loaded with
+// `kvbench --plugin libmy_method.so` or a sweep config's "plugins". It is built against the
+// installed seam (find_package(kvbench), target kvbench::methods) and its undefined symbols
+// resolve against the kvbench executable that loads it, as PostgreSQL's extensions do: the
+// seam, the kernels and the shared policy helpers are the ones kvbench runs.
+//
+// In one source file:
+//
+//   void register_my_methods(kvbench::PluginMethods& methods) {
+//     methods.add(my_scorer_method());   // a ScorerMethod (cache/scorer_method.h), or
+//     methods.add(my_method_info());     // a MethodInfo with a policy of its own
+//   }
+//   KVBENCH_PLUGIN(register_my_methods)
+//
+// Keep the plugin's own code in an anonymous namespace (or one of your own): a name it
+// shares with kvbench's would bind to kvbench's definition. docs/methods.md, "Write your own
+// method", walks through one.
+#pragma once
+
+#include <utility>
+#include <vector>
+
+#include "cache/registry.h"
+#include "cache/scorer_method.h"
+
+// What a plugin and the kvbench that loads it must agree on: MethodInfo, the policy, store
+// and read-policy interfaces, ScorerMethod. Raised whenever one of them changes.
+#define KVBENCH_PLUGIN_INTERFACE_VERSION 1
+
+namespace kvbench {
+
+// The methods a plugin's registration adds: all of them are registered once it returns, none
+// if it throws.
+class PluginMethods {
+ public:
+  void add(MethodInfo method) { methods_.push_back(std::move(method)); }
+  void add(ScorerMethod method) { methods_.push_back(scorer_method(std::move(method))); }
+  std::vector<MethodInfo>& methods() { return methods_; }
+
+ private:
+  std::vector<MethodInfo> methods_;
+};
+
+}  // namespace kvbench
+
+// The one C function a plugin exports. kvbench calls it with its interface version; the
+// plugin registers only when the two are equal, and always returns its own.
+#define KVBENCH_PLUGIN_ENTRY_POINT "kvbench_plugin_register"
+extern "C" {
+typedef int (*KvbenchPluginEntry)(int host_interface_version, kvbench::PluginMethods* methods);
+}
+
+#define KVBENCH_PLUGIN(register_function)                                               \
+  extern "C" __attribute__((visibility("default"))) int kvbench_plugin_register(        \
+      int host_interface_version, kvbench::PluginMethods* methods) {                    \
+    if (host_interface_version == KVBENCH_PLUGIN_INTERFACE_VERSION) {                   \
+      register_function(*methods);                                                      \
+    }                                                                                   \
+    return KVBENCH_PLUGIN_INTERFACE_VERSION;                                            \
+  }

@@ -1,0 +1,131 @@
+#include "cache/scorer_method.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <memory>
+#include <utility>
+
+#include "cache/allocation.h"
+#include "cache/budget.h"
+#include "cache/plan_helpers.h"
+#include "cache/query_window.h"
+#include "common/input_error.h"
+
+namespace kvbench {
+namespace {
+
+class ScorerPolicy : public TokenPolicy {
+ public:
+  ScorerPolicy(std::shared_ptr<const ScorerMethod> method, const MethodParams& params,
+               const KvShape& shape, std::shared_ptr<const HeadAllocation> allocation)
+      : method_(std::move(method)),
+        params_(params),
+        allocation_(std::move(allocation)),
+        limits_(budget_from(params), shape.n_layers),
+        window_(params.get_int("window")),
+        sinks_(params.get_int("sinks")),
+        n_layers_(shape.n_layers),
+        windows_(shape.n_layers, window_) {}
+
+  std::unique_ptr<TokenPolicy> clone() const override {
+    return std::make_unique<ScorerPolicy>(*this);
+  }
+
+  void observe(int32_t layer, const AttentionQuery& query, const DenseKv& kv) override {
+    if (window_ > 0) windows_.observe(layer, query, kv.head_dim);
+  }
+
+  bool plan(int32_t layer, const DenseKv& kv, CachePhase phase, RetainPlan& plan) override {
+    if (phase != CachePhase::ContextEnd || windows_.closed(layer)) return false;
+    const QueryWindow held = windows_.close(layer);  // not needed after this call
+    const int64_t n = kv.n_tokens;
+    const int64_t limit = limits_.resolve(layer, phase, n);
+    if (limit < 0 || n <= limit) return false;
+
+    ScorerInput input;
+    input.layer = layer;
+    input.n_layers = n_layers_;
+    input.kv = &kv;
+    input.params = &params_;
+    input.window_queries = held.query();
+    std::vector<float> attention;
+    if (method_->window_attention) {
+      attention = held.kv_head_scores(kv);
+      input.window_attention = attention.data();
+    }
+    std::vector<float> scores(static_cast<size_t>(kv.n_kv_heads) * n, 0.f);
+    if (!method_->score(input, scores.data())) return false;
+
+    // NaN ranks last; the sinks and the window rank above any score.
+    for (float& s : scores) {
+      if (std::isnan(s)) s = -FLT_MAX;
+    }
+    const int64_t window = std::min(window_, limit);
+    const int64_t sinks = std::min(sinks_, limit - window);
+    if (window + sinks > 0) {
+      for (int32_t h = 0; h < kv.n_kv_heads; ++h) {
+        const std::vector<int32_t> order = slots_by_position(kv, h, sinks, window);
+        float* row = scores.data() + h * n;
+        for (int64_t i = 0; i < sinks; ++i) row[order[i]] = FLT_MAX;
+        for (int64_t i = n - window; i < n; ++i) row[order[i]] = FLT_MAX;
+      }
+    }
+    if (!allocation_) {
+      plan_top_k_per_head(scores.data(), kv.n_kv_heads, n, limit, plan);
+    } else {
+      const std::vector<int64_t> counts =
+          allocation_->head_counts(scores.data(), n, kv.n_kv_heads, n, limit);
+      plan_top_k_ragged(scores.data(), kv.n_kv_heads, n, counts, plan);
+    }
+    return true;
+  }
+
+  // With a window, as SnapKV: nothing more to observe or plan once the layer is compressed.
+  // Without one, as the built-in knorm: plan() still sees each later phase (and declines).
+  bool done(int32_t layer) const override { return window_ > 0 && windows_.closed(layer); }
+  int64_t bytes_resident(int32_t layer) const override { return windows_.bytes_resident(layer); }
+
+ private:
+  std::shared_ptr<const ScorerMethod> method_;
+  MethodParams params_;
+  std::shared_ptr<const HeadAllocation> allocation_;
+  LayerLimits limits_;
+  int64_t window_;
+  int64_t sinks_;
+  int32_t n_layers_;
+  ContextWindows windows_;
+};
+
+}  // namespace
+
+MethodInfo scorer_method(ScorerMethod method) {
+  if (!method.score) throw InputError("method '" + method.name + "' has no score function");
+  MethodInfo info;
+  info.name = method.name;
+  info.kind = MethodKind::Eviction;
+  info.stage = "2: at the end of the shared context (scored per KV head)";
+  info.summary = method.summary;
+  info.paper = method.paper;
+  info.choices = method.choices;
+  info.params = budget_params(kDefaultBudget);
+  info.params.push_back(int_param("window", method.window, 0, kMaxTokens,
+                                  "the last context queries handed to the scorer; their own "
+                                  "tokens are always kept"));
+  info.params.push_back(
+      int_param("sinks", 0, 0, kMaxTokens, "the first tokens of the context, always kept"));
+  for (const ParamInfo& p : method.params) info.params.push_back(p);
+  info.check = check_window_in_budget;
+  auto shared = std::make_shared<const ScorerMethod>(std::move(method));
+  info.make_policy = [shared](const MethodParams& params, const KvShape& shape) {
+    return std::unique_ptr<TokenPolicy>(new ScorerPolicy(shared, params, shape, nullptr));
+  };
+  info.make_allocated_policy = [shared](const MethodParams& params, const KvShape& shape,
+                                        std::shared_ptr<const HeadAllocation> allocation) {
+    return std::unique_ptr<TokenPolicy>(
+        new ScorerPolicy(shared, params, shape, std::move(allocation)));
+  };
+  return info;
+}
+
+}  // namespace kvbench

@@ -1,0 +1,253 @@
+// Plugins (cache/plugin_api.h, harness/plugins.h): every bad plugin is one line and exit 2 with
+// no rows written; the example plugin's Knorm (examples/plugin_method) equals the built-in one
+// bit for bit; a plugin method composes, lists, sweeps, resumes and reports like a built-in one.
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cache/registry.h"
+#include "cache_feed.h"
+#include "cli_run.h"
+#include "common/input_error.h"
+#include "common/sha256.h"
+#include "gguf_writer.h"
+#include "harness/generate.h"
+#include "harness/model/llama_model.h"
+#include "harness/model/tokenizer.h"
+#include "harness/plugins.h"
+#include "kept_positions.h"
+
+using namespace kvbench;
+using testing::require_clear_error;
+using testing::Run;
+using testing::run_kvbench;
+using testing::sql_text;
+using testing::temp_path;
+using testing::write_text;
+
+namespace {
+
+const std::string kExample = KVBENCH_EXAMPLE_PLUGIN;
+
+std::string test_plugin(const std::string& name) {
+  return std::string(KVBENCH_TEST_PLUGIN_DIR) + "/libtest_plugin_" + name + ".so";
+}
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0;
+}
+
+std::string file_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// A tiny model with four layers (Knorm's skip leaves the first ones whole) and room for a
+// sweep's contexts.
+std::string tiny_model(const std::string& name) {
+  testing::TinyLlamaSpec spec;
+  spec.n_layer = 4;
+  spec.context_length = 2048;
+  const std::string path = temp_path(name);
+  testing::write_tiny_llama_gguf(path, spec);
+  return path;
+}
+
+std::string sweep_config(const std::string& name, const std::string& extra) {
+  return write_text(name, R"({"tasks": ["math_find"], "methods": ["full", "knorm:skip=1",
+    "example_knorm:skip=1"], "budgets": [48], "samples": 1, "turns": 2, "context_tokens": 300,
+    "max_new": 3)" + extra + "}");
+}
+
+}  // namespace
+
+TEST_CASE("plugins: every bad plugin is one line naming it, exit 2, and no db", "[unit]") {
+  const std::string model = tiny_model("plugin_bad.gguf");
+  const std::string config = sweep_config("plugin_bad.json", "");
+  const std::string not_so = write_text("not_a_plugin.so", "just text\n");
+  const struct {
+    std::string plugin, why;
+  } cases[] = {
+      {temp_path("no_such_plugin.so"), "no such file"},
+      {not_so, "not a loadable shared object"},
+      {test_plugin("no_entry"), "no entry point kvbench_plugin_register"},
+      {test_plugin("bad_version"), "built for plugin interface version 2, this kvbench has "
+                                   "version 1; rebuild it"},
+      {test_plugin("clash"), "method 'knorm' is already registered (built into kvbench)"},
+      {test_plugin("throws"), "registration failed: out of coffee"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.plugin);
+    const std::string db = temp_path("plugin_bad.db");
+    std::remove(db.c_str());
+    require_clear_error(run_kvbench("--plugin " + c.plugin + " --model " + model +
+                                    " --threads 1 sweep " + config + " --db " + db),
+                        "plugin " + c.plugin + ": " + c.why);
+    CHECK_FALSE(exists(db));
+    // Named by a sweep config, relative to it, the line names the config too.
+    const std::string in_config =
+        sweep_config("plugin_bad_in_config.json", ", \"plugins\": [\"" + c.plugin + "\"]");
+    require_clear_error(run_kvbench("--model " + model + " --threads 1 sweep " + in_config +
+                                    " --db " + db),
+                        in_config + ": plugin " + c.plugin + ": " + c.why);
+    CHECK_FALSE(exists(db));
+  }
+}
+
+TEST_CASE("plugins: a plugin that throws registers nothing, and can be told apart", "[unit]") {
+  CHECK_THROWS_AS(load_plugin(test_plugin("throws")), InputError);
+  CHECK(find_method("registered_before_the_throw") == nullptr);
+  CHECK_THROWS_AS(load_plugin(test_plugin("clash")), InputError);
+  CHECK(find_method("knorm")->plugin.empty());  // still the built-in one
+}
+
+TEST_CASE("plugins: the example's Knorm keeps, scores and holds what the built-in one does",
+          "[unit]") {
+  load_plugin(kExample);
+  load_plugin(kExample);  // the same bytes again: nothing more
+  const MethodInfo* info = find_method("example_knorm");
+  REQUIRE(info != nullptr);
+  CHECK(info->plugin == "libexample_methods.so");
+  CHECK(info->plugin_sha256 == sha256_file(kExample));
+  REQUIRE(loaded_plugins().size() == 1);
+  CHECK(loaded_plugins()[0].methods ==
+        std::vector<std::string>{"example_knorm", "value_attention"});
+
+  testing::TinyLlamaSpec spec;
+  spec.n_layer = 4;
+  spec.context_length = 512;
+  const std::string path = temp_path("plugin_knorm.gguf");
+  testing::write_tiny_llama_gguf(path, spec);
+  auto model = LlamaModel::load(path);
+  const std::vector<int32_t> prompt = model->tokenizer().encode(
+      "the quick brown fox jumps over the lazy dog, and then the dog sleeps while the fox "
+      "runs far away into the green hills beyond the river");
+  REQUIRE(prompt.size() > 40);
+  for (const std::string params : {"budget=24,skip=1", "ratio=0.5,skip=0", "budget=17,skip=3"}) {
+    INFO(params);
+    KvCache builtin = make_cache("knorm:" + params, model->kv_shape());
+    KvCache plugin = make_cache("example_knorm:" + params, model->kv_shape());
+    GenerateOptions options;
+    options.max_new_tokens = 6;
+    const GenerateResult a = generate(*model, builtin, prompt, options);
+    const GenerateResult b = generate(*model, plugin, prompt, options);
+    CHECK(a.tokens == b.tokens);
+    CHECK(a.cache.bytes_resident == b.cache.bytes_resident);
+    CHECK(a.cache.bytes_peak == b.cache.bytes_peak);
+    CHECK(a.cache.tokens_per_layer == b.cache.tokens_per_layer);
+    CHECK(a.cache.tokens_evicted > 0);
+    CHECK(a.cache.tokens_evicted == b.cache.tokens_evicted);
+    CHECK(a.cache.bytes_per_layer == b.cache.bytes_per_layer);
+    for (int32_t l = 0; l < spec.n_layer; ++l) {
+      for (int32_t h = 0; h < spec.n_head_kv; ++h) {
+        CHECK(testing::kept(builtin, l, h) == testing::kept(plugin, l, h));
+      }
+    }
+    // The next token's logits, bit for bit.
+    const std::vector<float> la = model->forward({prompt[3]}, builtin);
+    const std::vector<float> lb = model->forward({prompt[3]}, plugin);
+    CHECK(la == lb);
+  }
+}
+
+TEST_CASE("plugins: a scorer method composes, keeps its window and sinks, and lists", "[unit]") {
+  load_plugin(kExample);
+  const KvShape shape{3, 2, 32};
+  const int32_t n_heads = 4;
+  std::mt19937 rng(7);
+  const testing::Chunk context = testing::random_chunk(64, shape, n_heads, rng);
+  // value_attention: the last 8 (the window) and the first 4 (sinks) in every head.
+  KvCache cache = make_cache("value_attention:budget=24,window=8,sinks=4", shape);
+  testing::feed(cache, n_heads, context);
+  cache.end_context();
+  for (int32_t l = 0; l < shape.n_layers; ++l) {
+    for (int32_t h = 0; h < shape.n_kv_heads; ++h) {
+      const std::vector<int32_t> kept = testing::kept(cache, l, h);
+      REQUIRE(kept.size() == 24);
+      for (int32_t p : {0, 1, 2, 3, 56, 57, 58, 59, 60, 61, 62, 63}) {
+        CHECK(std::count(kept.begin(), kept.end(), p) == 1);
+      }
+    }
+  }
+  // With an allocation in front the heads keep their own counts, the layer's total the same;
+  // with a storage method behind, its store holds what is kept.
+  KvCache ada = make_cache("adakv+example_knorm:ratio=0.5,skip=0", shape);
+  testing::feed(ada, n_heads, context);
+  ada.end_context();
+  bool uneven = false;
+  for (int32_t l = 0; l < shape.n_layers; ++l) {
+    const size_t a = testing::kept(ada, l, 0).size(), b = testing::kept(ada, l, 1).size();
+    CHECK(a + b <= 64);  // AdaKV's rounding may leave one short of the layer's 2 x 32
+    CHECK(a + b >= 63);
+    uneven = uneven || a != b;
+  }
+  CHECK(uneven);
+  KvCache packed = make_cache("example_knorm:budget=32,skip=0+kivi:bits=2", shape);
+  testing::feed(packed, n_heads, context);
+  packed.end_context();
+  CHECK(packed.layer(0).n_tokens() == 32);
+
+  const Run list = run_kvbench("--plugin " + kExample + " list methods");
+  INFO(list.output);
+  CHECK(list.exit_code == 0);
+  CHECK(list.output.find("example_knorm\n") != std::string::npos);
+  CHECK(list.output.find("plugin: libexample_methods.so (sha256 " + sha256_file(kExample)) !=
+        std::string::npos);
+  CHECK(list.output.find("value_attention\n") != std::string::npos);
+}
+
+TEST_CASE("plugins: a sweep with a plugin method resumes, equals the built-in, and reports it",
+          "[unit]") {
+  const std::string model = tiny_model("plugin_sweep.gguf");
+  const std::string db = temp_path("plugin_sweep.db");
+  std::remove(db.c_str());
+  const std::string config =
+      sweep_config("plugin_sweep.json", ", \"plugins\": [\"" + kExample + "\"]");
+  const std::string sweep = "--model " + model + " --threads 1 sweep " + config + " --db " + db;
+  const Run first = run_kvbench(sweep);
+  INFO(first.output);
+  REQUIRE(first.exit_code == 0);
+  // The plugin's rows equal the built-in method's: answers, bytes and fidelity.
+  const std::string rows =
+      "SELECT group_concat(prediction || '|' || kv_bytes || '|' || kv_bytes_peak || '|' || "
+      "tokens_kept || '|' || quote(first_token_kl) || '|' || quote(top1_agreement), ';') FROM "
+      "(SELECT * FROM results WHERE method = '";
+  const std::string builtin =
+      sql_text(db, rows + "knorm:budget=48,skip=1' ORDER BY sample_id, turn)");
+  CHECK_FALSE(builtin.empty());
+  CHECK(builtin ==
+        sql_text(db, rows + "example_knorm:budget=48,window=0,sinks=0,skip=1' ORDER BY "
+                            "sample_id, turn)"));
+  CHECK(sql_text(db, "SELECT config_json FROM runs").find(
+            "\"plugins\":[{\"file\":\"libexample_methods.so\",\"sha256\":\"" +
+            sha256_file(kExample) + "\"}]") != std::string::npos);
+
+  // Resumed with the plugin given on the command line instead: nothing left to run.
+  const std::string bare = sweep_config("plugin_sweep_bare.json", "");
+  const Run again = run_kvbench("--plugin " + kExample + " --model " + model +
+                                " --threads 1 sweep " + bare + " --db " + db);
+  INFO(again.output);
+  CHECK(again.exit_code == 0);
+  CHECK(again.output.find("0 units written") != std::string::npos);
+
+  const std::string out = temp_path("plugin_report");
+  const Run report = run_kvbench("report " + db + " -o " + out);
+  INFO(report.output);
+  REQUIRE(report.exit_code == 0);
+  const std::string md = file_text(out + "/leaderboard.md");
+  CHECK(md.find("| example\\_knorm:budget=48") != std::string::npos);  // markdown escapes '_'
+  CHECK(md.find("libexample\\_methods.so, sha256 " + sha256_file(kExample)) !=
+        std::string::npos);
+  CHECK(file_text(out + "/leaderboard.html").find(sha256_file(kExample)) != std::string::npos);
+}
