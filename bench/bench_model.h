@@ -13,6 +13,7 @@
 #include "cache/full_cache.h"
 #include "harness/model/llama_model.h"
 #include "harness/model/tokenizer.h"
+#include "harness/model_cache.h"
 
 namespace kvbench::bench {
 
@@ -43,9 +44,7 @@ inline LlamaModel* model_or_skip(benchmark::State& state,
   if (!loaded.model) {
     state.SkipWithError(loaded.error.c_str());
   } else if (!loaded.warm && device == ModelDevice::Cpu) {
-    // The process's first forward pays for thread pools and buffers: not in any timing.
-    KvCache scratch = make_full_cache(loaded.model->kv_shape());
-    loaded.model->forward(std::vector<int32_t>(16, loaded.model->tokenizer().eos_id()), scratch);
+    warm_up(*loaded.model);  // not in any timing
     loaded.warm = true;
   }
   return loaded.model.get();

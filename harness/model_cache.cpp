@@ -1,7 +1,11 @@
 #include "harness/model_cache.h"
 
+#include <vector>
+
+#include "cache/full_cache.h"
 #include "cache/registry.h"
 #include "common/input_error.h"
+#include "harness/model/tokenizer.h"
 #ifdef KVBENCH_WITH_CUDA
 #include "methods/cuda/device_cache.h"
 #endif
@@ -33,6 +37,13 @@ KvCache new_cache(const LlamaModel& model, const ResolvedSpec& spec) {
 #else
   throw InputError("--device cuda: this kvbench was built without CUDA");
 #endif
+}
+
+void warm_up(const LlamaModel& model) {
+  KvCache scratch = make_full_cache(model.kv_shape());
+  model.forward(std::vector<int32_t>(static_cast<size_t>(model.prefill_chunk),
+                                     model.tokenizer().eos_id()),
+                scratch);
 }
 
 }  // namespace kvbench

@@ -19,4 +19,9 @@ void check_runs_on(const ResolvedSpec& spec, ModelDevice device);
 // yet (InputError naming the method).
 KvCache new_cache(const LlamaModel& model, const ResolvedSpec& spec);
 
+// One untimed forward of a prefill chunk on a scratch full cache: a process's first forward
+// pays for thread pools and buffers, which would otherwise land in the first timing (a
+// sweep's first TTFT or shared prefill, a benchmark's first case).
+void warm_up(const LlamaModel& model);
+
 }  // namespace kvbench

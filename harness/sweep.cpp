@@ -9,7 +9,6 @@
 #include <set>
 #include <sstream>
 
-#include "cache/full_cache.h"
 #include "cache/registry.h"
 #include "common/input_error.h"
 #include "common/json_input.h"
@@ -18,6 +17,7 @@
 #include "harness/model/llama_model.h"
 #include "harness/model/model_config.h"
 #include "harness/model/tokenizer.h"
+#include "harness/model_cache.h"
 #include "results/results_db.h"
 #include "tasks/task_catalog.h"
 
@@ -283,15 +283,8 @@ SweepProgress run_sweep(const LlamaModel& model, const SweepConfig& config, cons
   };
   for (const auto& [group, left] : todo) check_samples_fit(model, {*group->sample}, options_of(*group));
 
-  // One forward of a model chunk first, untimed: the process's first forward pays for
-  // thread pools and buffers, which would otherwise land in the first unit's TTFT (or in
-  // the first shared prefill, and so in every method's).
-  if (!todo.empty()) {
-    KvCache scratch = make_full_cache(model.kv_shape());
-    model.forward(std::vector<int32_t>(static_cast<size_t>(model.prefill_chunk),
-                                       model.tokenizer().eos_id()),
-                  scratch);
-  }
+  // Not in the first unit's TTFT, nor in the first shared prefill (so in every method's).
+  if (!todo.empty()) warm_up(model);
   run.config_json = run_config_json(config, model.dtype(), model.decode_activations());
   const int64_t run_id = db.begin_run(run);
   const auto start = std::chrono::steady_clock::now();

@@ -241,6 +241,15 @@ TEST_CASE("plugins: a sweep with a plugin method resumes, equals the built-in, a
   CHECK(again.exit_code == 0);
   CHECK(again.output.find("0 units written") != std::string::npos);
 
+  // Workers of `sweep --jobs` get the command line's plugins too.
+  const std::string jobs_db = temp_path("plugin_jobs.db");
+  std::remove(jobs_db.c_str());
+  const Run jobs = run_kvbench("--plugin " + kExample + " --model " + model + " --threads 1 " +
+                               "sweep " + bare + " --db " + jobs_db + " --jobs 2");
+  INFO(jobs.output);
+  CHECK(jobs.exit_code == 0);
+  CHECK(sql_text(jobs_db, "SELECT count(*) FROM units") == "3");
+
   const std::string out = temp_path("plugin_report");
   const Run report = run_kvbench("report " + db + " -o " + out);
   INFO(report.output);
