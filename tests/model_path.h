@@ -47,4 +47,11 @@ inline std::string qwen_model_path_or_skip() {
   return existing_model_or_skip((dir / "Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf").string());
 }
 
+// The third model (Qwen2.5-Coder-1.5B), which kvbench fetches on its first use
+// (scripts/fetch_model.sh qwen2.5-1.5b); tests skip without it rather than download 1.1 GB.
+inline std::string qwen_1_5b_model_path_or_skip() {
+  const std::filesystem::path dir = std::filesystem::path(KVBENCH_DEFAULT_MODEL).parent_path();
+  return existing_model_or_skip((dir / "Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf").string());
+}
+
 }  // namespace kvbench::testing

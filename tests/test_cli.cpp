@@ -140,12 +140,19 @@ TEST_CASE("cli: list models shows a given model", "[unit]") {
   CHECK(run.output.find("llama") != std::string::npos);
 }
 
-TEST_CASE("cli: list models names both setup models by short name", "[unit]") {
+TEST_CASE("cli: list models names every model kvbench fetches by short name", "[unit]") {
   const Run run = run_kvbench("list models");
   INFO(run.output);
   CHECK(run.exit_code == 0);
   CHECK(run.output.find("smollm2-135m") != std::string::npos);
   CHECK(run.output.find("qwen2.5-0.5b") != std::string::npos);
+  // Fetched on its first use: listed with its size until then, with its config after.
+  const size_t third = run.output.find("qwen2.5-1.5b");
+  REQUIRE(third != std::string::npos);
+  const std::string line = run.output.substr(third, run.output.find('\n', third) - third);
+  const bool listed = line.find("fetched on first use, 1066 MiB") != std::string::npos ||
+                      line.find("Qwen2.5 Coder 1.5B Instruct") != std::string::npos;
+  CHECK(listed);
 }
 
 TEST_CASE("cli: calibrate names a bad task setting before loading anything", "[unit]") {

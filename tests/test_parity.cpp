@@ -1,6 +1,6 @@
 // The C++ model against two independent implementations on the same GGUF, for each model
-// setup fetches (SmolLM2-135M: llama architecture, Q4_1; Qwen2.5-Coder-0.5B: qwen2, with q/k/v
-// biases, NeoX RoPE and an untied head, Q4_K_M):
+// kvbench fetches (SmolLM2-135M: llama architecture, Q4_1; Qwen2.5-Coder-0.5B and 1.5B: qwen2,
+// with q/k/v biases, NeoX RoPE and an untied head, Q4_K_M):
 //  - llama.cpp (tests/fixtures/parity_<model>.json, scripts/make_parity_fixtures.py);
 //  - an fp32 numpy forward on the dequantized weights (parity_<model>_fp32.json,
 //    scripts/numpy_reference_forward.py), itself checked against llama.cpp.
@@ -9,7 +9,9 @@
 // multiplies by activations rounded to 8 bits and keeps K/V in fp16, which moves these
 // models' logits by ~0.1 typically and up to ~2 (it disagrees with itself by as much between
 // batched and one-token evaluation), so exact agreement with it is not a meaningful bar.
-// Each check is one test case per model; a model file that is absent skips its cases.
+// Each check is one test case per model; a model file that is absent skips its cases. The
+// 1.5B model, fetched on first use only, is checked by a build of this file of its own
+// (test_parity_1.5b: KVBENCH_PARITY_MODELS), so that its absence skips only its cases.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -50,6 +52,7 @@ struct SmolLM2 {
   // 0.20, 0.81, 2.04; the fp32 decode's: 0.16, 0.61, 1.36).
   static constexpr double int8_decode_max = 3.0;
   static constexpr double near_tie = 0.6;
+  static constexpr size_t llama_cpp_first_position = 0;
 };
 
 struct Qwen2 {
@@ -62,7 +65,30 @@ struct Qwen2 {
   // 0.26, 0.49; the fp32 decode's: 0.059, 0.23, 0.55).
   static constexpr double int8_decode_max = 1.0;
   static constexpr double near_tie = 0.3;
+  static constexpr size_t llama_cpp_first_position = 0;
 };
+
+// Qwen2.5-Coder-1.5B (28 layers, 12 query and 2 KV heads; Q4_K and Q6_K).
+struct Qwen2_1_5B {
+  static std::string path() { return testing::qwen_1_5b_model_path_or_skip(); }
+  static constexpr const char* llama_cpp_fixture = "parity_qwen2_1.5b.json";
+  static constexpr const char* fp32_fixture = "parity_qwen2_1.5b_fp32.json";
+  // fp32 reference vs llama.cpp from position 1: mean 0.075, p99 0.27, max 0.72; top-1
+  // disagreements below 0.23.
+  static constexpr double llama_cpp_mean = 0.15, llama_cpp_p99 = 0.5, llama_cpp_max = 1.2;
+  // int8 decode: mean 0.070, p99 0.28, max 0.38 over 16 steps a prompt.
+  static constexpr double int8_decode_max = 1.0;
+  static constexpr double near_tie = 0.3;
+  // Position 0 is llama.cpp's outlier, not ours: there its logits differ from the fp32
+  // reference's by 4.5 to 7.5 (top-1 another token in every prompt) while kvbench equals the
+  // fp32 reference within 1e-3 at every position. This model's first token carries
+  // activations too large for llama.cpp's 8-bit rounding; from position 1 on the gap is 0.3.
+  static constexpr size_t llama_cpp_first_position = 1;
+};
+
+#ifndef KVBENCH_PARITY_MODELS
+#define KVBENCH_PARITY_MODELS SmolLM2, Qwen2
+#endif
 
 const json& load_fixture(const std::string& name) {
   static std::map<std::string, json> cache;
@@ -131,10 +157,11 @@ std::vector<int32_t> greedy(const std::vector<int32_t>& prompt, size_t n_new) {
 
 // |ours - reference| at the reference's top-8 ids, over every position of a prompt.
 template <class M>
-std::vector<double> top8_differences(const json& prompt, const std::vector<float>& logits) {
+std::vector<double> top8_differences(const json& prompt, const std::vector<float>& logits,
+                                     size_t first_position = 0) {
   const int64_t vocab = model<M>().config().vocab_size;
   std::vector<double> diffs;
-  for (size_t pos = 0; pos < prompt["top_ids"].size(); ++pos) {
+  for (size_t pos = first_position; pos < prompt["top_ids"].size(); ++pos) {
     const auto ids = prompt["top_ids"][pos].get<std::vector<int32_t>>();
     const auto values = prompt["top_logits"][pos].get<std::vector<double>>();
     for (size_t j = 0; j < ids.size(); ++j) {
@@ -146,7 +173,7 @@ std::vector<double> top8_differences(const json& prompt, const std::vector<float
 
 }  // namespace
 
-TEMPLATE_TEST_CASE("parity: token ids equal llama.cpp's", "[model]", SmolLM2, Qwen2) {
+TEMPLATE_TEST_CASE("parity: token ids equal llama.cpp's", "[model]", KVBENCH_PARITY_MODELS) {
   for (const json& prompt : llama_cpp<TestType>()["prompts"]) {
     INFO("prompt " << prompt["name"].get<std::string>());
     const auto expected = prompt["tokens"].get<std::vector<int32_t>>();
@@ -156,8 +183,8 @@ TEMPLATE_TEST_CASE("parity: token ids equal llama.cpp's", "[model]", SmolLM2, Qw
   }
 }
 
-TEMPLATE_TEST_CASE("parity: logits equal the fp32 reference at every position", "[model]", SmolLM2,
-                   Qwen2) {
+TEMPLATE_TEST_CASE("parity: logits equal the fp32 reference at every position", "[model]",
+                   KVBENCH_PARITY_MODELS) {
   const int64_t vocab = model<TestType>().config().vocab_size;
   for (const json& prompt : fp32_reference<TestType>()["prompts"]) {
     INFO("prompt " << prompt["name"].get<std::string>());
@@ -176,7 +203,7 @@ TEMPLATE_TEST_CASE("parity: logits equal the fp32 reference at every position", 
 }
 
 TEMPLATE_TEST_CASE("parity: 32-token greedy continuations equal the fp32 reference's", "[model]",
-                   SmolLM2, Qwen2) {
+                   KVBENCH_PARITY_MODELS) {
   for (const json& prompt : fp32_reference<TestType>()["prompts"]) {
     INFO("prompt " << prompt["name"].get<std::string>());
     const auto expected = prompt["greedy"]["ids"].get<std::vector<int32_t>>();
@@ -185,15 +212,17 @@ TEMPLATE_TEST_CASE("parity: 32-token greedy continuations equal the fp32 referen
   }
 }
 
-TEMPLATE_TEST_CASE("parity: logits within llama.cpp's rounding noise", "[model]", SmolLM2, Qwen2) {
+TEMPLATE_TEST_CASE("parity: logits within llama.cpp's rounding noise", "[model]",
+                   KVBENCH_PARITY_MODELS) {
   std::vector<double> all;
   const int64_t vocab = model<TestType>().config().vocab_size;
   for (const json& prompt : llama_cpp<TestType>()["prompts"]) {
     INFO("prompt " << prompt["name"].get<std::string>());
     const std::vector<float>& logits = prompt_logits<TestType>(prompt);
-    const auto diffs = top8_differences<TestType>(prompt, logits);
+    const auto diffs =
+        top8_differences<TestType>(prompt, logits, TestType::llama_cpp_first_position);
     all.insert(all.end(), diffs.begin(), diffs.end());
-    for (size_t pos = 0; pos < prompt["top_ids"].size(); ++pos) {
+    for (size_t pos = TestType::llama_cpp_first_position; pos < prompt["top_ids"].size(); ++pos) {
       const auto values = prompt["top_logits"][pos].get<std::vector<double>>();
       if (values[0] - values[1] > TestType::near_tie) {
         INFO("position " << pos);
@@ -212,7 +241,7 @@ TEMPLATE_TEST_CASE("parity: logits within llama.cpp's rounding noise", "[model]"
 }
 
 TEMPLATE_TEST_CASE("parity: greedy continuations follow llama.cpp's up to its first near-tie",
-                   "[model]", SmolLM2, Qwen2) {
+                   "[model]", KVBENCH_PARITY_MODELS) {
   for (const json& prompt : llama_cpp<TestType>()["prompts"]) {
     INFO("prompt " << prompt["name"].get<std::string>());
     const auto expected = prompt["greedy"]["ids"].get<std::vector<int32_t>>();
@@ -262,7 +291,7 @@ std::vector<double> decode_differences(DecodeActivations activations) {
 }
 
 TEMPLATE_TEST_CASE("parity: int8 decode activations stay within llama.cpp's rounding noise",
-                   "[model]", SmolLM2, Qwen2) {
+                   "[model]", KVBENCH_PARITY_MODELS) {
   // --decode-activations int8 rounds x as llama.cpp does (not bit for bit: its own scales
   // and, for K-quants, 256-value blocks): its decode logits are held to llama.cpp's by the
   // fp32 path's mean and p99 bounds, and a max of its own (the fp32 decode's figures, in

@@ -46,8 +46,13 @@ void list_models(const ModelOptions& options) {
     const char* shown = short_name.empty() ? "-" : short_name.c_str();
     if (!std::filesystem::exists(path, ec)) {
       const KnownModel* m = find_known_model(short_name);
-      std::printf("%-13s not fetched: run ./scripts/setup.sh (%s)  %s\n", shown,
-                  m ? m->source.c_str() : "?", path.c_str());
+      if (m && m->on_demand) {
+        std::printf("%-13s not fetched: fetched on first use, %.0f MiB (%s)  %s\n", shown,
+                    m->bytes / 1048576.0, m->source.c_str(), path.c_str());
+      } else {
+        std::printf("%-13s not fetched: run ./scripts/setup.sh (%s)  %s\n", shown,
+                    m ? m->source.c_str() : "?", path.c_str());
+      }
       continue;
     }
     try {

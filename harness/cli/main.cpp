@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -16,6 +17,27 @@
 
 namespace kvbench {
 
+namespace {
+
+// A model fetched on demand (KnownModel::on_demand) is fetched the first time a command asks
+// for it by name: scripts/fetch_model.sh downloads its pieces and checks the file's sha256.
+void fetch_on_first_use(const std::string& name, const std::string& path) {
+  const KnownModel* known = find_known_model(name);
+  std::error_code ec;
+  if (known == nullptr || !known->on_demand || std::filesystem::exists(path, ec)) return;
+  std::fprintf(stderr, "kvbench: %s is not here yet: fetching it (%.0f MiB, %s), checked by "
+               "sha256\n", name.c_str(), known->bytes / 1048576.0, known->source.c_str());
+  const std::string command =
+      "'" + std::string(KVBENCH_SOURCE_DIR) + "/scripts/fetch_model.sh' " + name;
+  const int status = std::system(command.c_str());
+  if (status != 0 || !std::filesystem::exists(path, ec)) {
+    throw InputError("model " + name + ": fetching it failed (scripts/fetch_model.sh " + name +
+                     ", status " + std::to_string(status) + ")");
+  }
+}
+
+}  // namespace
+
 std::string resolve_model_path(const ModelOptions& options) {
   std::string name = options.model_path;
   if (name.empty()) {
@@ -26,6 +48,7 @@ std::string resolve_model_path(const ModelOptions& options) {
   // The non-throwing overload: a path component too long, an unreadable directory or a
   // symlink loop is a missing model too, not an internal error.
   std::error_code ec;
+  fetch_on_first_use(name, path);
   if (!std::filesystem::exists(path, ec)) {
     throw InputError("model not found: " + path + (ec ? " (" + ec.message() + ")" : "") +
                      " (run ./scripts/setup.sh to fetch smollm2-135m and qwen2.5-0.5b from "
@@ -147,7 +170,8 @@ int main(int argc, char** argv) {
   app.fallthrough();  // --model may follow the command too
   app.add_option("--model", model.model_path,
                  "GGUF model file, or a short name from `kvbench list models` (smollm2-135m, "
-                 "qwen2.5-0.5b); default: $KVBENCH_MODEL, else smollm2-135m");
+                 "qwen2.5-0.5b; qwen2.5-1.5b, fetched on first use); default: $KVBENCH_MODEL, "
+                 "else smollm2-135m");
   app.add_option("--threads", model.threads,
                  "Compute threads (default: $OMP_NUM_THREADS, else one per core); on a machine "
                  "shared with other busy processes, fewer threads avoid waiting on preempted ones")

