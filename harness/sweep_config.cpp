@@ -259,7 +259,6 @@ SweepConfig parse_sweep_config(const std::string& json_text, const std::string& 
         }
         std::filesystem::path file = p.get<std::string>();
         if (file.is_relative()) file = std::filesystem::path(source).parent_path() / file;
-        config.plugins.push_back(file.string());
         try {
           load_plugin(file.string());
         } catch (const InputError& e) {

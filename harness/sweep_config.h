@@ -76,10 +76,9 @@ struct SweepConfig {
   double max_no_context_accuracy = kDefaultMaxNoContextAccuracy;
   std::vector<ExcludedTask> excluded_tasks;  // filled by apply_calibration
   std::vector<CalibratedTask> calibrated_tasks;  // likewise, the tasks it kept
-  // "plugins": shared modules whose methods the config may name, loaded as the config is
-  // read (harness/plugins.h), paths relative to the config's folder. Not part of the
-  // canonical config: a run records the plugins its methods came from by sha256 instead.
-  std::vector<std::string> plugins;
+  // A config's "plugins" (shared objects whose methods it may name, paths relative to the
+  // config) are loaded as it is read (harness/plugins.h) and kept nowhere here: a run records
+  // the plugins its methods came from, by sha256 (harness/sweep.h, run_config_json).
 };
 
 // `kvbench run` with no task runs this config of the source tree.
