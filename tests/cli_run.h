@@ -5,9 +5,12 @@
 #include <catch2/catch.hpp>
 
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -85,6 +88,20 @@ inline std::string one_unit_db(const std::string& name, const std::string& metho
   db->write_unit(id, unit);
   db->finish_run(id);
   return path;
+}
+
+// A file's bytes ("" when it cannot be read).
+inline std::string file_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Whether anything (a symlink included, not followed) is at `path`.
+inline bool path_exists(const std::string& path) {
+  struct stat st {};
+  return lstat(path.c_str(), &st) == 0;
 }
 
 // The first column of a query's first row in the db at `path` ("" for none or NULL).

@@ -31,22 +31,12 @@ using testing::require_clear_error;
 using testing::Run;
 using testing::run_kvbench;
 using testing::sql_text;
+using testing::file_text;
 using testing::temp_path;
 using testing::write_text;
 
 namespace {
 
-std::string file_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-bool exists(const std::string& path) {
-  struct stat st {};
-  return lstat(path.c_str(), &st) == 0;
-}
 
 void sql(const std::string& db, const std::string& statement) {
   sqlite3* handle = nullptr;
@@ -115,7 +105,7 @@ TEST_CASE("results: an output that is an input, or not a regular file, is refuse
     testing::write_file(inside, testing::read_file_bytes(db));
     require_clear_error(run_kvbench("report " + inside + " -o " + dir), "is also an input");
     CHECK(file_text(inside) == before);
-    CHECK_FALSE(exists(dir + "/leaderboard.md"));
+    CHECK_FALSE(testing::path_exists(dir + "/leaderboard.md"));
   }
   SECTION("a FIFO (or a device) as the baseline to write") {
     const std::string fifo = temp_path("out_fifo.json");
@@ -126,7 +116,7 @@ TEST_CASE("results: an output that is an input, or not a regular file, is refuse
     struct stat st {};
     REQUIRE(lstat(fifo.c_str(), &st) == 0);
     CHECK(S_ISFIFO(st.st_mode));  // not replaced by a regular file
-    CHECK_FALSE(exists(fifo + ".tmp"));
+    CHECK_FALSE(testing::path_exists(fifo + ".tmp"));
   }
   CHECK(file_text(db) == before);
 }
@@ -281,10 +271,10 @@ TEST_CASE("results: hostile values in a valid db name the db, table, column and 
     require_clear_error(run_kvbench("report " + db + " -o " + out), c.named);
     require_clear_error(run_kvbench("check " + db + " --write-baseline " + out + ".json"), c.named);
     require_clear_error(run_kvbench("merge " + db + " -o " + merged), c.named);
-    CHECK_FALSE(exists(out + "/leaderboard.html"));
-    CHECK_FALSE(exists(out + ".json"));
-    CHECK_FALSE(exists(merged));
-    CHECK_FALSE(exists(merged + ".partial"));
+    CHECK_FALSE(testing::path_exists(out + "/leaderboard.html"));
+    CHECK_FALSE(testing::path_exists(out + ".json"));
+    CHECK_FALSE(testing::path_exists(merged));
+    CHECK_FALSE(testing::path_exists(merged + ".partial"));
   }
   // The runs table is read by report and merge (check reads only the units).
   const std::string db = one_unit_db("hostile_runs.db", "full");
@@ -337,8 +327,8 @@ TEST_CASE("results: failed commands leave nothing behind, and check before worki
     std::remove(baseline.c_str());
     const Run run = run_kvbench("check " + db + " --write-baseline " + baseline, limit);
     require_clear_error(run, baseline);
-    CHECK_FALSE(exists(baseline));
-    CHECK_FALSE(exists(baseline + ".tmp"));
+    CHECK_FALSE(testing::path_exists(baseline));
+    CHECK_FALSE(testing::path_exists(baseline + ".tmp"));
   }
   SECTION("a merge that fails midway leaves no db to block the next one") {
     const std::string merged = temp_path("leftover_merged.db");
@@ -347,8 +337,8 @@ TEST_CASE("results: failed commands leave nothing behind, and check before worki
     const Run failed = run_kvbench("merge " + db + " -o " + merged, limit);
     INFO(failed.output);
     CHECK(failed.exit_code == 2);
-    CHECK_FALSE(exists(merged));
-    CHECK_FALSE(exists(merged + ".partial"));
+    CHECK_FALSE(testing::path_exists(merged));
+    CHECK_FALSE(testing::path_exists(merged + ".partial"));
     const Run again = run_kvbench("merge " + db + " -o " + merged);
     INFO(again.output);
     CHECK(again.exit_code == 0);
@@ -370,7 +360,7 @@ TEST_CASE("results: failed commands leave nothing behind, and check before worki
     std::remove(fresh.c_str());
     require_clear_error(run_kvbench("--model " + model + " sweep " + config + " --db " + fresh),
                         "calibration");
-    CHECK_FALSE(exists(fresh));
+    CHECK_FALSE(testing::path_exists(fresh));
   }
   SECTION("a foreign db with kvbench's table names is refused before it is switched to WAL") {
     const std::string foreign = temp_path("foreign_tables.db");
@@ -414,5 +404,5 @@ TEST_CASE("results: a WAL db on a read-only mount is read", "[unit]") {
   const Run run = testing::run_command("unshare -rm sh -c '" + script + "'");
   INFO(run.output);
   CHECK(run.exit_code == 0);
-  CHECK(exists(baseline));
+  CHECK(testing::path_exists(baseline));
 }

@@ -27,6 +27,8 @@
 
 using namespace kvbench;
 using testing::require_clear_error;
+using testing::file_text;
+using testing::path_exists;
 using testing::Run;
 using testing::run_kvbench;
 using testing::sql_text;
@@ -39,18 +41,6 @@ const std::string kExample = KVBENCH_EXAMPLE_PLUGIN;
 
 std::string test_plugin(const std::string& name) {
   return std::string(KVBENCH_TEST_PLUGIN_DIR) + "/libtest_plugin_" + name + ".so";
-}
-
-bool exists(const std::string& path) {
-  struct stat st {};
-  return stat(path.c_str(), &st) == 0;
-}
-
-std::string file_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 // A tiny model with four layers (Knorm's skip leaves the first ones whole) and room for a
@@ -94,14 +84,14 @@ TEST_CASE("plugins: every bad plugin is one line naming it, exit 2, and no db", 
     require_clear_error(run_kvbench("--plugin " + c.plugin + " --model " + model +
                                     " --threads 1 sweep " + config + " --db " + db),
                         "plugin " + c.plugin + ": " + c.why);
-    CHECK_FALSE(exists(db));
+    CHECK_FALSE(path_exists(db));
     // Named by a sweep config, relative to it, the line names the config too.
     const std::string in_config =
         sweep_config("plugin_bad_in_config.json", ", \"plugins\": [\"" + c.plugin + "\"]");
     require_clear_error(run_kvbench("--model " + model + " --threads 1 sweep " + in_config +
                                     " --db " + db),
                         in_config + ": plugin " + c.plugin + ": " + c.why);
-    CHECK_FALSE(exists(db));
+    CHECK_FALSE(path_exists(db));
   }
 }
 
