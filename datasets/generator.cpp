@@ -8,6 +8,7 @@
 #include "datasets/generator.h"
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -60,7 +61,13 @@ const std::vector<TaskInfo>& registry() {
       {"math_find",
        "Math.Find: a long list of numbers; turns ask the largest, smallest, second largest, "
        "second smallest and median (at most 5 turns)",
-       {{"digits", "3", "digits of each number (2..9)"}}},
+       {{"digits", "3", "digits of each number (2..9)"},
+        {"questions", "5",
+         "ask only the first N of largest, smallest, second largest, second smallest, median "
+         "(1..5); turn t asks question t mod N"},
+        {"lists", "1",
+         "named lists sharing the numbers (1..26); above 1, turn t asks about list t, so "
+         "lists must be at least the turns"}}},
       {"docs_kv",
        "Documents (CacheBlend's RAG case): short project notes, each with one or two facts "
        "(an access code, a room number), in a shuffled order; each turn asks one fact",
@@ -444,15 +451,27 @@ Plan plan_vt(const Knobs& knobs, int32_t turns, uint64_t seed) {
 // the input's "The ... is") followed by InfiniteBench's input "You should answer with only
 // one number, no other words. The <target> is: ". The extremes are planted unique (the
 // largest and second largest in the top tenth of the range, the smallest two in the bottom
-// tenth, everything else strictly between), so each answer is unambiguous; the count is odd
-// so the median is one element.
+// tenth, everything else strictly between), so each answer is unambiguous; every list's
+// count is odd so the median is one element.
+//
+// Knobs beyond SCBench's, for models that cannot rank a whole list: `questions` keeps the
+// first N of the five questions, and `lists` splits the numbers into named lists (List A,
+// List B, ...), each turn asking about its own list, so five turns need not ask the second
+// largest or the median. The sized item is one pair of numbers, dealt round the lists.
 
 Plan plan_math(const Knobs& knobs, int32_t turns, uint64_t seed) {
   const int64_t digits = knobs.integer("digits", 2, 9);
-  if (turns > 5) {
-    fail("math_find", "turns " + std::to_string(turns) +
-                          " is more than its 5 questions (largest, smallest, second largest, "
-                          "second smallest, median)");
+  const int64_t questions = knobs.integer("questions", 1, 5);
+  const int64_t lists = knobs.integer("lists", 1, 26);
+  if (lists == 1 && turns > questions) {
+    fail("math_find", "turns " + std::to_string(turns) + " is more than the " +
+                          std::to_string(questions) +
+                          " questions of one list (largest, smallest, second largest, second "
+                          "smallest, median); knob lists gives each turn a list of its own");
+  }
+  if (lists > 1 && turns > lists) {
+    fail("math_find", "turns " + std::to_string(turns) + " is more than knob lists " +
+                          std::to_string(lists) + " (each turn asks about its own list)");
   }
   int64_t lo = 1;
   for (int64_t i = 1; i < digits; ++i) lo *= 10;
@@ -460,39 +479,48 @@ Plan plan_math(const Knobs& knobs, int32_t turns, uint64_t seed) {
   const int64_t band = std::max<int64_t>(3, (hi - lo + 1) / 10);
   Plan plan;
   plan.task = "math_find";
-  plan.min_items = 2;  // k: the list has 2k + 1 numbers
-  plan.build = [=](int64_t k, int64_t) {
+  plan.min_items = 2 * lists;  // pairs of numbers: list i has 2 * (its pairs) + 1
+  plan.build = [=](int64_t pairs, int64_t) {
     Rng rng(seed);
-    const int64_t count = 2 * k + 1;
-    const int64_t m1 = rng.between(lo, lo + band - 2);
-    const int64_t m2 = rng.between(m1 + 1, lo + band - 1);
-    const int64_t x1 = rng.between(hi - band + 2, hi);
-    const int64_t x2 = rng.between(hi - band + 1, x1 - 1);
-    std::vector<int64_t> nums = {x1, m1, x2, m2};
-    while (static_cast<int64_t>(nums.size()) < count) nums.push_back(rng.between(m2 + 1, x2 - 1));
-    for (int64_t i = count - 1; i > 0; --i) {
-      std::swap(nums[static_cast<size_t>(i)], nums[static_cast<size_t>(rng.between(0, i))]);
-    }
-    std::vector<int64_t> sorted = nums;
-    std::sort(sorted.begin(), sorted.end());
+    const std::pair<const char*, int> kQuestions[] = {
+        {"the largest number", 0},        {"the smallest number", 1},
+        {"the second largest number", 2}, {"the second smallest number", 3},
+        {"the median", 4}};
     Built b;
-    b.context = "Answer the questions about the list of numbers below.\n\n[";
-    for (size_t i = 0; i < nums.size(); ++i) b.context += (i ? ", " : "") + std::to_string(nums[i]);
-    b.context += "]";
-    const std::pair<const char*, int64_t> questions[] = {
-        {"the largest number of the list", x1},
-        {"the smallest number of the list", m1},
-        {"the second largest number of the list", x2},
-        {"the second smallest number of the list", m2},
-        {"the median of the list", sorted[static_cast<size_t>(count / 2)]}};
+    b.context = lists == 1 ? "Answer the questions about the list of numbers below.\n\n"
+                           : "Answer the questions about the lists of numbers below.\n\n";
+    std::vector<std::array<int64_t, 5>> answers;  // per list: largest, smallest, ..., median
+    for (int64_t l = 0; l < lists; ++l) {
+      const int64_t count = 2 * (pairs / lists + (l < pairs % lists ? 1 : 0)) + 1;
+      const int64_t m1 = rng.between(lo, lo + band - 2);
+      const int64_t m2 = rng.between(m1 + 1, lo + band - 1);
+      const int64_t x1 = rng.between(hi - band + 2, hi);
+      const int64_t x2 = rng.between(hi - band + 1, x1 - 1);
+      std::vector<int64_t> nums = {x1, m1, x2, m2};
+      while (static_cast<int64_t>(nums.size()) < count) nums.push_back(rng.between(m2 + 1, x2 - 1));
+      for (int64_t i = count - 1; i > 0; --i) {
+        std::swap(nums[static_cast<size_t>(i)], nums[static_cast<size_t>(rng.between(0, i))]);
+      }
+      std::vector<int64_t> sorted = nums;
+      std::sort(sorted.begin(), sorted.end());
+      answers.push_back({x1, m1, x2, m2, sorted[static_cast<size_t>(count / 2)]});
+      if (lists > 1) b.context += std::string(l ? "\n\n" : "") + "List " + char('A' + l) + ": ";
+      b.context += "[";
+      for (size_t i = 0; i < nums.size(); ++i) b.context += (i ? ", " : "") + std::to_string(nums[i]);
+      b.context += "]";
+    }
     for (int32_t t = 0; t < turns; ++t) {
-      std::string target = questions[t].first;
+      const auto& [what, index] = kQuestions[t % questions];
+      const int64_t list = lists == 1 ? 0 : t;
+      const std::string of =
+          lists == 1 ? " of the list" : std::string(" of List ") + char('A' + list);
+      std::string target = what + of;
       std::string cap = target;
       cap[0] = 'T';
       b.turns.push_back(make_turn("What is " + target +
                                       "?\n\nYou should answer with only one number, no other words. " +
                                       cap + " is: ",
-                                  {std::to_string(questions[t].second)}));
+                                  {std::to_string(answers[static_cast<size_t>(list)][static_cast<size_t>(index)])}));
     }
     return b;
   };

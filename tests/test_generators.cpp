@@ -336,6 +336,38 @@ TEST_CASE("math_find: the answers are the list's extremes and median", "[unit]")
   }
 }
 
+TEST_CASE("math_find lists and questions: each turn asks its own list's extreme", "[unit]") {
+  const auto samples = generate_samples(
+      opts("math_find", 1500, 5, 9, {{"lists", "5"}, {"questions", "2"}}), tiny_tokenizer());
+  for (const auto& s : samples) {
+    REQUIRE(s.turns.size() == 5);
+    size_t total = 0;
+    for (int t = 0; t < 5; ++t) {
+      const std::string name = std::string("List ") + char('A' + t);
+      const size_t at = s.context.find(name + ": [");
+      REQUIRE(at != std::string::npos);
+      std::vector<long long> nums;
+      std::istringstream in(s.context.substr(at + name.size() + 3,
+                                             s.context.find(']', at) - at - name.size() - 3));
+      for (std::string item; std::getline(in, item, ',');) nums.push_back(std::stoll(item));
+      REQUIRE(nums.size() % 2 == 1);
+      total += nums.size();
+      const auto [low, high] = std::minmax_element(nums.begin(), nums.end());
+      const bool largest = t % 2 == 0;
+      CHECK(s.turns[t].input.find(std::string(largest ? "the largest number of " : "the smallest number of ") + name) !=
+            std::string::npos);
+      CHECK(s.turns[t].answers == std::vector<std::string>{std::to_string(largest ? *high : *low)});
+      CHECK(std::count(nums.begin(), nums.end(), largest ? *high : *low) == 1);
+    }
+    CHECK(total > 100);  // the numbers fill the context, dealt round the lists
+  }
+  using Catch::Matchers::Contains;
+  CHECK_THAT(error_of(opts("math_find", 1500, 5, 9, {{"lists", "4"}})),
+             Contains("turns 5 is more than knob lists 4"));
+  CHECK_THAT(error_of(opts("math_find", 1500, 3, 9, {{"questions", "2"}})),
+             Contains("turns 3 is more than the 2 questions of one list"));
+}
+
 TEST_CASE("mix: both contexts, turns alternating, each answer right", "[unit]") {
   const auto samples =
       generate_samples(opts("mix", 2000, 5, 2, {{"tasks", "retr_kv+math_find"}, {"digits", "4"}}),

@@ -256,7 +256,7 @@ TEST_CASE("catalog: a mix sample scores and budgets each turn by its part", "[un
   // The largest budget over the turns' tasks, not the mix's own.
   mix.turns[0].task = "math_find";
   mix.turns[0].answers = {"7"};
-  CHECK(max_new_tokens_for(mix) == 30);
+  CHECK(max_new_tokens_for(mix) == 64);
   CHECK(score_turn(mix, mix.turns[0], "7") == 1.0);
   CHECK(score_turn(mix, mix.turns[0], "The answer is 8, not 7") == 0.0);
 
