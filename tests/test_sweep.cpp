@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <map>
@@ -139,6 +140,8 @@ TEST_CASE("sweep config: methods x budgets, full once, canonical JSON", "[unit]"
   REQUIRE_FALSE(d.budgets.empty());
   for (const std::string& b : d.budgets) CHECK(b.rfind("ratio=", 0) == 0);
   CHECK(sweep_methods(d).size() >= 3);
+  // A task over real prose beside the synthetic strings, so the default findings transfer.
+  CHECK(std::any_of(d.tasks.begin(), d.tasks.end(), [](const SweepTask& t) { return t.name == "niah"; }));
   for (const std::string& method : d.methods) {
     CHECK(method != "prefix");  // multi-turn: reuse across requests has nothing to do
     CHECK(method != "tiers");
