@@ -482,10 +482,9 @@ Plan plan_math(const Knobs& knobs, int32_t turns, uint64_t seed) {
   plan.min_items = 2 * lists;  // pairs of numbers: list i has 2 * (its pairs) + 1
   plan.build = [=](int64_t pairs, int64_t) {
     Rng rng(seed);
-    const std::pair<const char*, int> kQuestions[] = {
-        {"the largest number", 0},        {"the smallest number", 1},
-        {"the second largest number", 2}, {"the second smallest number", 3},
-        {"the median", 4}};
+    const char* const kQuestions[] = {"the largest number", "the smallest number",
+                                      "the second largest number",
+                                      "the second smallest number", "the median"};
     Built b;
     b.context = lists == 1 ? "Answer the questions about the list of numbers below.\n\n"
                            : "Answer the questions about the lists of numbers below.\n\n";
@@ -510,17 +509,16 @@ Plan plan_math(const Knobs& knobs, int32_t turns, uint64_t seed) {
       b.context += "]";
     }
     for (int32_t t = 0; t < turns; ++t) {
-      const auto& [what, index] = kQuestions[t % questions];
-      const int64_t list = lists == 1 ? 0 : t;
-      const std::string of =
-          lists == 1 ? " of the list" : std::string(" of List ") + char('A' + list);
-      std::string target = what + of;
+      const size_t question = static_cast<size_t>(t % questions);
+      const size_t list = lists == 1 ? 0 : static_cast<size_t>(t);
+      std::string target = std::string(kQuestions[question]) +
+                           (lists == 1 ? " of the list" : std::string(" of List ") + char('A' + list));
       std::string cap = target;
       cap[0] = 'T';
       b.turns.push_back(make_turn("What is " + target +
                                       "?\n\nYou should answer with only one number, no other words. " +
                                       cap + " is: ",
-                                  {std::to_string(answers[static_cast<size_t>(list)][static_cast<size_t>(index)])}));
+                                  {std::to_string(answers[list][question])}));
     }
     return b;
   };
