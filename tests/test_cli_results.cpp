@@ -143,6 +143,28 @@ TEST_CASE("results: inputs that are not regular files are refused, not waited on
                       "not a regular file");
 }
 
+TEST_CASE("results: two calibrations of one model into one file keep each other's cells",
+          "[unit]") {
+  // Each saves after every cell over the file as it is then: neither drops the other's.
+  const std::string model = tiny_model("tiny_two_cals.gguf");
+  const std::string path = temp_path("two_calibrations.json");
+  std::remove(path.c_str());
+  const auto calibrate = [&](const std::string& task) {
+    return std::string(KVBENCH_BINARY) + " --model " + model + " --threads 1 calibrate --task " +
+           task + " --lengths 200 300 400 --samples 1 --turns 1 -o " + path + " > /dev/null";
+  };
+  const Run both = testing::run_command(calibrate("retr_kv") + " & " +
+                                        calibrate("retr_prefix_suffix") + " & wait");
+  INFO(both.output);
+  REQUIRE(both.exit_code == 0);
+  const std::string cells = file_text(path);
+  for (const char* task : {"\"retr_kv\"", "\"retr_prefix_suffix\""}) {
+    size_t count = 0;
+    for (size_t at = cells.find(task); at != std::string::npos; at = cells.find(task, at + 1)) ++count;
+    CHECK(count == 3);  // one cell per length
+  }
+}
+
 TEST_CASE("results: option values and OMP_NUM_THREADS are checked as --threads is", "[unit]") {
   require_clear_error(run_kvbench("--model '' list models"), "--model: an empty value");
   require_clear_error(run_kvbench("sweep x.json --db x.db --shard ''"), "--shard: an empty value");

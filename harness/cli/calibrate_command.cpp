@@ -146,8 +146,17 @@ void run_calibrate(const ModelOptions& model_options, const CalibrateArgs& args)
       cell.no_context_accuracy = control.mean;
       cell.no_context_low = control.low;
       cell.no_context_high = control.high;
+      // After every cell, so a stopped run keeps its cells; over the file as it is now, so
+      // the cells another calibration of the model wrote meanwhile are kept too.
+      if (std::filesystem::exists(path, ec)) {
+        const Calibration now = load_calibration(path);
+        if (now.model_sha256 == calibration.model_sha256 && now.seed == calibration.seed &&
+            now.model == calibration.model) {
+          calibration = now;
+        }
+      }
       calibration.put(cell);
-      save_calibration(calibration, path);  // after every cell: a stopped run keeps its cells
+      save_calibration(calibration, path);
       char bounds[32];
       std::snprintf(bounds, sizeof bounds, "%.1f-%.1f", 100 * cell.low, 100 * cell.high);
       char control_bounds[32];
