@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "datasets/generator.h"
@@ -82,11 +83,13 @@ void run_calibrate(const ModelOptions& model_options, const CalibrateArgs& args)
   const std::string model_name =
       name.empty() ? std::filesystem::path(model_path).filename().string() : name;
   Calibration calibration;
+  const auto same_model_and_seed = [&](const Calibration& c) {
+    return c.model_sha256 == sha && c.seed == args.seed && c.model == model_name;
+  };
   std::error_code ec;
   if (std::filesystem::exists(path, ec)) {
     calibration = load_calibration(path);
-    if (calibration.model_sha256 != sha || calibration.seed != args.seed ||
-        calibration.model != model_name) {
+    if (!same_model_and_seed(calibration)) {
       throw InputError(path + ": holds a calibration of another model (name or file) or seed; "
                        "move it away or write elsewhere with -o");
     }
@@ -149,11 +152,8 @@ void run_calibrate(const ModelOptions& model_options, const CalibrateArgs& args)
       // After every cell, so a stopped run keeps its cells; over the file as it is now, so
       // the cells another calibration of the model wrote meanwhile are kept too.
       if (std::filesystem::exists(path, ec)) {
-        const Calibration now = load_calibration(path);
-        if (now.model_sha256 == calibration.model_sha256 && now.seed == calibration.seed &&
-            now.model == calibration.model) {
-          calibration = now;
-        }
+        Calibration now = load_calibration(path);
+        if (same_model_and_seed(now)) calibration = std::move(now);
       }
       calibration.put(cell);
       save_calibration(calibration, path);
