@@ -2,7 +2,8 @@
 //   BM_PrefillMethod      end-to-end 4K-token prefill + compression of the real model, per
 //                         method (full is the baseline);
 //   BM_ScoreCompact       just the policy's work on that prefill — observing every layer's
-//                         queries, scoring, planning and the store's compaction — replayed
+//                         queries (for H2O and D2O, what scoring in the attention pass adds
+//                         to it), scoring, planning and the store's compaction — replayed
 //                         from a captured 4K prefill; pct_of_prefill relates it to the
 //                         full prefill measured in the same process (goal: under 10%);
 //                         every registered eviction method at budget 1024 (its defaults
@@ -25,6 +26,7 @@
 #include "cache/full_cache.h"
 #include "cache/registry.h"
 #include "common/input_error.h"
+#include "kernels/cpu/attention.h"
 
 using namespace kvbench;
 using kvbench::bench::model_or_skip;
@@ -156,6 +158,33 @@ KvShape shape_for(const ResolvedSpec& resolved, KvShape shape) {
   return shape;
 }
 
+struct ObserveScratch {
+  std::vector<float> out, scores;
+};
+
+// Seconds the policy's scoring of one layer's forward adds to it, as KvCache::attend runs it:
+// observe; or, for a policy scored by every row's attention (TokenPolicy::ScoredRows::All),
+// the attention pass that also scores (attention_dense_scored_cpu) less the plain one it
+// replaces, plus observe_scores.
+double observe_time(TokenPolicy& policy, int32_t layer, AttentionQuery query, const DenseKv& kv,
+                    ObserveScratch& w) {
+  if (policy.scored_rows() != TokenPolicy::ScoredRows::All) {
+    const auto t0 = std::chrono::steady_clock::now();
+    policy.observe(layer, query, kv);
+    return seconds_since(t0);
+  }
+  w.out.resize(static_cast<size_t>(query.n_queries) * query.n_heads * kv.head_dim);
+  w.scores.assign(static_cast<size_t>(query.n_heads) * kv.n_tokens, 0.0f);
+  query.out = w.out.data();
+  auto t0 = std::chrono::steady_clock::now();
+  attention_dense_cpu(query, kv);
+  const double plain_s = seconds_since(t0);
+  t0 = std::chrono::steady_clock::now();
+  attention_dense_scored_cpu(query, kv, w.scores.data());
+  policy.observe_scores(layer, w.scores.data(), query.n_heads, kv.n_tokens);
+  return seconds_since(t0) - plain_s;
+}
+
 // The policy's share of a prefill: appends are done untimed, then observe (scoring), plan
 // and retain (compaction) are timed exactly where KvCache calls them.
 void BM_ScoreCompact(benchmark::State& state, const std::string& spec) {
@@ -173,6 +202,7 @@ void BM_ScoreCompact(benchmark::State& state, const std::string& spec) {
     std::vector<std::unique_ptr<LayerKv>> stores = make_dense_layers(shape);
     for (auto& s : stores) s->reserve(kPrefillTokens);
     double policy_s = 0;
+    ObserveScratch scratch;
     RetainPlan plan;
     auto compress = [&](CachePhase phase) {
       for (int32_t l = 0; l < shape.n_layers; ++l) {
@@ -190,9 +220,7 @@ void BM_ScoreCompact(benchmark::State& state, const std::string& spec) {
         const auto& chunk = cap.recorder->chunks[l][c];
         stores[l]->append(cap.k[l].data() + fed * row, cap.v[l].data() + fed * row,
                           chunk.positions.data(), n);
-        const auto t0 = std::chrono::steady_clock::now();
-        policy->observe(l, chunk.query(), stores[l]->view());
-        policy_s += seconds_since(t0);
+        policy_s += observe_time(*policy, l, chunk.query(), stores[l]->view(), scratch);
       }
       fed += n;
       const auto t0 = std::chrono::steady_clock::now();
@@ -299,7 +327,7 @@ bool registered(const std::string& spec) {
 void register_all() {
   benchmark::RegisterBenchmark("BM_PrefillMethod/full", BM_PrefillMethod, std::string("full"))
       ->Unit(benchmark::kMillisecond)->Iterations(1)->UseRealTime();
-  for (const char* spec : {"snapkv:budget=1024", "h2o:budget=1024"}) {
+  for (const char* spec : {"snapkv:budget=1024", "h2o:budget=1024", "d2o:budget=1024"}) {
     if (!registered(spec)) continue;
     benchmark::RegisterBenchmark(("BM_PrefillMethod/" + std::string(spec)).c_str(),
                                  BM_PrefillMethod, std::string(spec))

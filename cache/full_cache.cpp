@@ -183,8 +183,13 @@ DenseKv DenseLayerKv::head_view(int32_t head) const {
                  rows_.positions.data() + at, 1, rows_.head_dim, rows_.capacity, rows_.n_tokens};
 }
 
+namespace {
+// Bytes attention reads per stored token of one KV head: its key, value and position.
+int64_t token_bytes(int32_t head_dim) { return 2LL * head_dim * sizeof(float) + sizeof(int32_t); }
+}  // namespace
+
 int64_t DenseLayerKv::attend(const AttentionQuery& query, const PageSelection* pages) const {
-  const int64_t token_bytes = 2LL * rows_.head_dim * sizeof(float) + sizeof(int32_t);
+  const int64_t token_bytes = kvbench::token_bytes(rows_.head_dim);
   if (ragged()) {
     if (pages) throw std::logic_error("DenseLayerKv::attend: pages over heads of their own");
     std::vector<DenseKv> heads;
@@ -202,6 +207,12 @@ int64_t DenseLayerKv::attend(const AttentionQuery& query, const PageSelection* p
   }
   attention_pages_cpu(query, view(), *pages);
   return token_bytes * selected_slots(*pages, rows_.n_kv_heads, rows_.n_tokens);
+}
+
+int64_t DenseLayerKv::attend_scored(const AttentionQuery& query, float* scores) const {
+  if (ragged()) return -1;
+  attention_dense_scored_cpu(query, view(), scores);
+  return token_bytes(rows_.head_dim) * rows_.n_kv_heads * rows_.n_tokens;
 }
 
 int64_t selected_slots(const PageSelection& pages, int32_t n_kv_heads, int64_t n_tokens) {

@@ -40,6 +40,7 @@ class DenseLayerKv : public LayerKv {
   void reserve(int64_t n_tokens) override;
   void append(const float* k, const float* v, const int32_t* positions, int64_t n_new) override;
   int64_t attend(const AttentionQuery& query, const PageSelection* pages) const override;
+  int64_t attend_scored(const AttentionQuery& query, float* scores) const override;
   void retain(RetainPlan& plan) override;
   // Once the heads hold different counts no rectangle shows them: the view is the shape
   // alone (k, v and positions null, n_tokens the largest head's), as a device store shows a

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 #include <stdexcept>
+#include <vector>
 
 #include "cache/policy.h"
 #include "cache/prefill_attention.h"
@@ -48,10 +49,28 @@ void KvCache::attend(int32_t layer, const AttentionQuery& query) {
         reader_ && decode_step_
             ? reader_->select(layer, query, store.n_tokens(), &bytes_read_forward_)
             : nullptr;
+    if (!pages && attend_scored(layer, query)) return;
     bytes_read_forward_ += store.attend(query, pages);
   }
   store.observe_queries(query);
   if (policy_ && !policy_->done(layer)) policy_->observe(layer, query, store.view());
+}
+
+bool KvCache::attend_scored(int32_t layer, const AttentionQuery& query) {
+  if (!policy_ || policy_->done(layer) ||
+      policy_->scored_rows() != TokenPolicy::ScoredRows::All) {
+    return false;
+  }
+  LayerKv& store = *layers_[layer];
+  const int64_t n_tokens = store.n_tokens();
+  static thread_local std::vector<float> scores;
+  scores.assign(static_cast<size_t>(query.n_heads) * n_tokens, 0.0f);
+  const int64_t bytes = store.attend_scored(query, scores.data());
+  if (bytes < 0) return false;
+  bytes_read_forward_ += bytes;
+  store.observe_queries(query);
+  policy_->observe_scores(layer, scores.data(), query.n_heads, n_tokens);
+  return true;
 }
 
 void KvCache::advance(int32_t n_tokens) {

@@ -99,6 +99,14 @@ class LayerKv {
   // Causal attention of a chunk's queries over what is stored (the chunk itself included),
   // or only over the selected pages (nullptr: all). Returns the bytes of storage it read.
   virtual int64_t attend(const AttentionQuery& query, const PageSelection* pages) const = 0;
+  // attend over every stored token that also ADDS the softmax attention each stored token
+  // receives, summed over the query rows, into scores [query.n_heads, n_tokens()] (what
+  // attention_scores_cpu adds over view()), for a policy scored that way
+  // (TokenPolicy::ScoredRows::All): in one pass where the store can, returning the bytes read;
+  // -1, having done nothing, where it cannot.
+  virtual int64_t attend_scored(const AttentionQuery& /*query*/, float* /*scores*/) const {
+    return -1;
+  }
   // Keeps only the planned slots and frees storage the drop makes idle. Slots may move:
   // on return plan.slots[h * n_keep + j] is the old slot now at slot j, always >= j (a
   // dropped slot's hole is filled from the tail, so one decode-step eviction moves one
@@ -229,6 +237,10 @@ class KvCache {
 
  private:
   void compress(CachePhase phase);
+  // A policy scored by the attention every query row gives (TokenPolicy::ScoredRows::All)
+  // over a store that attends and scores in one pass (LayerKv::attend_scored): both done,
+  // the policy handed the scores; false where not (then attend, then observe).
+  bool attend_scored(int32_t layer, const AttentionQuery& query);
   int64_t layer_bytes(int32_t layer) const;  // store, policy state and read metadata
 
   KvShape shape_;

@@ -92,16 +92,21 @@ class TokenPolicy {
   virtual void observe(int32_t /*layer*/, const AttentionQuery& /*query*/,
                        const DenseKv& /*kv*/) {}
 
-  // Where the stored tokens are not in host memory (a model on a GPU:
-  // cache/cuda/host_policies.h), a policy whose observe needs only the softmax attention
-  // the slots receive says from which query rows here; the device computes it and calls
-  // observe_scores instead of observe, and plan then sees the slots' positions only (k and v
-  // null). observe and observe_scores must agree: observe_scores gets what
-  // attention_scores_cpu adds up over those rows, [n_heads, n_tokens].
+  // A policy whose observe needs only the softmax attention the slots receive says from
+  // which query rows here, and is then handed it by observe_scores instead of observe where
+  // it can be had cheaper: on the CPU, every row's (All) from the attention pass itself
+  // (KvCache::attend_scored), where the store can; where the stored tokens are not in host
+  // memory (a model on a GPU: cache/cuda/host_policies.h), computed on the device, and plan
+  // then sees the slots' positions only (k and v null) unless plans_on_kv. observe and
+  // observe_scores must agree: observe_scores gets what attention_scores_cpu adds up over
+  // those rows, [n_heads, n_tokens].
   enum class ScoredRows { None, All, Last };
   virtual ScoredRows scored_rows() const { return ScoredRows::None; }
   virtual void observe_scores(int32_t /*layer*/, const float* /*scores*/, int32_t /*n_heads*/,
                               int64_t /*n_tokens*/) {}
+  // A policy scored by rows (scored_rows) that still reads keys or values to plan (D2O
+  // merges evicted tokens into kept ones).
+  virtual bool plans_on_kv() const { return scored_rows() == ScoredRows::None; }
 
   // Plans `layer` at `phase`: fills `plan` and returns true to drop slots, or returns
   // false to keep everything.

@@ -64,8 +64,6 @@ std::vector<int64_t> d2o_layer_budgets(const std::vector<double>& density, int64
 
 namespace {
 
-constexpr int64_t kRowBlock = 256;  // evicted keys per cosine GEMM: 256 x keep floats at once
-
 struct D2oConfig {
   Budget budget;
   double recent = 0.5;  // share of a layer's budget for its newest tokens
@@ -83,12 +81,24 @@ class D2oPolicy : public TokenPolicy {
 
   std::unique_ptr<TokenPolicy> clone() const override { return std::make_unique<D2oPolicy>(*this); }
 
-  // Keys are read to merge, so the policy sees host copies on a GPU (no ScoredRows).
   void observe(int32_t layer, const AttentionQuery& query, const DenseKv& kv) override {
     LayerState& s = layers_[layer];
     if (s.n_heads == 0) s.n_heads = query.n_heads;
     grow(s, kv.n_tokens);
     attention_scores_cpu(query, kv, s.scores.data());
+  }
+
+  // Every row's attention, from the attention pass (KvCache::attend_scored) or the device;
+  // keys are still read to merge, so plan sees host copies on a GPU.
+  ScoredRows scored_rows() const override { return ScoredRows::All; }
+  bool plans_on_kv() const override { return true; }
+  void observe_scores(int32_t layer, const float* scores, int32_t n_heads,
+                      int64_t n_tokens) override {
+    LayerState& s = layers_[layer];
+    if (s.n_heads == 0) s.n_heads = n_heads;
+    grow(s, n_tokens);
+    const int64_t n = static_cast<int64_t>(n_heads) * n_tokens;
+    for (int64_t i = 0; i < n; ++i) s.scores[i] += scores[i];
   }
 
   bool plan(int32_t layer, const DenseKv& kv, CachePhase phase, RetainPlan& plan) override {
@@ -210,7 +220,9 @@ class D2oPolicy : public TokenPolicy {
     std::vector<int64_t> nearest(evicted.size());
     std::vector<double> similarity(evicted.size());
     double sum_similarity = 0;
-    std::vector<float> unit, cosines;  // one block's unit evicted keys and their cosines
+    std::vector<float> unit;  // the head's unit evicted keys [n_evicted, d]
+    std::vector<int64_t> best(static_cast<size_t>(n_evicted));
+    std::vector<float> best_cosine(best.size());
     for (int32_t h = 0; h < n_kv_heads_; ++h) {
       const int32_t* kept = plan.slots.data() + h * keep;
       std::vector<bool> is_kept(static_cast<size_t>(n), false);
@@ -220,8 +232,8 @@ class D2oPolicy : public TokenPolicy {
         if (!is_kept[t]) gone.push_back(t);
       const int32_t* pos = kv.positions + h * kv.capacity;
       std::sort(gone.begin(), gone.end(), [pos](int64_t a, int64_t b) { return pos[a] < pos[b]; });
-      // Cosines as one fp32 GEMM of unit rows (the authors' torch matmul of normalised keys),
-      // not a double dot per (evicted, kept) pair: that loop was most of D2O's time.
+      // Cosines as fp32 GEMMs of unit rows (the authors' torch matmul of normalised keys),
+      // threaded, not a double dot per (evicted, kept) pair: that loop was most of D2O's time.
       const int ld = static_cast<int>(keep);
       std::vector<float> kept_t(static_cast<size_t>(d) * ld, 0.f);  // [d][ld], unit columns
       for (int64_t j = 0; j < keep; ++j) {
@@ -230,26 +242,21 @@ class D2oPolicy : public TokenPolicy {
         for (int32_t i = 0; i < d; ++i)
           kept_t[static_cast<size_t>(i) * ld + j] = nk > 0 ? static_cast<float>(kk[i] / nk) : 0.f;
       }
-      for (int64_t e0 = 0; e0 < n_evicted; e0 += kRowBlock) {
-        const int rows = static_cast<int>(std::min<int64_t>(kRowBlock, n_evicted - e0));
-        unit.resize(static_cast<size_t>(rows) * d);
-        cosines.resize(static_cast<size_t>(rows) * ld);
-        for (int r = 0; r < rows; ++r) {
-          const float* ke = key(h, gone[e0 + r]);
-          const double ne = norm(ke);
-          for (int32_t i = 0; i < d; ++i)
-            unit[static_cast<size_t>(r) * d + i] = ne > 0 ? static_cast<float>(ke[i] / ne) : 0.f;
-        }
-        gemm_cpu(rows, d, ld, unit.data(), d, kept_t.data(), ld, cosines.data(), ld);
-        for (int r = 0; r < rows; ++r) {
-          const float* row = cosines.data() + static_cast<size_t>(r) * ld;
-          const int64_t best_j = std::max_element(row, row + keep) - row;  // first of equals
-          const size_t at = static_cast<size_t>(h * n_evicted + e0 + r);
-          evicted[at] = gone[e0 + r];
-          nearest[at] = best_j;
-          similarity[at] = row[best_j];
-          sum_similarity += row[best_j];
-        }
+      unit.resize(static_cast<size_t>(n_evicted) * d);
+      for (int64_t r = 0; r < n_evicted; ++r) {
+        const float* ke = key(h, gone[r]);
+        const double ne = norm(ke);
+        for (int32_t i = 0; i < d; ++i)
+          unit[static_cast<size_t>(r) * d + i] = ne > 0 ? static_cast<float>(ke[i] / ne) : 0.f;
+      }
+      nearest_columns_cpu(unit.data(), n_evicted, d, kept_t.data(), keep, best.data(),
+                          best_cosine.data());
+      for (int64_t r = 0; r < n_evicted; ++r) {
+        const size_t at = static_cast<size_t>(h * n_evicted + r);
+        evicted[at] = gone[r];
+        nearest[at] = best[r];
+        similarity[at] = best_cosine[r];
+        sum_similarity += best_cosine[r];
       }
     }
     const double mean = sum_similarity / static_cast<double>(n_kv_heads_ * n_evicted);

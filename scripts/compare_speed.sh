@@ -2,7 +2,8 @@
 # kvbench's forward pass beside llama.cpp's: same GGUF, same machine, same thread count, one
 # run. For each model, prefill of N tokens and one-token decode at depth 0 and N, for each N.
 #
-#   scripts/compare_speed.sh [--models smollm2-135m,qwen2.5-0.5b] [--lengths 512,2048,4096,8192,16384]
+#   scripts/compare_speed.sh [--models smollm2-135m,qwen2.5-0.5b,qwen2.5-1.5b]
+#                            [--lengths 512,2048,4096,8192,16384]
 #                            [--threads 2] [--reps 1] [--out DIR]
 #
 # kvbench: bench/bench_forward (fp32 activations, and int8 for decode: --decode-activations).
@@ -15,7 +16,7 @@
 # setting. The raw results stay in --out (default a temporary directory).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-models="smollm2-135m,qwen2.5-0.5b"
+models="smollm2-135m,qwen2.5-0.5b,qwen2.5-1.5b"
 lengths="512,2048,4096,8192,16384"
 threads=2
 reps=1
@@ -44,12 +45,16 @@ model_file() {
   case "$1" in
     smollm2-135m) echo "$root/models/SmolLM2-135M-Instruct.Q4_1.gguf" ;;
     qwen2.5-0.5b) echo "$root/models/Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf" ;;
+    qwen2.5-1.5b) echo "$root/models/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf" ;;
     *) echo "$1" ;;
   esac
 }
 
 for name in ${models//,/ }; do
   gguf="$(model_file "$name")"
+  case "$name" in  # a short name is fetched (and checked) if missing; a path is taken as given
+    smollm2-135m|qwen2.5-0.5b|qwen2.5-1.5b) "$root/scripts/fetch_model.sh" "$name" ;;
+  esac
   [ -f "$gguf" ] || { echo "compare_speed.sh: no model file $gguf (scripts/setup.sh)" >&2; exit 2; }
   tag="$(basename "$gguf" .gguf)"
   echo "== $name: kvbench (bench_forward, $threads threads, OMP_WAIT_POLICY='${OMP_WAIT_POLICY:-}') ==" >&2

@@ -1,5 +1,6 @@
 // Token scores for eviction policies: attention_scores_cpu against the double-precision
-// reference, and the key-norm, anchor-cosine, pooling and top-k kernels on hand-built inputs.
+// reference, attention_dense_scored_cpu (attention and scores in one pass) against both
+// kernels, nearest_columns_cpu against double dots, and the key-norm, anchor-cosine, pooling and top-k kernels on hand-built inputs.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "attention_problem.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/scores.h"
 
 namespace {
@@ -152,6 +154,68 @@ TEST_CASE("attention_scores_cpu adds into the scores it is given", "[unit]") {
     }
     for (int e = 0; e < kGuard; ++e) REQUIRE(twice[twice.size() - kGuard + e] == kGuardValue);
   }
+}
+
+TEST_CASE("attention_dense_scored_cpu: the dense kernel's output bit for bit, and the scores",
+          "[unit]") {
+  // Many queries take the one-pass path (queries tiled, every tile's numerators rescaled to
+  // the row's final max); one or seven take attention then attention_scores_cpu (keys split).
+  // Scores as attention_scores_cpu against the reference; called again, they add.
+  for (const Case& c :
+       {Case{9, 3, 64, 4097, 1}, Case{9, 3, 64, 1000, 7}, Case{9, 3, 64, 600, 512},
+        Case{14, 2, 64, 2000, 300, true}, Case{4, 4, 128, 130, 61}, Case{9, 1, 64, 17, 600},
+        Case{12, 2, 128, 4097, 64}}) {
+    AttentionProblem p(c, 5);
+    p.q_positions[0] = 4;  // one fully masked query: zeros out, nothing added
+    INFO("heads " << c.n_heads << "/" << c.n_kv_heads << " dim " << c.head_dim << " tokens "
+                  << c.n_tokens << " queries " << c.n_queries);
+    const std::vector<float> dense = p.run(kvbench::attention_dense_cpu);
+    std::vector<float> out(p.q.size(), 123.0f);
+    AttentionQuery query = p.query;
+    query.out = out.data();
+    const size_t size = static_cast<size_t>(c.n_heads * c.n_tokens);
+    std::vector<float> scores(size + kGuard, kGuardValue);
+    std::fill(scores.begin(), scores.begin() + size, 0.0f);
+    kvbench::attention_dense_scored_cpu(query, p.kv, scores.data());
+    REQUIRE(out == dense);
+    const auto expected = run_scores(p, attention_scores_reference);
+    CHECK(max_rel_diff(scores, expected, kFloor) <= kRelTol);
+    const std::vector<float> once = scores;
+    kvbench::attention_dense_scored_cpu(query, p.kv, scores.data());
+    for (size_t i = 0; i < size; ++i) REQUIRE(std::fabs(scores[i] - 2 * once[i]) <= 1e-5f * once[i]);
+    for (int e = 0; e < kGuard; ++e) REQUIRE(scores[size + e] == kGuardValue);
+  }
+}
+
+TEST_CASE("nearest_columns_cpu: each row's largest product, the first of equals", "[unit]") {
+  // 600 rows cross the kernel's blocks of 256; column 3 duplicates column 7 so that rows
+  // whose best is column 7 must report 3. The products are compared with double dots within
+  // fp32 rounding of 64 terms; the chosen column's product must be the best within that.
+  constexpr int kDim = 64;
+  constexpr int64_t kRows = 600, kCols = 100;
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal;
+  std::vector<float> a(kRows * kDim), b(kDim * kCols);
+  for (float& x : a) x = normal(rng);
+  for (float& x : b) x = normal(rng);
+  for (int d = 0; d < kDim; ++d) b[d * kCols + 3] = b[d * kCols + 7];
+  std::vector<int64_t> best(kRows);
+  std::vector<float> best_dot(kRows);
+  kvbench::nearest_columns_cpu(a.data(), kRows, kDim, b.data(), kCols, best.data(), best_dot.data());
+  int64_t tied = 0;
+  for (int64_t r = 0; r < kRows; ++r) {
+    std::vector<double> dots(kCols, 0.0);
+    for (int64_t j = 0; j < kCols; ++j) {
+      for (int d = 0; d < kDim; ++d) dots[j] += double{a[r * kDim + d]} * b[d * kCols + j];
+    }
+    const double top = *std::max_element(dots.begin(), dots.end());
+    INFO("row " << r);
+    REQUIRE(best[r] != 7);
+    CHECK(std::fabs(best_dot[r] - dots[best[r]]) <= 1e-4);
+    CHECK(dots[best[r]] >= top - 1e-4);
+    tied += best[r] == 3;
+  }
+  CHECK(tied > 0);
 }
 
 TEST_CASE("key_norms_cpu and key_anchor_cosine_cpu on hand-built keys", "[unit]") {

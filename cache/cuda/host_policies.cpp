@@ -101,7 +101,7 @@ void HostPolicyOnDevice::observe(int32_t layer, const AttentionQuery& query, con
 
 bool HostPolicyOnDevice::plan(int32_t layer, const DenseKv& kv, CachePhase phase,
                               RetainPlan& plan) {
-  if (inner_->scored_rows() != TokenPolicy::ScoredRows::None) {  // positions are enough
+  if (!inner_->plans_on_kv()) {  // positions are enough
     const std::vector<int32_t> positions = HostKv::rows(kv.positions, kv, 1);
     const DenseKv host{nullptr,     nullptr,     positions.data(), kv.n_kv_heads,
                        kv.head_dim, kv.n_tokens, kv.n_tokens};

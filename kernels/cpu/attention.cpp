@@ -11,6 +11,7 @@
 
 #include "kernels/cpu/avx2.h"
 #include "kernels/cpu/narrow.h"
+#include "kernels/cpu/scores.h"
 #include "kernels/cpu/tile_gemm.h"
 #include "kernels/sparse_pairs.h"
 
@@ -40,6 +41,24 @@ struct Scratch {
   std::vector<uint8_t> keep;  // [rows, kKeyTile] 1 where a sparse pattern reads the key
 };
 
+// A scored work item's softmax numerators, kept tile by tile so that the attention each key
+// received can be summed once the rows' final max and denominator are known
+// (attention_dense_scored_cpu): numerators [rows, ld] at the tile's columns, and the running
+// max each tile's numerators were taken against, [rows, n_tiles] (-inf: the row read none of
+// the tile).
+struct TileTrace {
+  std::vector<float> e, max;
+  int64_t ld = 0;
+  int n_tiles = 0;
+
+  void begin(int rows, int64_t n_tokens) {
+    n_tiles = static_cast<int>((n_tokens + kKeyTile - 1) / kKeyTile);
+    ld = static_cast<int64_t>(n_tiles) * kKeyTile;
+    if (e.size() < static_cast<size_t>(rows * ld)) e.resize(rows * ld);
+    max.assign(static_cast<size_t>(rows) * n_tiles, kNegInf);
+  }
+};
+
 struct Plan {
   int group;   // query heads per KV head
   int q_tile;  // queries per work item
@@ -65,8 +84,10 @@ QueryRange begin_rows(const AttentionQuery& query, const DenseKv& kv, const Plan
 // Folds one key tile, nk <= kKeyTile consecutive rows of keys k, values v and positions pos,
 // into the online softmax of the rows gathered by begin_rows. keep (a sparse pattern's
 // [rows, nk], nullptr for all) masks the keys a row does not read, after the causal mask.
+// trace (nullptr: none) keeps the tile's numerators as key tile `tile` of the item.
 void attend_keys(int dim, int rows, QueryRange queries, const float* k, const float* v,
-                 const int32_t* pos, int nk, Scratch& w, const uint8_t* keep = nullptr) {
+                 const int32_t* pos, int nk, Scratch& w, const uint8_t* keep = nullptr,
+                 TileTrace* trace = nullptr, int tile = 0) {
   const TileMask mask = tile_mask(pos, nk, queries);
   if (mask == TileMask::Skip) return;
   const int ld = (nk + kNr - 1) / kNr * kNr;
@@ -96,13 +117,21 @@ void attend_keys(int dim, int rows, QueryRange queries, const float* k, const fl
     w.l[r] = w.l[r] * alpha + sum;
     w.m[r] = m_new;
   }
+  if (trace) {
+    for (int r = 0; r < rows; ++r) {
+      std::copy_n(w.s.data() + static_cast<int64_t>(r) * ld, nk,
+                  trace->e.data() + r * trace->ld + static_cast<int64_t>(tile) * kKeyTile);
+      trace->max[static_cast<int64_t>(r) * trace->n_tiles + tile] = w.m[r];
+    }
+  }
   gemm(rows, nk, dim, w.s.data(), ld, v, dim, w.o.data(), dim, true);
 }
 
 // One dense work item: query tile [q0, q1) of KV head kvh over stored tokens [t0, t1).
 // Leaves unnormalised o, m, l for rows (query, head-in-group) in the scratch buffers.
+// trace (nullptr: none) keeps every tile's numerators, tiles counted from t0.
 void attend_tile(const AttentionQuery& query, const DenseKv& kv, const Plan& plan, int kvh, int q0,
-                 int q1, int64_t t0, int64_t t1, Scratch& w) {
+                 int q1, int64_t t0, int64_t t1, Scratch& w, TileTrace* trace = nullptr) {
   const int dim = kv.head_dim;
   const int rows = (q1 - q0) * plan.group;
   const QueryRange queries = begin_rows(query, kv, plan, kvh, q0, q1, w);
@@ -113,7 +142,8 @@ void attend_tile(const AttentionQuery& query, const DenseKv& kv, const Plan& pla
   const int32_t* pos_head = kv.positions + head;
   for (int64_t k0 = t0; k0 < t1; k0 += kKeyTile) {
     const int nk = static_cast<int>(std::min<int64_t>(kKeyTile, t1 - k0));
-    attend_keys(dim, rows, queries, k_head + k0 * dim, v_head + k0 * dim, pos_head + k0, nk, w);
+    attend_keys(dim, rows, queries, k_head + k0 * dim, v_head + k0 * dim, pos_head + k0, nk, w,
+                nullptr, trace, static_cast<int>((k0 - t0) / kKeyTile));
   }
 }
 
@@ -401,6 +431,43 @@ Plan make_page_plan(const AttentionQuery& query, const DenseKv& kv, const PageSe
   return p;
 }
 
+// Writes the normalised output rows of an unsplit work item (query tile [q0, q1) of KV head
+// kvh) from its o and l.
+void write_rows(const AttentionQuery& query, const Plan& plan, int dim, int kvh, int q0, int q1,
+                const Scratch& w) {
+  const int rows = (q1 - q0) * plan.group;
+  for (int r = 0; r < rows; ++r) {
+    const int i = q0 + r / plan.group;
+    const int h = kvh * plan.group + r % plan.group;
+    float* out = query.out + (static_cast<int64_t>(i) * query.n_heads + h) * dim;
+    const float inv = w.l[r] > 0.0f ? 1.0f / w.l[r] : 0.0f;  // no visible key: zeros
+    const float* o = w.o.data() + static_cast<int64_t>(r) * dim;
+    for (int d = 0; d < dim; ++d) out[d] = o[d] * inv;
+  }
+}
+
+// Adds the attention each key received from an unsplit work item's rows (its trace, against
+// the rows' final max and denominator in w) into received[g * n_tokens + t] for the row's
+// head g within the group.
+void add_received(const TileTrace& trace, const Scratch& w, int rows, int group, int64_t n_tokens,
+                  float* received) {
+  for (int r = 0; r < rows; ++r) {
+    if (!(w.l[r] > 0.0f)) continue;  // the row sees no key
+    const float inv = 1.0f / w.l[r];
+    float* col = received + (r % group) * n_tokens;
+    const float* e = trace.e.data() + r * trace.ld;
+    const float* tile_max = trace.max.data() + static_cast<int64_t>(r) * trace.n_tiles;
+    for (int tile = 0; tile < trace.n_tiles; ++tile) {
+      if (tile_max[tile] == kNegInf) continue;
+      // Numerators were taken against the running max then: rescale to the final one.
+      const float f = std::exp2(tile_max[tile] - w.m[r]) * inv;
+      const int64_t k0 = static_cast<int64_t>(tile) * kKeyTile;
+      const int nk = static_cast<int>(std::min<int64_t>(kKeyTile, n_tokens - k0));
+      for (int j = 0; j < nk; ++j) col[k0 + j] += e[k0 + j] * f;
+    }
+  }
+}
+
 // Runs every work item (KV head, query tile, split) of the plan over the threads and writes
 // query.out. attend(kvh, q0, q1, split, w) leaves the item's unnormalised o, m, l in w; the
 // splits of a row are then merged.
@@ -428,14 +495,7 @@ void run_items(const AttentionQuery& query, const DenseKv& kv, const Plan& plan,
     attend(kvh, q0, q1, split, w);
     const int rows = (q1 - q0) * plan.group;
     if (plan.n_splits == 1) {
-      for (int r = 0; r < rows; ++r) {
-        const int i = q0 + r / plan.group;
-        const int h = kvh * plan.group + r % plan.group;
-        float* out = query.out + (static_cast<int64_t>(i) * query.n_heads + h) * dim;
-        const float inv = w.l[r] > 0.0f ? 1.0f / w.l[r] : 0.0f;  // no visible key: zeros
-        const float* o = w.o.data() + static_cast<int64_t>(r) * dim;
-        for (int d = 0; d < dim; ++d) out[d] = o[d] * inv;
-      }
+      write_rows(query, plan, dim, kvh, q0, q1, w);
     } else {
       float* part = partial.data() + item * part_stride;
       for (int r = 0; r < rows; ++r) {
@@ -479,6 +539,53 @@ void attention_dense_cpu(const AttentionQuery& query, const DenseKv& kv) {
     const int64_t t1 = std::min(kv.n_tokens, t0 + plan.split_len);
     attend_tile(query, kv, plan, kvh, q0, q1, t0, t1, w);
   });
+}
+
+void attention_dense_scored_cpu(const AttentionQuery& query, const DenseKv& kv, float* scores) {
+  assert(query.n_heads % kv.n_kv_heads == 0);
+  if (query.n_queries <= 0) return;
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const Plan plan = make_plan(query, kv, threads);
+  if (plan.n_splits > 1 || kv.n_tokens == 0) {  // few queries (decode): a second pass is cheap
+    attention_dense_cpu(query, kv);
+    attention_scores_cpu(query, kv, scores);
+    return;
+  }
+  // The dense kernel's plan, items and order (bit for bit its output); each item adds what
+  // its rows gave into rows of its own, summed in a fixed order after.
+  const int dim = kv.head_dim;
+  const int group = plan.group;
+  const int64_t n = kv.n_tokens;
+  const int64_t n_items = static_cast<int64_t>(kv.n_kv_heads) * plan.n_q_tiles;
+  // The calling thread's buffer, reused across calls; workers reach it through the pointer,
+  // not by name (thread_local).
+  static thread_local std::vector<float> received_buffer;
+  received_buffer.assign(static_cast<size_t>(n_items * group * n), 0.0f);
+  float* received = received_buffer.data();
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+  for (int64_t item = 0; item < n_items; ++item) {
+    static thread_local Scratch w;
+    static thread_local TileTrace trace;
+    ensure(w, plan.rows, dim);
+    const int kvh = static_cast<int>(item % kv.n_kv_heads);
+    const int tile = plan.n_q_tiles - 1 - static_cast<int>(item / kv.n_kv_heads);
+    const int q0 = tile * plan.q_tile;
+    const int q1 = std::min(query.n_queries, q0 + plan.q_tile);
+    const int rows = (q1 - q0) * group;
+    trace.begin(rows, n);
+    attend_tile(query, kv, plan, kvh, q0, q1, 0, n, w, &trace);
+    write_rows(query, plan, dim, kvh, q0, q1, w);
+    add_received(trace, w, rows, group, n, received + item * group * n);
+  }
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t h = 0; h < query.n_heads; ++h) {
+    const int64_t kvh = h / group, g = h % group;
+    float* dst = scores + h * n;
+    for (int64_t item = kvh; item < n_items; item += kv.n_kv_heads) {
+      const float* src = received + (item * group + g) * n;
+      for (int64_t t = 0; t < n; ++t) dst[t] += src[t];
+    }
+  }
 }
 
 AttentionPairs attention_sparse_cpu(const AttentionQuery& query, const DenseKv& kv,

@@ -12,6 +12,14 @@ namespace kvbench {
 
 void attention_dense_cpu(const AttentionQuery& query, const DenseKv& kv);
 
+// attention_dense_cpu (its output bit for bit) that also ADDS the softmax attention each
+// stored token receives, summed over the query rows, into scores [query.n_heads, n_tokens]:
+// what attention_scores_cpu adds, up to fp32 rounding (H2O's and D2O's scores). Where the
+// dense kernel tiles the queries (prefill), in the same pass: each work item keeps its rows'
+// softmax numerators and sums them once its rows' denominators are final. Where it splits
+// the keys instead (few queries: decode), attention then attention_scores_cpu.
+void attention_dense_scored_cpu(const AttentionQuery& query, const DenseKv& kv, float* scores);
+
 // Plain two-pass softmax reference with the same layouts, for tests.
 void attention_dense_reference(const AttentionQuery& query, const DenseKv& kv);
 

@@ -363,4 +363,31 @@ void gemm_cpu(int rows, int kdim, int ncols, const float* a, int64_t lda, const 
   tile::gemm(rows, kdim, ncols, a, lda, b, ldb, c, ldc, false);
 }
 
+void nearest_columns_cpu(const float* a, int64_t rows, int kdim, const float* b, int64_t ncols,
+                         int64_t* best, float* best_dot) {
+  constexpr int64_t kRows = 256;  // rows per block: kRows x ncols products at once
+  const int64_t n_blocks = (rows + kRows - 1) / kRows;
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+  for (int64_t block = 0; block < n_blocks; ++block) {
+    static thread_local std::vector<float> dots;
+    const int64_t r0 = block * kRows;
+    const int n = static_cast<int>(std::min(kRows, rows - r0));
+    dots.resize(static_cast<size_t>(n * ncols));
+    tile::gemm(n, kdim, static_cast<int>(ncols), a + r0 * kdim, kdim, b, ncols, dots.data(),
+               ncols, false);
+    for (int r = 0; r < n; ++r) {
+      const float* row = dots.data() + r * ncols;
+      // The vector max, then its first column: std::max_element's answer, without its
+      // serial compare chain.
+      const float top = tile::row_max(row, static_cast<int>(ncols));
+      int64_t j = 0;
+      while (j < ncols && !(row[j] == top)) ++j;
+      if (j == ncols) j = std::max_element(row, row + ncols) - row;  // NaN products
+      best[r0 + r] = j;
+      best_dot[r0 + r] = row[j];
+    }
+  }
+}
+
 }  // namespace kvbench

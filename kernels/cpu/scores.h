@@ -34,6 +34,13 @@ std::vector<float> last_row_scores_cpu(const AttentionQuery& query, const DenseK
 void gemm_cpu(int rows, int kdim, int ncols, const float* a, int64_t lda, const float* b,
               int64_t ldb, float* c, int64_t ldc);
 
+// For each row i of A [rows, kdim] (row-major), the column j of B [kdim, ncols] (row-major)
+// with the largest product A_i . B_j (the first of equals) and that product: best[i],
+// best_dot[i]. Threaded over blocks of rows. With unit rows and columns, each row's most
+// similar column by cosine (D2O's nearest kept key).
+void nearest_columns_cpu(const float* a, int64_t rows, int kdim, const float* b, int64_t ncols,
+                         int64_t* best, float* best_dot);
+
 // Plain double-precision reference of attention_scores_cpu, for tests.
 void attention_scores_reference(const AttentionQuery& query, const DenseKv& kv, float* scores);
 
