@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 #include <numeric>
+#include <omp.h>
 #include <random>
 #include <vector>
 
@@ -158,13 +159,20 @@ TEST_CASE("attention_scores_cpu adds into the scores it is given", "[unit]") {
 
 TEST_CASE("attention_dense_scored_cpu: the dense kernel's output bit for bit, and the scores",
           "[unit]") {
-  // Many queries take the one-pass path (queries tiled, every tile's numerators rescaled to
-  // the row's final max); one or seven take attention then attention_scores_cpu (keys split).
-  // Scores as attention_scores_cpu against the reference; called again, they add.
+  // On 2 threads (the plans depend on the count): queries in enough tiles take the one-pass
+  // path (every tile's numerators rescaled to the row's final max), and few queries over
+  // 1,024 keys or more take attention then attention_scores_cpu (keys split): the 4097- and
+  // 1100-token cases. Scores as attention_scores_cpu against the reference; called again,
+  // they add.
+  struct TwoThreads {
+    int saved = omp_get_max_threads();
+    TwoThreads() { omp_set_num_threads(2); }
+    ~TwoThreads() { omp_set_num_threads(saved); }
+  } two_threads;
   for (const Case& c :
-       {Case{9, 3, 64, 4097, 1}, Case{9, 3, 64, 1000, 7}, Case{9, 3, 64, 600, 512},
-        Case{14, 2, 64, 2000, 300, true}, Case{4, 4, 128, 130, 61}, Case{9, 1, 64, 17, 600},
-        Case{12, 2, 128, 4097, 64}}) {
+       {Case{9, 3, 64, 4097, 1}, Case{9, 3, 64, 1000, 7}, Case{9, 3, 64, 300, 384},
+        Case{14, 2, 64, 300, 230, true}, Case{4, 4, 128, 130, 61}, Case{9, 1, 64, 17, 600},
+        Case{12, 2, 128, 1100, 16}}) {
     AttentionProblem p(c, 5);
     p.q_positions[0] = 4;  // one fully masked query: zeros out, nothing added
     INFO("heads " << c.n_heads << "/" << c.n_kv_heads << " dim " << c.head_dim << " tokens "
