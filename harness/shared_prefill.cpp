@@ -1,11 +1,13 @@
 #include "harness/shared_prefill.h"
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 
 #include "cache/full_cache.h"
 #include "common/elapsed.h"
 #include "harness/model/llama_model.h"
+#include "kernels/cpu/attention.h"
 
 namespace kvbench {
 
@@ -13,21 +15,33 @@ namespace {
 
 // The shared cache's policy: every method's own policy observes each layer's queries, each
 // timed. It never plans: the prefill is dense, so KvCache asks no plan before the end, and
-// the context never ends in the shared cache.
+// the context never ends in the shared cache. A policy whose own cache would score it in the
+// attention pass (`scored`: ScoredRows::All over the dense store, KvCache::attend_scored) is
+// handed the same scores from the same kernel over the same rows, so that its fork stays bit
+// for bit its own prefill, and is charged that pass less the plain one it replaces.
 class ObserveForAll : public TokenPolicy {
  public:
-  explicit ObserveForAll(std::vector<TokenPolicy*> policies)
-      : policies_(std::move(policies)), seconds_(policies_.size(), 0.0) {}
+  ObserveForAll(std::vector<TokenPolicy*> policies, std::vector<bool> scored)
+      : policies_(std::move(policies)),
+        scored_(std::move(scored)),
+        seconds_(policies_.size(), 0.0) {}
 
   std::unique_ptr<TokenPolicy> clone() const override {
     throw std::logic_error("the shared prefill's cache is never cloned");
   }
 
   void observe(int32_t layer, const AttentionQuery& query, const DenseKv& kv) override {
+    double scored_extra = -1;  // the scored pass's cost over the plain one, once a layer
     for (size_t i = 0; i < policies_.size(); ++i) {
       if (policies_[i]->done(layer)) continue;
+      if (scored_[i] && scored_extra < 0) scored_extra = std::max(0.0, score_rows(query, kv));
       const auto start = std::chrono::steady_clock::now();
-      policies_[i]->observe(layer, query, kv);
+      if (scored_[i]) {
+        policies_[i]->observe_scores(layer, scores_.data(), query.n_heads, kv.n_tokens);
+        seconds_[i] += scored_extra;
+      } else {
+        policies_[i]->observe(layer, query, kv);
+      }
       seconds_[i] += seconds_since(start);
     }
   }
@@ -37,8 +51,25 @@ class ObserveForAll : public TokenPolicy {
   double seconds(size_t i) const { return seconds_[i]; }
 
  private:
+  // The scored attention pass over the forward's rows into scores_ (its output into a
+  // scratch buffer); returns its seconds less those of the plain pass, timed here too.
+  double score_rows(const AttentionQuery& query, const DenseKv& kv) {
+    out_.resize(static_cast<size_t>(query.n_queries) * query.n_heads * kv.head_dim);
+    scores_.assign(static_cast<size_t>(query.n_heads) * kv.n_tokens, 0.0f);
+    AttentionQuery scratch = query;
+    scratch.out = out_.data();
+    auto start = std::chrono::steady_clock::now();
+    attention_dense_cpu(scratch, kv);
+    const double plain = seconds_since(start);
+    start = std::chrono::steady_clock::now();
+    attention_dense_scored_cpu(scratch, kv, scores_.data());
+    return seconds_since(start) - plain;
+  }
+
   std::vector<TokenPolicy*> policies_;
+  std::vector<bool> scored_;
   std::vector<double> seconds_;
+  std::vector<float> out_, scores_;
 };
 
 }  // namespace
@@ -54,17 +85,24 @@ SharedPrefill::SharedPrefill(const LlamaModel& model, const std::vector<int32_t>
     : model_(model), context_tokens_(static_cast<int64_t>(context.size())) {
   const KvShape shape = model.kv_shape();
   std::vector<TokenPolicy*> observers;
+  std::vector<bool> scored;
   for (const ResolvedSpec& spec : specs) {
     if (!can_share(spec, model)) {
       throw std::invalid_argument("SharedPrefill: " + spec.canonical + " cannot share a prefill");
     }
     Method m;
     m.spec = spec;
-    m.observed = make_cache_parts(spec, shape).policy;
-    if (m.observed) observers.push_back(m.observed.get());
+    CacheParts parts = make_cache_parts(spec, shape);
+    m.observed = std::move(parts.policy);
+    if (m.observed) {
+      observers.push_back(m.observed.get());
+      // As its own cache: dense stores (no storage method) score in the attention pass.
+      scored.push_back(parts.layers.empty() &&
+                       m.observed->scored_rows() == TokenPolicy::ScoredRows::All);
+    }
     methods_.push_back(std::move(m));
   }
-  auto fan_out = std::make_unique<ObserveForAll>(observers);
+  auto fan_out = std::make_unique<ObserveForAll>(observers, scored);
   const ObserveForAll& timing = *fan_out;
   full_ = std::make_unique<KvCache>(shape, make_dense_layers(shape), std::move(fan_out));
   const auto start = std::chrono::steady_clock::now();

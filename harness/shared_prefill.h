@@ -2,7 +2,8 @@
 // method over the same context, and the prefill is most of a unit's time at 2K tokens and
 // beyond, so the context is fed once, through a full dense cache whose policy hands each
 // layer's queries to every method's own policy: the observe() calls a prefill of its own
-// would make, on the same KV. Each method's cache is then forked from it (a copy of the
+// would make, on the same KV (or, to a policy its own cache scores in the attention pass,
+// KvCache::attend_scored, the same scores from the same kernel). Each method's cache is then forked from it (a copy of the
 // KV appended to the method's stores as a forward appends it, a copy of its policy with
 // what it observed, the prefill's read counters and peak) and, once end_context() runs,
 // is bit-identical to a separate prefill.
