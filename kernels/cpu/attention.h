@@ -1,6 +1,7 @@
 // Causal attention of a chunk of queries over one layer's dense KV, on the CPU.
 // Tiled with an online softmax (FlashAttention-style), so no n_queries x n_tokens score
-// matrix is ever materialised: memory is O(tile), whatever the context length.
+// matrix is ever materialised: memory is O(tile), whatever the context length (the scored
+// variant keeps one work item's numerators, up to 192 rows x n_tokens floats a thread).
 #pragma once
 
 #include <cstdint>
