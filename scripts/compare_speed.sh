@@ -52,9 +52,8 @@ model_file() {
 
 for name in ${models//,/ }; do
   gguf="$(model_file "$name")"
-  case "$name" in  # a short name is fetched (and checked) if missing; a path is taken as given
-    smollm2-135m|qwen2.5-0.5b|qwen2.5-1.5b) "$root/scripts/fetch_model.sh" "$name" ;;
-  esac
+  # A short name (model_file mapped it) is fetched and checked if missing; a path is as given.
+  [ "$gguf" = "$name" ] || "$root/scripts/fetch_model.sh" "$name"
   [ -f "$gguf" ] || { echo "compare_speed.sh: no model file $gguf (scripts/setup.sh)" >&2; exit 2; }
   tag="$(basename "$gguf" .gguf)"
   echo "== $name: kvbench (bench_forward, $threads threads, OMP_WAIT_POLICY='${OMP_WAIT_POLICY:-}') ==" >&2
