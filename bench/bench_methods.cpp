@@ -26,7 +26,7 @@
 #include "cache/full_cache.h"
 #include "cache/registry.h"
 #include "common/input_error.h"
-#include "kernels/cpu/attention.h"
+#include "harness/shared_prefill.h"
 
 using namespace kvbench;
 using kvbench::bench::model_or_skip;
@@ -173,16 +173,10 @@ double observe_time(TokenPolicy& policy, int32_t layer, AttentionQuery query, co
     policy.observe(layer, query, kv);
     return seconds_since(t0);
   }
-  w.out.resize(static_cast<size_t>(query.n_queries) * query.n_heads * kv.head_dim);
-  w.scores.assign(static_cast<size_t>(query.n_heads) * kv.n_tokens, 0.0f);
-  query.out = w.out.data();
-  auto t0 = std::chrono::steady_clock::now();
-  attention_dense_cpu(query, kv);
-  const double plain_s = seconds_since(t0);
-  t0 = std::chrono::steady_clock::now();
-  attention_dense_scored_cpu(query, kv, w.scores.data());
+  const double extra_s = scored_pass_extra_seconds(query, kv, w.out, w.scores);
+  const auto t0 = std::chrono::steady_clock::now();
   policy.observe_scores(layer, w.scores.data(), query.n_heads, kv.n_tokens);
-  return seconds_since(t0) - plain_s;
+  return extra_s + seconds_since(t0);
 }
 
 // The policy's share of a prefill: appends are done untimed, then observe (scoring), plan

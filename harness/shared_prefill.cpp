@@ -34,7 +34,9 @@ class ObserveForAll : public TokenPolicy {
     double scored_extra = -1;  // the scored pass's cost over the plain one, once a layer
     for (size_t i = 0; i < policies_.size(); ++i) {
       if (policies_[i]->done(layer)) continue;
-      if (scored_[i] && scored_extra < 0) scored_extra = std::max(0.0, score_rows(query, kv));
+      if (scored_[i] && scored_extra < 0) {
+        scored_extra = std::max(0.0, scored_pass_extra_seconds(query, kv, out_, scores_));
+      }
       const auto start = std::chrono::steady_clock::now();
       if (scored_[i]) {
         policies_[i]->observe_scores(layer, scores_.data(), query.n_heads, kv.n_tokens);
@@ -51,21 +53,6 @@ class ObserveForAll : public TokenPolicy {
   double seconds(size_t i) const { return seconds_[i]; }
 
  private:
-  // The scored attention pass over the forward's rows into scores_ (its output into a
-  // scratch buffer); returns its seconds less those of the plain pass, timed here too.
-  double score_rows(const AttentionQuery& query, const DenseKv& kv) {
-    out_.resize(static_cast<size_t>(query.n_queries) * query.n_heads * kv.head_dim);
-    scores_.assign(static_cast<size_t>(query.n_heads) * kv.n_tokens, 0.0f);
-    AttentionQuery scratch = query;
-    scratch.out = out_.data();
-    auto start = std::chrono::steady_clock::now();
-    attention_dense_cpu(scratch, kv);
-    const double plain = seconds_since(start);
-    start = std::chrono::steady_clock::now();
-    attention_dense_scored_cpu(scratch, kv, scores_.data());
-    return seconds_since(start) - plain;
-  }
-
   std::vector<TokenPolicy*> policies_;
   std::vector<bool> scored_;
   std::vector<double> seconds_;
@@ -73,6 +60,19 @@ class ObserveForAll : public TokenPolicy {
 };
 
 }  // namespace
+
+double scored_pass_extra_seconds(AttentionQuery query, const DenseKv& kv, std::vector<float>& out,
+                                 std::vector<float>& scores) {
+  out.resize(static_cast<size_t>(query.n_queries) * query.n_heads * kv.head_dim);
+  scores.assign(static_cast<size_t>(query.n_heads) * kv.n_tokens, 0.0f);
+  query.out = out.data();
+  auto start = std::chrono::steady_clock::now();
+  attention_dense_cpu(query, kv);
+  const double plain = seconds_since(start);
+  start = std::chrono::steady_clock::now();
+  attention_dense_scored_cpu(query, kv, scores.data());
+  return seconds_since(start) - plain;
+}
 
 struct SharedPrefill::Method {
   ResolvedSpec spec;

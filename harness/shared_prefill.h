@@ -30,6 +30,14 @@ namespace kvbench {
 
 class LlamaModel;
 
+// What scoring in the attention pass adds to one layer's forward, for a policy scored by every
+// row's attention (TokenPolicy::ScoredRows::All): runs the plain pass (attention_dense_cpu)
+// and the scored one (attention_dense_scored_cpu) over the query's rows, their output into
+// `out`, the scores into `scores` (both sized and cleared here); returns the scored pass's
+// seconds less the plain one's. The shared prefill charges it; bench_methods reports it.
+double scored_pass_extra_seconds(AttentionQuery query, const DenseKv& kv, std::vector<float>& out,
+                                 std::vector<float>& scores);
+
 class SharedPrefill {
  public:
   // Feeds `context` once for `specs` (each one can_share() accepts).
