@@ -135,36 +135,56 @@ std::vector<Aggregate> parse_baseline(const std::string& json_text, const std::s
   return out;
 }
 
-std::vector<Regression> find_regressions(const std::vector<Aggregate>& current,
-                                         const std::vector<Aggregate>& baseline,
-                                         const Tolerances& tol) {
-  std::map<Key, const Aggregate*> now;
-  for (const Aggregate& a : current) now[key_of(a)] = &a;
-  // How much faster or slower this db's machine ran than the baseline's, per task and mode:
-  // the median over the rows both have of db / baseline (TTFT; tok/s likewise), so a host
-  // faster or slower as a whole (shared, noisy machines) moves every limit alike, one noisy
-  // row moves none, and a method that slowed beside the others still stands out. Fewer
-  // than three rows: 1 (as measured).
-  std::map<std::pair<std::string, std::string>, std::vector<double>> ttft_ratios, tps_ratios;
-  for (const Aggregate& b : baseline) {
-    const auto it = now.find(key_of(b));
-    if (it == now.end()) continue;
-    if (b.ttft_ms > 0 && it->second->ttft_ms > 0) {
-      ttft_ratios[{b.task, b.mode}].push_back(it->second->ttft_ms / b.ttft_ms);
-    }
-    if (b.decode_tokens_per_s > 0 && it->second->decode_tokens_per_s > 0) {
-      tps_ratios[{b.task, b.mode}].push_back(it->second->decode_tokens_per_s /
-                                              b.decode_tokens_per_s);
+namespace {
+
+// How much faster or slower this db's machine ran than the baseline's, per task and mode: the
+// median over the rows both have of db / baseline (TTFT; tok/s likewise), so a host faster or
+// slower as a whole (shared, noisy machines) moves every limit alike, one noisy row moves
+// none, and a method that slowed beside the others still stands out. Fewer than three rows: 1
+// (as measured).
+class MachineScale {
+ public:
+  MachineScale(const std::map<Key, const Aggregate*>& now, const std::vector<Aggregate>& baseline) {
+    for (const Aggregate& b : baseline) {
+      const auto it = now.find(key_of(b));
+      if (it == now.end()) continue;
+      if (b.ttft_ms > 0 && it->second->ttft_ms > 0) {
+        ttft_[{b.task, b.mode}].push_back(it->second->ttft_ms / b.ttft_ms);
+      }
+      if (b.decode_tokens_per_s > 0 && it->second->decode_tokens_per_s > 0) {
+        tps_[{b.task, b.mode}].push_back(it->second->decode_tokens_per_s / b.decode_tokens_per_s);
+      }
     }
   }
-  const auto machine = [](const auto& ratios, const Aggregate& b) {
+  double ttft(const Aggregate& b) const { return median(ttft_, b); }
+  double decode(const Aggregate& b) const { return median(tps_, b); }
+
+ private:
+  using Ratios = std::map<std::pair<std::string, std::string>, std::vector<double>>;
+  static double median(const Ratios& ratios, const Aggregate& b) {
     const auto it = ratios.find({b.task, b.mode});
     if (it == ratios.end() || it->second.size() < 3) return 1.0;
     std::vector<double> r = it->second;
     std::sort(r.begin(), r.end());
     const size_t n = r.size();
     return n % 2 ? r[n / 2] : (r[n / 2 - 1] + r[n / 2]) / 2;
-  };
+  }
+  Ratios ttft_, tps_;
+};
+
+std::map<Key, const Aggregate*> index_rows(const std::vector<Aggregate>& rows) {
+  std::map<Key, const Aggregate*> out;
+  for (const Aggregate& a : rows) out[key_of(a)] = &a;
+  return out;
+}
+
+}  // namespace
+
+std::vector<Regression> find_regressions(const std::vector<Aggregate>& current,
+                                         const std::vector<Aggregate>& baseline,
+                                         const Tolerances& tol) {
+  const auto now = index_rows(current);
+  const MachineScale machine(now, baseline);
   std::vector<Regression> out;
   for (const Aggregate& b : baseline) {
     auto add = [&](const char* metric, double base, double cur, double limit) {
@@ -192,14 +212,55 @@ std::vector<Regression> find_regressions(const std::vector<Aggregate>& current,
     if (c.kv_bytes > kv_limit + 0.5) add("KV bytes", b.kv_bytes, c.kv_bytes, kv_limit);
     // The baseline's speed carried over to this machine.
     if (b.decode_tokens_per_s > 0) {
-      const double limit = b.decode_tokens_per_s * machine(tps_ratios, b) * (1 - tol.speed);
+      const double limit = b.decode_tokens_per_s * machine.decode(b) * (1 - tol.speed);
       if (c.decode_tokens_per_s < limit) add("decode tok/s", b.decode_tokens_per_s, c.decode_tokens_per_s, limit);
     }
     if (b.ttft_ms > 0) {
-      const double limit = b.ttft_ms * machine(ttft_ratios, b) * (1 + tol.speed);
+      const double limit = b.ttft_ms * machine.ttft(b) * (1 + tol.speed);
       if (c.ttft_ms > limit) add("TTFT ms", b.ttft_ms, c.ttft_ms, limit);
     }
   }
+  return out;
+}
+
+SpeedMargins speed_margins(const std::vector<Aggregate>& current,
+                           const std::vector<Aggregate>& baseline) {
+  const auto now = index_rows(current);
+  const MachineScale machine(now, baseline);
+  SpeedMargins out;
+  for (const Aggregate& b : baseline) {
+    const auto it = now.find(key_of(b));
+    if (it == now.end()) continue;
+    const Aggregate& c = *it->second;
+    const auto at = [&](double ratio) {
+      return SpeedMargin{b.method, b.task, b.mode, b.budget, ratio};
+    };
+    if (b.ttft_ms > 0 && c.ttft_ms > 0) {
+      const double r = c.ttft_ms / (b.ttft_ms * machine.ttft(b));
+      if (!out.ttft || r > out.ttft->ratio) out.ttft = at(r);
+    }
+    if (b.decode_tokens_per_s > 0 && c.decode_tokens_per_s > 0) {
+      const double r = c.decode_tokens_per_s / (b.decode_tokens_per_s * machine.decode(b));
+      if (!out.decode || r < out.decode->ratio) out.decode = at(r);
+    }
+  }
+  return out;
+}
+
+std::string render_speed_margins(const SpeedMargins& m, const Tolerances& tol) {
+  std::string out;
+  char line[512];
+  const auto row = [&](const char* metric, const std::optional<SpeedMargin>& s, double limit) {
+    if (!s) return;
+    std::snprintf(line, sizeof line,
+                  "check: worst %s beside the run's others: %.2fx its baseline (limit %.2fx), %s "
+                  "%s %s %s\n",
+                  metric, s->ratio, limit, s->method.c_str(), s->task.c_str(), s->mode.c_str(),
+                  s->budget.c_str());
+    out += line;
+  };
+  row("TTFT", m.ttft, 1 + tol.speed);
+  row("decode tok/s", m.decode, 1 - tol.speed);
   return out;
 }
 

@@ -48,6 +48,21 @@ std::vector<Regression> find_regressions(const std::vector<Aggregate>& current,
                                          const std::vector<Aggregate>& baseline,
                                          const Tolerances& tolerances);
 
+// How close the run came to the speed limits: the row that slowed most beside the run's others,
+// for TTFT (the largest now / machine-scaled baseline) and decode tok/s (the smallest), so a CI
+// log shows the gate's margin and its noise on an unchanged tree, not only pass or fail.
+struct SpeedMargin {
+  std::string method, task, mode, budget;
+  double ratio = 1;  // now / (baseline x the machine's median change)
+};
+struct SpeedMargins {
+  std::optional<SpeedMargin> ttft, decode;
+};
+SpeedMargins speed_margins(const std::vector<Aggregate>& current,
+                           const std::vector<Aggregate>& baseline);
+// One line per metric: the worst ratio, its limit (1 +- the speed tolerance) and its row.
+std::string render_speed_margins(const SpeedMargins& margins, const Tolerances& tolerances);
+
 // A plain-text table of the regressions (one line each), or a line saying there are none
 // among N compared rows.
 std::string render_regressions(const std::vector<Regression>& regressions, size_t compared);

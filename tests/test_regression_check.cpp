@@ -158,3 +158,27 @@ TEST_CASE("check: speed is gated after scaling by the median speed change of the
   REQUIRE(noisy.size() == 1);
   CHECK(noisy[0].method == "full");
 }
+
+TEST_CASE("check: the speed margins name the row that slowed most beside the others",
+          "[unit]") {
+  const std::vector<Aggregate> base = {row("full", 0.6, 1.0, 2000, 40, 300),
+                                       row("snapkv", 0.6, 0.9, 1000, 50, 200),
+                                       row("h2o", 0.6, 0.9, 1000, 45, 250)};
+  // A machine twice as slow; snapkv's TTFT 10% worse than that, h2o's decode 20% worse.
+  const auto m = speed_margins({row("full", 0.6, 1.0, 2000, 20, 600),
+                                row("snapkv", 0.6, 0.9, 1000, 25, 440),
+                                row("h2o", 0.6, 0.9, 1000, 18, 500)},
+                               base);
+  REQUIRE(m.ttft);
+  CHECK(m.ttft->method == "snapkv");
+  CHECK(m.ttft->ratio == Approx(1.1));
+  REQUIRE(m.decode);
+  CHECK(m.decode->method == "h2o");
+  CHECK(m.decode->ratio == Approx(0.8));
+  const std::string text = render_speed_margins(m, Tolerances{});
+  CHECK_THAT(text, Catch::Contains("worst TTFT beside the run's others: 1.10x its baseline "
+                                   "(limit 1.50x), snapkv"));
+  CHECK_THAT(text, Catch::Contains("worst decode tok/s beside the run's others: 0.80x its "
+                                   "baseline (limit 0.50x), h2o"));
+  CHECK_FALSE(speed_margins({}, base).ttft);
+}

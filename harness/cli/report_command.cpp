@@ -81,7 +81,8 @@ void add_report_command(CLI::App& app) {
       return;
     }
     const auto regressions = find_regressions(rows, baseline, tolerances);
-    std::printf("%s", render_regressions(regressions, baseline.size()).c_str());
+    std::printf("%s%s", render_regressions(regressions, baseline.size()).c_str(),
+                render_speed_margins(speed_margins(rows, baseline), tolerances).c_str());
     std::fflush(stdout);
     if (!regressions.empty()) throw CheckFailed{};
   });
