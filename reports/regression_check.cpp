@@ -254,9 +254,9 @@ std::string render_speed_margins(const SpeedMargins& m, const Tolerances& tol) {
     if (!s) return;
     std::snprintf(line, sizeof line,
                   "check: worst %s beside the run's others: %.2fx its baseline (limit %.2fx), %s "
-                  "%s %s %s\n",
+                  "%s %s%s%s\n",
                   metric, s->ratio, limit, s->method.c_str(), s->task.c_str(), s->mode.c_str(),
-                  s->budget.c_str());
+                  s->budget.empty() ? "" : " ", s->budget.c_str());
     out += line;
   };
   row("TTFT", m.ttft, 1 + tol.speed);
