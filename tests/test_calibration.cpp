@@ -177,7 +177,7 @@ TEST_CASE("calibration: a sweep's time estimate from the cells' timings", "[unit
 TEST_CASE("calibration: every committed calibration file reads", "[unit]") {
   // The sweeps (configs/long.json among them) read these; a check that refused one of them
   // (a Wilson bound at 0% is 1.4e-17, above the 0% it bounds) would stop every such sweep.
-  for (const char* model : {"smollm2-135m", "qwen2.5-0.5b"}) {
+  for (const char* model : {"smollm2-135m", "qwen2.5-0.5b", "qwen2.5-1.5b"}) {
     INFO(model);
     const std::string path =
         std::string(KVBENCH_FIXTURES) + "/../../configs/calibration/" + model + ".json";
