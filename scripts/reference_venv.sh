@@ -3,13 +3,13 @@
 # reference scripts (make_parity_fixtures.py, numpy_reference_forward.py,
 # llamacpp_reference_speed.py). kvbench itself (C++17) never depends on Python.
 #
-#   scripts/reference_venv.sh [DIR]        # default DIR=.venv-ref
+#   scripts/reference_venv.sh [DIR]        # default DIR=.venv-reference, where compare_speed.sh looks
 #   DIR/bin/python scripts/make_parity_fixtures.py --model models/SmolLM2-135M-Instruct.Q4_1.gguf
 #
 # llama-cpp-python is built from source (CPU backend, ~20-40 min on 2 cores).
 # CMAKE_ARGS may be overridden; the default builds for the host CPU without tests/examples.
 set -euo pipefail
-DIR="${1:-.venv-ref}"
+DIR="${1:-.venv-reference}"
 python3 -m venv "$DIR"
 "$DIR/bin/pip" install --upgrade pip >/dev/null
 export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF}"
