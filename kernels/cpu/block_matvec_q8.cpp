@@ -14,6 +14,9 @@ namespace {
 using namespace block_layout;
 
 constexpr int kMaxRowsX = 4;  // x rows sharing one pass over a weight row
+// Weight bytes requested ahead of the row stream. One thread, Qwen2.5-0.5B decode ran 2-7%
+// faster with it (side by side, 2026-11-29); on two threads, bound by memory, the same.
+constexpr int64_t kPrefetchBytes = 1024;
 
 // One quantized x row, as the row kernels read it.
 struct Q8Row {
@@ -23,6 +26,13 @@ struct Q8Row {
 };
 
 #if KVBENCH_AVX2
+// Asks for the cache lines kPrefetchBytes beyond a block of `bytes`, every line it spans.
+inline void prefetch_ahead(const uint8_t* block, int64_t bytes) {
+  for (int64_t at = 0; at < bytes; at += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(block + kPrefetchBytes + at), _MM_HINT_T0);
+  }
+}
+
 inline __m256i load_bytes(const void* p) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
@@ -52,6 +62,7 @@ void row_dot(const uint8_t* w, int64_t nb, const Q8Row* xs, float* y) {
   }
   const auto block = [&](int64_t b, __m256* acc) {
     const uint8_t* blk = w + b * bytes;
+    prefetch_ahead(blk, bytes);
     const float d = half_to_float(load_u16(blk));
     const float m = has_min ? half_to_float(load_u16(blk + 2)) : 0.0f;
     __m256i codes;  // signed where the format has no min
@@ -93,6 +104,7 @@ void row_dot_q4_k(const uint8_t* w, int64_t nb, const Q8Row* xs, float* y) {
   const __m256i mask = _mm256_set1_epi8(0x0F);
   for (int64_t s = 0; s < nb / kSubBlocks; ++s) {
     const uint8_t* blk = w + s * kQ4_KBytes;
+    prefetch_ahead(blk, kQ4_KBytes);
     const __m256 d = _mm256_set1_ps(half_to_float(load_u16(blk)));
     const __m256 minus_dmin = _mm256_set1_ps(-half_to_float(load_u16(blk + 2)));
     alignas(32) int32_t sc[kSubBlocks], mn[kSubBlocks];
@@ -136,6 +148,7 @@ void row_dot_q6_k(const uint8_t* w, int64_t nb, const Q8Row* xs, float* y) {
   for (int x = 0; x < NX; ++x) acc[0][x] = acc[1][x] = _mm256_setzero_ps();
   for (int64_t s = 0; s < nb / (kSuper / kBlock); ++s) {
     const uint8_t* blk = w + s * kQ6_KBytes;
+    prefetch_ahead(blk, kQ6_KBytes);
     const float d = half_to_float(load_u16(blk + kQ6_KD));
     const auto* scales = reinterpret_cast<const int8_t*>(blk + kQ6_KScales);
     for (int h = 0; h < 2; ++h) {
