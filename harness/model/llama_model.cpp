@@ -1,10 +1,6 @@
 #include "harness/model/llama_model.h"
 
-#include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
-#include <ATen/ops/from_blob.h>
-#include <ATen/ops/mm.h>
-
+#include <cblas.h>
 #include <dlfcn.h>
 #include <omp.h>
 
@@ -73,7 +69,7 @@ struct Linear {
   int64_t cols = 0;
   BlockMatrix block{};
   std::vector<uint8_t> reordered_blocks;  // block's rows when they are not the file's order
-  at::Tensor dense;         // [rows, cols] fp32
+  std::unique_ptr<float[]> dense;  // [rows, cols] fp32; not zero-filled (it is written whole)
   std::vector<float> bias;  // [rows], or empty
 
   void apply(const float* x, int64_t n, float* y, DecodeActivations activations) const {
@@ -86,14 +82,15 @@ struct Linear {
       block_matmul_cpu(block, x, y, n);
     } else {
       // Each thread multiplies x by its own slice of weight rows (output columns).
-      at::Tensor xt = at::from_blob(const_cast<float*>(x), {n, cols});
-      at::Tensor yt = at::from_blob(y, {n, rows});
       const int threads = std::max(1, std::min<int>(omp_get_max_threads(), rows / 64));
 #pragma omp parallel for num_threads(threads) schedule(static)
       for (int part = 0; part < threads; ++part) {
         const int64_t begin = rows * part / threads, end = rows * (part + 1) / threads;
-        at::Tensor out = yt.narrow(1, begin, end - begin);
-        at::mm_out(out, xt, dense.narrow(0, begin, end - begin).t());
+        // y[:, begin:end] = x · dense[begin:end, :]^T
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n),
+                    static_cast<int>(end - begin), static_cast<int>(cols), 1.0f, x,
+                    static_cast<int>(cols), dense.get() + begin * cols, static_cast<int>(cols),
+                    0.0f, y + begin, static_cast<int>(rows));
       }
     }
     if (!bias.empty()) {
@@ -122,8 +119,8 @@ Linear load_linear(const GgufFile& file, const std::string& name, int64_t rows, 
   Linear linear;
   linear.rows = rows;
   linear.cols = cols;
-  linear.dense = at::empty({rows, cols});
-  float* dense = linear.dense.data_ptr<float>();
+  linear.dense.reset(new float[static_cast<size_t>(rows * cols)]);
+  float* dense = linear.dense.get();
   const int64_t row_bytes = ggml_row_bytes(t.type, cols);
   const auto file_row = [&](int64_t r) { return row_order.empty() ? r : row_order[r]; };
   for (int64_t r = 0; r < rows; ++r) {
@@ -189,7 +186,7 @@ std::vector<float> value_out_gram(const std::vector<Layer>& layers, const ModelC
   std::vector<float> gram(layers.size() * per_layer, 0.f);
 #pragma omp parallel for schedule(dynamic)
   for (int64_t l = 0; l < static_cast<int64_t>(layers.size()); ++l) {
-    const float* o = layers[l].o.dense.data_ptr<float>();
+    const float* o = layers[l].o.dense.get();
     for (int64_t r = 0; r < c.n_embd; ++r) {
       const float* row = o + r * width;
       for (int64_t h = 0; h < c.n_heads; ++h) {
@@ -483,7 +480,7 @@ namespace {
 
 #ifdef KVBENCH_WITH_CUDA
 HostLinear host_view(const Linear& l) {
-  return HostLinear{l.dense.data_ptr<float>(), l.rows, l.cols,
+  return HostLinear{l.dense.get(), l.rows, l.cols,
                     l.bias.empty() ? nullptr : l.bias.data()};
 }
 

@@ -1,8 +1,7 @@
 // A llama-family transformer (RMSNorm, RoPE, GQA, SwiGLU, optional q/k/v bias, tied or
-// separate LM head) loaded from GGUF and run on the CPU (libtorch GEMMs and the kernels of
+// separate LM head) loaded from GGUF and run on the CPU (BLAS GEMMs and the kernels of
 // kernels/cpu) or, in a CUDA build, on a GPU (harness/model/cuda_forward.h).
 // Attention never reads K/V directly: it goes through the sequence's KvCache (methods/).
-// libtorch stays out of this header so that including it is cheap.
 #pragma once
 
 #include <cstdint>
