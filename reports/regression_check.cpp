@@ -26,7 +26,7 @@ Tolerances parse_tolerances(const std::string& text) {
   Tolerances t;
   std::stringstream in(text);
   std::string item;
-  const std::string form = " (form: accuracy=0,fidelity=0.05,memory=0.05,speed=0.5)";
+  const std::string form = " (form: accuracy=0,fidelity=0.05,memory=0.05,speed=0.3)";
   while (std::getline(in, item, ',')) {
     const size_t eq = item.find('=');
     if (eq == std::string::npos) throw InputError("--tolerance '" + text + "': '" + item + "' has no value" + form);

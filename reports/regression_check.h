@@ -21,8 +21,9 @@ struct Tolerances {
                            // intervals already absorb sampling noise
   double fidelity = 0.05;  // absolute drop of top-1 agreement
   double memory = 0.05;    // relative growth of mean KV bytes
-  double speed = 0.5;      // relative loss of decode tok/s, and growth of TTFT (shared,
-                           // noisy machines: speed is gated loosely by default)
+  double speed = 0.3;      // relative loss of decode tok/s, and growth of TTFT, beside the
+                           // run's other rows: an unchanged tree moved up to 1.22x (TTFT)
+                           // and 0.85x (tok/s) on a quiet 2-core machine (docs/ci.md)
 };
 
 // "accuracy=0.1,speed=0.3": any subset, values >= 0. InputError naming the text otherwise.

@@ -225,7 +225,9 @@ TEST_CASE("results: SIGTERM to sweep --jobs stops its workers too", "[slow]") {
   const std::string model = tiny_model("tiny_sigterm.gguf");
   const std::string db = temp_path("sigterm_jobs.db");
   std::remove(db.c_str());
-  const std::string config = tiny_config("sigterm.json", 3, 40);
+  // Long enough to be running when the signal comes (40 samples took about a second once
+  // kvbench started in 0.1 s rather than 0.7).
+  const std::string config = tiny_config("sigterm.json", 3, 400);
   const pid_t parent = fork();
   REQUIRE(parent >= 0);
   if (parent == 0) {
@@ -249,7 +251,7 @@ TEST_CASE("results: SIGTERM to sweep --jobs stops its workers too", "[slow]") {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   REQUIRE(workers().size() == 2);
-  std::this_thread::sleep_for(std::chrono::seconds(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
   REQUIRE(kill(parent, SIGTERM) == 0);
   int status = 0;
   REQUIRE(waitpid(parent, &status, 0) == parent);

@@ -36,8 +36,8 @@ std::vector<std::string> metrics(const std::vector<Regression>& rs) {
 
 TEST_CASE("check: within tolerance passes, past it fails, per metric", "[unit]") {
   const std::vector<Aggregate> base = {row("snapkv", 0.6, 0.9, 1000, 50, 200)};
-  const Tolerances tol;  // accuracy 0 (below the interval), fidelity 0.05, memory 0.05, speed 0.5
-  CHECK(find_regressions({row("snapkv", 0.56, 0.86, 1049, 26, 299)}, base, tol).empty());
+  const Tolerances tol;  // accuracy 0 (below the interval), fidelity 0.05, memory 0.05, speed 0.3
+  CHECK(find_regressions({row("snapkv", 0.56, 0.86, 1049, 36, 259)}, base, tol).empty());
   // Accuracy is compared by 95% intervals: 12/20 -> 8/20 overlaps (not a regression),
   // 12/20 -> 2/20 lies wholly below the baseline's interval (a regression).
   CHECK(find_regressions({row("snapkv", 0.4, 0.9, 1000, 50, 200)}, base, tol).empty());
@@ -55,7 +55,7 @@ TEST_CASE("check: within tolerance passes, past it fails, per metric", "[unit]")
         std::vector<std::string>{"top-1"});
   CHECK(metrics(find_regressions({row("snapkv", 0.6, 0.9, 1051, 50, 200)}, base, tol)) ==
         std::vector<std::string>{"KV bytes"});
-  CHECK(metrics(find_regressions({row("snapkv", 0.6, 0.9, 1000, 24, 301)}, base, tol)) ==
+  CHECK(metrics(find_regressions({row("snapkv", 0.6, 0.9, 1000, 34, 261)}, base, tol)) ==
         std::vector<std::string>{"decode tok/s", "TTFT ms"});
   // Better is never a regression.
   CHECK(find_regressions({row("snapkv", 1.0, 1.0, 10, 500, 2)}, base, tol).empty());
@@ -129,7 +129,8 @@ TEST_CASE("check: speed is gated after scaling by the median speed change of the
   const std::vector<Aggregate> base = {row("full", 0.6, 1.0, 2000, 40, 300),
                                        row("snapkv", 0.6, 0.9, 1000, 50, 200),
                                        row("h2o", 0.6, 0.9, 1000, 45, 250)};
-  const Tolerances tol;  // speed 0.5
+  Tolerances tol;
+  tol.speed = 0.5;
   // A machine 1.4 x slower, snapkv slowed a little more than the rest: no regression, though
   // its 350 ms and 24 tok/s are past 1.5 x its baseline's 200 ms and 0.5 x its 50.
   CHECK(find_regressions({row("full", 0.6, 1.0, 2000, 28.6, 420),
@@ -177,8 +178,32 @@ TEST_CASE("check: the speed margins name the row that slowed most beside the oth
   CHECK(m.decode->ratio == Approx(0.8));
   const std::string text = render_speed_margins(m, Tolerances{});
   CHECK_THAT(text, Catch::Contains("worst TTFT beside the run's others: 1.10x its baseline "
-                                   "(limit 1.50x), snapkv"));
+                                   "(limit 1.30x), snapkv"));
   CHECK_THAT(text, Catch::Contains("worst decode tok/s beside the run's others: 0.80x its "
-                                   "baseline (limit 0.50x), h2o"));
+                                   "baseline (limit 0.70x), h2o"));
   CHECK_FALSE(speed_margins({}, base).ttft);
+}
+
+TEST_CASE("check: by default a method 30% slower beside the others fails, on any machine",
+          "[unit]") {
+  const std::vector<Aggregate> base = {row("full", 0.6, 1.0, 2000, 40, 300),
+                                       row("snapkv", 0.6, 0.9, 1000, 50, 200),
+                                       row("h2o", 0.6, 0.9, 1000, 45, 250),
+                                       row("quest", 0.6, 0.9, 1000, 42, 280)};
+  // `factor` the machine's speed (2: twice as fast), snapkv's TTFT x `ttft` and tok/s x `tps`
+  // beside that.
+  const auto run = [&](double factor, double ttft, double tps) {
+    return find_regressions({row("full", 0.6, 1.0, 2000, 40 * factor, 300 / factor),
+                             row("snapkv", 0.6, 0.9, 1000, 50 * factor * tps, 200 / factor * ttft),
+                             row("h2o", 0.6, 0.9, 1000, 45 * factor, 250 / factor),
+                             row("quest", 0.6, 0.9, 1000, 42 * factor, 280 / factor)},
+                            base, Tolerances{});
+  };
+  for (const double factor : {0.4, 1.0, 2.3}) {
+    INFO("machine speed x" << factor);
+    // Within what an unchanged tree moved on a quiet machine (1.22x TTFT, 0.85x tok/s).
+    CHECK(run(factor, 1.22, 0.85).empty());
+    CHECK(metrics(run(factor, 1.31, 1.0)) == std::vector<std::string>{"TTFT ms"});
+    CHECK(metrics(run(factor, 1.0, 0.69)) == std::vector<std::string>{"decode tok/s"});
+  }
 }

@@ -57,7 +57,7 @@ void add_report_command(CLI::App& app) {
                               "Write the db's aggregates as a baseline JSON instead");
   base->excludes(write);
   c->add_option("--tolerance", check->tolerance,
-                "accuracy=0.05,fidelity=0.05,memory=0.05,speed=0.5 (the defaults; any subset)");
+                "accuracy=0,fidelity=0.05,memory=0.05,speed=0.3 (the defaults; any subset)");
   c->callback([check] {
     if (check->baseline.empty() && check->write_baseline.empty()) {
       throw InputError("check needs --baseline FILE (or --write-baseline FILE)");
