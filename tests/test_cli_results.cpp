@@ -82,6 +82,18 @@ std::vector<pid_t> processes_with(const std::string& needle) {
   return found;
 }
 
+// A running process's parent pid, from /proc/PID/stat ("pid (comm) state ppid ..."); 0 when
+// it is gone.
+pid_t parent_of(pid_t pid) {
+  const std::string stat = file_text("/proc/" + std::to_string(pid) + "/stat");
+  const size_t comm_end = stat.rfind(')');
+  pid_t ppid = 0;
+  if (comm_end == std::string::npos || std::sscanf(stat.c_str() + comm_end + 1, " %*c %d", &ppid) != 1) {
+    return 0;
+  }
+  return ppid;
+}
+
 }  // namespace
 
 TEST_CASE("results: an output that is an input, or not a regular file, is refused", "[unit]") {
@@ -244,13 +256,10 @@ TEST_CASE("results: SIGTERM to sweep --jobs stops its workers too", "[slow]") {
   const auto workers = [&db, parent] {
     std::vector<pid_t> w;
     for (pid_t pid : processes_with(db)) {
-      const std::string proc = "/proc/" + std::to_string(pid);
-      const std::string stat = file_text(proc + "/stat");  // "pid (comm) state ppid ..."
-      const size_t comm_end = stat.rfind(')');
-      if (comm_end == std::string::npos) continue;
-      pid_t ppid = 0;
-      if (std::sscanf(stat.c_str() + comm_end + 1, " %*c %d", &ppid) != 1 || ppid != parent) continue;
-      if (file_text(proc + "/cmdline").find("--shard") != std::string::npos) w.push_back(pid);
+      if (parent_of(pid) == parent &&
+          file_text("/proc/" + std::to_string(pid) + "/cmdline").find("--shard") != std::string::npos) {
+        w.push_back(pid);
+      }
     }
     return w;
   };
