@@ -1,8 +1,9 @@
 // The cuBLAS calls kvbench makes, on the host: handles that hold a stream and a math mode,
-// SGEMM through the host's BLAS (OpenBLAS's cblas_sgemm, which the build already installs), and
+// SGEMM through the host's BLAS (cblas_sgemm, as the CPU forward pass calls it), and
 // GemmEx for bf16 inputs with fp32 accumulation: bf16 widened to fp32 exactly, products of two
 // bf16 exact in fp32, fp32 sums, a bf16 output rounded to nearest even. Every matrix argument
 // is checked to lie inside one live device allocation. Declarations are the real <cublas_v2.h>'s.
+#include <cblas.h>
 #include <cublas_v2.h>
 
 #include <algorithm>
@@ -12,12 +13,6 @@
 
 #include "kernels/cpu/layer_ops.h"  // bf16 rounding, as the model's bf16 mode
 #include "kernels/emulated/device_memory.h"
-
-// OpenBLAS's CBLAS, declared here so that no cblas.h (a -dev package) is needed; the enums are
-// CBLAS's values.
-extern "C" void cblas_sgemm(int order, int transa, int transb, int m, int n, int k, float alpha,
-                            const float* a, int lda, const float* b, int ldb, float beta, float* c,
-                            int ldc);
 
 // Opaque in the cuBLAS headers; the emulation's own.
 struct cublasContext {
@@ -30,8 +25,6 @@ namespace {
 using kvbench::emulated::fail;
 using kvbench::emulated::require_device;
 using kvbench::emulated::require_device_array;
-
-constexpr int kCblasColMajor = 102, kCblasNoTrans = 111, kCblasTrans = 112;
 
 struct Handles {
   std::mutex mutex;
@@ -78,7 +71,9 @@ bool gemm_shape(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
   return true;
 }
 
-int cblas_op(cublasOperation_t op) { return op == CUBLAS_OP_N ? kCblasNoTrans : kCblasTrans; }
+CBLAS_TRANSPOSE cblas_op(cublasOperation_t op) {
+  return op == CUBLAS_OP_N ? CblasNoTrans : CblasTrans;
+}
 
 // n bf16 values at p widened to fp32 (exact).
 std::vector<float> widen(const void* p, int64_t n) {
@@ -164,7 +159,7 @@ cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa,
   require_device_array(A, k == 0 ? 0 : s.a, "cublasSgemm", "A");
   require_device_array(B, k == 0 ? 0 : s.b, "cublasSgemm", "B");
   require_device_array(C, s.c, "cublasSgemm", "C");
-  cblas_sgemm(kCblasColMajor, cblas_op(transa), cblas_op(transb), m, n, k, *alpha, A, lda, B, ldb,
+  cblas_sgemm(CblasColMajor, cblas_op(transa), cblas_op(transb), m, n, k, *alpha, A, lda, B, ldb,
               *beta, C, ldc);
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -205,13 +200,13 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
     bp = b32.data();
   }
   if (Ctype == CUDA_R_32F) {
-    cblas_sgemm(kCblasColMajor, cblas_op(transa), cblas_op(transb), m, n, k, a, ap, lda, bp, ldb,
+    cblas_sgemm(CblasColMajor, cblas_op(transa), cblas_op(transb), m, n, k, a, ap, lda, bp, ldb,
                 b, static_cast<float*>(C), ldc);
     return CUBLAS_STATUS_SUCCESS;
   }
   // bf16 C: fp32 sums, rounded once; C is read only when beta is not zero, as cuBLAS.
   std::vector<float> c32 = b != 0.f ? widen(C, s.c) : std::vector<float>(s.c, 0.f);
-  cblas_sgemm(kCblasColMajor, cblas_op(transa), cblas_op(transb), m, n, k, a, ap, lda, bp, ldb,
+  cblas_sgemm(CblasColMajor, cblas_op(transa), cblas_op(transb), m, n, k, a, ap, lda, bp, ldb,
               b, c32.data(), ldc);
   auto* c = static_cast<uint16_t*>(C);
   for (int64_t j = 0; j < n; ++j) {
