@@ -65,7 +65,7 @@ class SharedPrefill {
   const LlamaModel& model_;
   int64_t context_tokens_ = 0;
   double forward_ms_ = 0;
-  double base_ms_ = 0;  // the forward less every method's observing
+  double base_ms_ = 0;  // the forward less the time spent observing: a plain forward
   std::unique_ptr<KvCache> full_;
   std::vector<float> last_logits_;
   std::vector<Method> methods_;
