@@ -50,8 +50,9 @@ class SharedPrefill {
   // Whether the prefill ran for this canonical spec.
   bool serves(const std::string& canonical) const;
   // A cache for `canonical` (served) holding the context, its end not yet marked. *prefill_ms
-  // is what a prefill of its own would have taken: the shared forward less the other
-  // methods' observing, plus its own (the fork's own time is the caller's to measure).
+  // is what a prefill of its own would have taken: the shared forward less all the time
+  // spent observing (a plain forward), plus its own observing, with the scored attention
+  // pass's extra cost for a scored method (the fork's own time is the caller's to measure).
   KvCache fork(const std::string& canonical, double* prefill_ms) const;
 
   int64_t context_tokens() const { return context_tokens_; }
