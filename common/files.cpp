@@ -1,6 +1,9 @@
 #include "common/files.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -68,36 +71,71 @@ void check_output_file(const std::string& output, const std::vector<std::string>
   }
 }
 
+namespace {
+
+// A new file beside `path`, created with O_EXCL|O_NOFOLLOW under a name of its own
+// (mkstemp's `path.tmp.XXXXXX`), so that a symlink or another writer's temporary planted
+// there is never written through. Returns its descriptor and sets *tmp; -1 and errno on failure.
+int create_temporary(const std::string& path, std::string* tmp) {
+  std::string name = path + ".tmp.XXXXXX";
+  const int fd = ::mkostemp(name.data(), O_CLOEXEC);
+  if (fd >= 0) *tmp = name;
+  return fd;
+}
+
+}  // namespace
+
 void check_writable(const std::string& path, const char* what) {
   std::error_code ec;
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  const std::string tmp = path + ".tmp";
-  std::ofstream probe(tmp, std::ios::binary | std::ios::trunc);
-  const bool ok = static_cast<bool>(probe);
-  const std::string why = ok ? "" : std::strerror(errno);
-  probe.close();
-  std::filesystem::remove(tmp, ec);
-  if (!ok) throw InputError(path + ": cannot write the " + what + " (" + why + ")");
+  std::string tmp;
+  const int fd = create_temporary(path, &tmp);
+  if (fd < 0) throw InputError(path + ": cannot write the " + what + " (" + std::strerror(errno) + ")");
+  ::close(fd);
+  ::unlink(tmp.c_str());
 }
 
 void write_file_atomically(const std::string& path, const std::string& text, const char* what) {
-  const std::string tmp = path + ".tmp";
+  std::string tmp;
+  const int fd = create_temporary(path, &tmp);
+  if (fd < 0) throw InputError(path + ": cannot write the " + what + " (" + std::strerror(errno) + ")");
   const auto fail = [&](const std::string& why) {
-    std::error_code ignored;
-    std::filesystem::remove(tmp, ignored);
+    ::close(fd);
+    ::unlink(tmp.c_str());
     throw InputError(path + ": cannot write the " + what + " (" + why + ")");
   };
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) fail(std::strerror(errno));
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    out.close();
-    if (!out) fail(errno ? std::strerror(errno) : "write failed");
+  // The file's mode as a plain create would give it (mkstemp makes it 0600).
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  if (::fchmod(fd, 0666 & ~mask) != 0) fail(std::strerror(errno));
+  for (size_t done = 0; done < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail(n < 0 ? std::strerror(errno) : "write failed");
+    done += static_cast<size_t>(n);
   }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) fail(ec.message());
+  if (::fsync(fd) != 0) fail(std::strerror(errno));
+  if (::rename(tmp.c_str(), path.c_str()) != 0) fail(std::strerror(errno));
+  ::close(fd);
 }
+
+FolderLock::FolderLock(const std::string& path, const char* what) {
+  std::filesystem::path folder = std::filesystem::path(path).parent_path();
+  if (folder.empty()) folder = ".";
+  fd_ = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int rc = -1;
+  if (fd_ >= 0) {
+    do rc = ::flock(fd_, LOCK_EX);
+    while (rc != 0 && errno == EINTR);
+  }
+  if (rc != 0) {
+    const std::string why = std::strerror(errno);
+    if (fd_ >= 0) ::close(fd_);
+    throw InputError(path + ": cannot lock the folder of the " + what + " (" + why + ")");
+  }
+}
+
+FolderLock::~FolderLock() { ::close(fd_); }  // closing releases the flock
 
 }  // namespace kvbench

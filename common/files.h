@@ -25,12 +25,30 @@ void require_regular_file(const std::string& path, const char* what);
 void check_output_file(const std::string& output, const std::vector<std::string>& inputs,
                        const char* what);
 
-// Throws unless `path` can be written: creates its directory and `path.tmp` (then removes
-// it), so that a command fails before its work rather than after.
+// Throws unless `path` can be written: creates its directory and a temporary file beside
+// `path` (then removes it), so that a command fails before its work rather than after.
 void check_writable(const std::string& path, const char* what);
 
-// Writes `text` to `path.tmp` and renames it over `path`; the stream is checked on close
-// and the .tmp file removed on any failure. `what` names the file in errors.
+// Writes `text` to a new temporary file beside `path` (created O_EXCL|O_NOFOLLOW under a
+// unique name, so neither a symlink planted there nor another writer's temporary is
+// written through), fsyncs it and renames it over `path`; the temporary is removed on any
+// failure. `what` names the file in errors.
 void write_file_atomically(const std::string& path, const std::string& text, const char* what);
+
+// An exclusive flock on the folder of `path`, held for a read-modify-write of that file by
+// several kvbench processes (two calibrations of one model into one file): the file itself
+// is replaced by a rename, so a lock on it would not serialize anything. Blocks until the
+// lock is free; released on destruction. Throws InputError naming `what` where the folder
+// cannot be opened or locked.
+class FolderLock {
+ public:
+  FolderLock(const std::string& path, const char* what);
+  ~FolderLock();
+  FolderLock(const FolderLock&) = delete;
+  FolderLock& operator=(const FolderLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
 
 }  // namespace kvbench

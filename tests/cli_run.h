@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -102,6 +103,19 @@ inline std::string file_text(const std::string& path) {
 inline bool path_exists(const std::string& path) {
   struct stat st {};
   return lstat(path.c_str(), &st) == 0;
+}
+
+// Whether a temporary of `path` is left beside it: `path.tmp` or write_file_atomically's
+// `path.tmp.XXXXXX` (common/files.h).
+inline bool temporary_left(const std::string& path) {
+  const std::filesystem::path p(path);
+  const std::filesystem::path folder = p.parent_path().empty() ? "." : p.parent_path();
+  const std::string prefix = p.filename().string() + ".tmp";
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(folder, ec)) {
+    if (entry.path().filename().string().rfind(prefix, 0) == 0) return true;
+  }
+  return false;
 }
 
 // The first column of a query's first row in the db at `path` ("" for none or NULL).

@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -23,6 +24,7 @@
 
 #include "cli_run.h"
 #include "gguf_writer.h"
+#include "harness/calibration.h"
 #include "results/results_db.h"
 
 using namespace kvbench;
@@ -128,7 +130,7 @@ TEST_CASE("results: an output that is an input, or not a regular file, is refuse
     struct stat st {};
     REQUIRE(lstat(fifo.c_str(), &st) == 0);
     CHECK(S_ISFIFO(st.st_mode));  // not replaced by a regular file
-    CHECK_FALSE(testing::path_exists(fifo + ".tmp"));
+    CHECK_FALSE(testing::temporary_left(fifo));
   }
   CHECK(file_text(db) == before);
 }
@@ -155,26 +157,41 @@ TEST_CASE("results: inputs that are not regular files are refused, not waited on
                       "not a regular file");
 }
 
-TEST_CASE("results: two calibrations of one model into one file keep each other's cells",
+TEST_CASE("results: 16 concurrent calibrations of one model into one file keep every cell",
           "[unit]") {
-  // Each saves after every cell over the file as it is then: neither drops the other's.
+  // Each reads the file, adds its cell and writes it back under the folder's lock
+  // (common/files.h FolderLock): without it, one's write drops cells another wrote meanwhile.
   const std::string model = tiny_model("tiny_two_cals.gguf");
-  const std::string path = temp_path("two_calibrations.json");
+  const std::string path = temp_path("concurrent_calibrations.json");
   std::remove(path.c_str());
-  const auto calibrate = [&](const std::string& task) {
-    return std::string(KVBENCH_BINARY) + " --model " + model + " --threads 1 calibrate --task " +
-           task + " --lengths 200 300 400 --samples 1 --turns 1 -o " + path + " > /dev/null";
-  };
-  const Run both = testing::run_command(calibrate("retr_kv") + " & " +
-                                        calibrate("retr_prefix_suffix") + " & wait");
-  INFO(both.output);
-  REQUIRE(both.exit_code == 0);
-  const std::string cells = file_text(path);
-  for (const char* task : {"\"retr_kv\"", "\"retr_prefix_suffix\""}) {
-    size_t count = 0;
-    for (size_t at = cells.find(task); at != std::string::npos; at = cells.find(task, at + 1)) ++count;
-    CHECK(count == 3);  // one cell per length
+  const std::vector<std::string> tasks = {"retr_kv", "retr_prefix_suffix", "math_find",
+                                          "multihop_vt"};
+  const std::vector<int> lengths = {300, 400, 500, 600};
+  std::string all;
+  for (const std::string& task : tasks) {
+    for (const int length : lengths) {
+      all += std::string(KVBENCH_BINARY) + " --model " + model + " --threads 1 calibrate --task " +
+             task + " --lengths " + std::to_string(length) + " --samples 1 --turns 1 -o " +
+             path + " > /dev/null & pids=\"$pids $!\"; ";
+    }
   }
+  // Every calibration's own exit code, not only the last one's.
+  const Run run =
+      testing::run_command(all + "failed=0; for p in $pids; do wait $p || failed=1; done; exit $failed");
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  const Calibration cells = load_calibration(path);
+  for (const std::string& task : tasks) {
+    for (const int length : lengths) {
+      INFO(task << " at " << length);
+      const auto found = std::count_if(cells.cells.begin(), cells.cells.end(),
+                                       [&](const CalibrationCell& c) {
+                                         return c.task == task && c.context_tokens == length;
+                                       });
+      CHECK(found == 1);
+    }
+  }
+  CHECK_FALSE(testing::temporary_left(path));
 }
 
 TEST_CASE("results: option values and OMP_NUM_THREADS are checked as --threads is", "[unit]") {
@@ -373,7 +390,7 @@ TEST_CASE("results: failed commands leave nothing behind, and check before worki
     const Run run = run_kvbench("check " + db + " --write-baseline " + baseline, limit);
     require_clear_error(run, baseline);
     CHECK_FALSE(testing::path_exists(baseline));
-    CHECK_FALSE(testing::path_exists(baseline + ".tmp"));
+    CHECK_FALSE(testing::temporary_left(baseline));
   }
   SECTION("a merge that fails midway leaves no db to block the next one") {
     const std::string merged = temp_path("leftover_merged.db");

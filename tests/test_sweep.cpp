@@ -303,10 +303,14 @@ TEST_CASE("sweep: killed with SIGKILL 20 times and resumed, the table equals an 
            config + " --db " + db;
   };
   const std::string clean = testing::temp_path("kill_clean.db");
+  const auto clean_start = std::chrono::steady_clock::now();
   REQUIRE(std::system((sweep(clean) + " >/dev/null 2>&1").c_str()) == 0);
+  const double clean_ms = std::chrono::duration<double, std::milli>(
+                              std::chrono::steady_clock::now() - clean_start).count();
   size_t clean_rows = 0;
   const auto expected = table_of(clean, &clean_rows);
   REQUIRE(clean_rows == 2 * 3 * 2 * 9 * 2);  // tasks x seeds x samples x methods x turns
+  const size_t units = ResultsDb::open(clean, true)->finished_unit_keys().size();
 
   const std::string killed = testing::temp_path("kill_resumed.db");
   // Units the db holds; 0 while it does not exist or is being created.
@@ -317,10 +321,17 @@ TEST_CASE("sweep: killed with SIGKILL 20 times and resumed, the table equals an 
       return 0;
     }
   };
+  // Independent of the machine's speed: the moment of each kill is drawn in units of this
+  // machine's own mean unit time (the clean run's, start-up included), so an attempt
+  // commits a couple of units whatever the speed; and no attempt starts with fewer than
+  // `reserve` units left, more than an attempt can finish in that window, so every attempt
+  // is killed mid-sweep and work is left for the last run.
+  const double unit_ms = clean_ms / static_cast<double>(units);
+  const size_t reserve = 27;  // three samples' units
   std::mt19937 rng(12345);
-  std::uniform_int_distribution<int> extra_ms(0, 30);
-  int kills = 0;
-  for (int attempt = 0; attempt < 20; ++attempt) {
+  std::uniform_real_distribution<double> extra_units(0.0, 1.5);
+  int attempts = 0, kills = 0;
+  for (; attempts < 20 && finished() + reserve <= units; ++attempts) {
     const size_t before = finished();
     const pid_t pid = fork();
     REQUIRE(pid >= 0);
@@ -341,15 +352,18 @@ TEST_CASE("sweep: killed with SIGKILL 20 times and resumed, the table equals an 
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
     if (!exited) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(extra_ms(rng)));
+      std::this_thread::sleep_for(
+          std::chrono::microseconds(static_cast<int64_t>(1000 * unit_ms * extra_units(rng))));
       kill(pid, SIGKILL);
       waitpid(pid, &status, 0);
     }
     kills += WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
   }
-  CHECK(kills == 20);  // every attempt was killed mid-sweep
+  INFO("clean run " << clean_ms << " ms for " << units << " units; " << attempts << " attempts");
+  CHECK(kills == attempts);  // every attempt was killed mid-sweep
+  CHECK(kills >= 10);        // and they were many: a unit's time apart, 20 x 2.5 units < 108
   // The kills left work for the last run: fewer units than the clean run's (not its rows).
-  CHECK(finished() < ResultsDb::open(clean, true)->finished_unit_keys().size());
+  CHECK(finished() < units);
   REQUIRE(std::system((sweep(killed) + " >/dev/null 2>&1").c_str()) == 0);  // finish it
   size_t rows = 0;
   const auto got = table_of(killed, &rows);

@@ -150,13 +150,18 @@ void run_calibrate(const ModelOptions& model_options, const CalibrateArgs& args)
       cell.no_context_low = control.low;
       cell.no_context_high = control.high;
       // After every cell, so a stopped run keeps its cells; over the file as it is now, so
-      // the cells another calibration of the model wrote meanwhile are kept too.
-      if (std::filesystem::exists(path, ec)) {
-        Calibration now = load_calibration(path);
-        if (same_model_and_seed(now)) calibration = std::move(now);
+      // the cells another calibration of the model wrote meanwhile are kept too. The read,
+      // the update and the write under one lock: otherwise two calibrations that read the
+      // same file each write it back without the other's new cell.
+      {
+        const FolderLock lock(path, "calibration file");
+        if (std::filesystem::exists(path, ec)) {
+          Calibration now = load_calibration(path);
+          if (same_model_and_seed(now)) calibration = std::move(now);
+        }
+        calibration.put(cell);
+        save_calibration(calibration, path);
       }
-      calibration.put(cell);
-      save_calibration(calibration, path);
       char bounds[32];
       std::snprintf(bounds, sizeof bounds, "%.1f-%.1f", 100 * cell.low, 100 * cell.high);
       char control_bounds[32];
