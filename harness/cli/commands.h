@@ -89,5 +89,6 @@ void add_session_command(CLI::App& app, ModelOptions& model);
 void add_run_command(CLI::App& app, ModelOptions& model);
 void add_sweep_command(CLI::App& app, ModelOptions& model);  // sweep, merge
 void add_report_command(CLI::App& app);                       // report, check
+void add_serve_command(CLI::App& app, ModelOptions& model);
 
 }  // namespace kvbench

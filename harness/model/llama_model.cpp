@@ -72,13 +72,17 @@ struct Linear {
   std::unique_ptr<float[]> dense;  // [rows, cols] fp32; not zero-filled (it is written whole)
   std::vector<float> bias;  // [rows], or empty
 
-  void apply(const float* x, int64_t n, float* y, DecodeActivations activations) const {
-    if (n <= kMaxBlockRows && activations == DecodeActivations::Int8 &&
-        block.format != BlockFormat::F32) {
+  // y = x W^T + bias for n rows of x. `decode_rows`: the rows are decode steps of different
+  // sequences (LlamaModel::decode_batch): the block kernels for any n, which stream each
+  // weight row once for all rows and give every row the result it gets alone.
+  void apply(const float* x, int64_t n, float* y, DecodeActivations activations,
+             bool decode_rows = false) const {
+    const bool blocks = n <= kMaxBlockRows || decode_rows;
+    if (blocks && activations == DecodeActivations::Int8 && block.format != BlockFormat::F32) {
       thread_local Q8Activations xq;  // reused: no allocation per decode step
       quantize_activations_q8(x, n, cols, &xq);
       block_matmul_q8(block, xq, y);
-    } else if (n <= kMaxBlockRows) {
+    } else if (blocks) {
       block_matmul_cpu(block, x, y, n);
     } else {
       // Each thread multiplies x by its own slice of weight rows (output columns).
@@ -277,13 +281,14 @@ struct LlamaModel::Impl {
   float attention_scale() const { return 1.f / std::sqrt(static_cast<float>(config.head_dim)); }
 
   // Attention inputs of n rows of x into s.q, s.k, s.v, RoPE applied at `positions`.
+  // `decode_rows`: the rows are one decode step each of different sequences (Linear::apply).
   void attention_inputs(const Layer& w, const float* x, const int32_t* positions, int64_t n,
-                        LayerScratch& s) const {
+                        LayerScratch& s, bool decode_rows = false) const {
     const ModelConfig& c = config;
     rms_norm_cpu(x, w.attn_norm.data(), s.h.data(), n, c.n_embd, c.rms_eps);
-    w.q.apply(s.h.data(), n, s.q.data(), decode_activations);
-    w.k.apply(s.h.data(), n, s.k.data(), decode_activations);
-    w.v.apply(s.h.data(), n, s.v.data(), decode_activations);
+    w.q.apply(s.h.data(), n, s.q.data(), decode_activations, decode_rows);
+    w.k.apply(s.h.data(), n, s.k.data(), decode_activations, decode_rows);
+    w.v.apply(s.h.data(), n, s.v.data(), decode_activations, decode_rows);
     rope_interleaved_cpu(s.q.data(), positions, n, c.n_heads, c.head_dim, c.rope_inv_freq.data());
     rope_interleaved_cpu(s.k.data(), positions, n, c.n_kv_heads, c.head_dim,
                          c.rope_inv_freq.data());
@@ -291,15 +296,16 @@ struct LlamaModel::Impl {
 
   // The rest of the block once s.attn holds the attention output of n rows:
   // x += o(attn), then x += down(silu(gate(norm x)) * up(norm x)).
-  void finish_block(const Layer& w, float* x, int64_t n, LayerScratch& s) const {
+  void finish_block(const Layer& w, float* x, int64_t n, LayerScratch& s,
+                    bool decode_rows = false) const {
     const ModelConfig& c = config;
-    w.o.apply(s.attn.data(), n, s.h.data(), decode_activations);
+    w.o.apply(s.attn.data(), n, s.h.data(), decode_activations, decode_rows);
     add_in_place(x, s.h.data(), n * c.n_embd);
     rms_norm_cpu(x, w.ffn_norm.data(), s.h.data(), n, c.n_embd, c.rms_eps);
-    w.gate.apply(s.h.data(), n, s.gate.data(), decode_activations);
-    w.up.apply(s.h.data(), n, s.up.data(), decode_activations);
+    w.gate.apply(s.h.data(), n, s.gate.data(), decode_activations, decode_rows);
+    w.up.apply(s.h.data(), n, s.up.data(), decode_activations, decode_rows);
     silu_mul_cpu(s.gate.data(), s.up.data(), s.gate.data(), n * c.n_ff);
-    w.down.apply(s.gate.data(), n, s.h.data(), decode_activations);
+    w.down.apply(s.gate.data(), n, s.h.data(), decode_activations, decode_rows);
     add_in_place(x, s.h.data(), n * c.n_embd);
   }
 
@@ -338,6 +344,54 @@ struct LlamaModel::Impl {
     rms_norm_cpu(x.data() + first * c.n_embd, output_norm.data(), s.h.data(), n - first, c.n_embd,
                  c.rms_eps);
     lm_head.apply(s.h.data(), n - first, logits, decode_activations);
+  }
+
+  // forward()'s chunk loop, once the cache knows where the forward ends.
+  std::vector<float> feed(const std::vector<int32_t>& tokens, KvCache& cache, bool all_logits,
+                          int64_t chunk_rows) const {
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    const int64_t vocab = config.vocab_size;
+    std::vector<float> logits((all_logits ? n : 1) * vocab);
+    for (int64_t start = 0; start < n; start += chunk_rows) {
+      const int64_t len = std::min<int64_t>(chunk_rows, n - start);
+      const bool last = start + len == n;
+      if (!all_logits && !last) {
+        // Logits of a non-final chunk are not needed: compute the last row only and drop it.
+        std::vector<float> scratch(vocab);
+        forward_chunk(tokens.data() + start, len, cache, false, scratch.data());
+      } else {
+        float* out = all_logits ? logits.data() + start * vocab : logits.data();
+        forward_chunk(tokens.data() + start, len, cache, all_logits, out);
+      }
+    }
+    return logits;
+  }
+
+  // One decode step of n sequences (LlamaModel::decode_batch): the linear layers over the n
+  // rows at once, each row's attention through its own cache. Writes logits [n, vocab].
+  void decode_rows(const int32_t* tokens, int64_t n, KvCache* const* caches, float* logits) const {
+    const ModelConfig& c = config;
+    std::vector<float> x(n * c.n_embd);
+    embed(tokens, n, x.data());
+    std::vector<int32_t> positions(n);
+    for (int64_t i = 0; i < n; ++i) positions[i] = caches[i]->next_position();
+    const int64_t q_width = static_cast<int64_t>(c.n_heads) * c.head_dim;
+    const int64_t kv_width = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
+    LayerScratch s(c, n);
+    for (int32_t l = 0; l < c.n_layers; ++l) {
+      attention_inputs(layers[l], x.data(), positions.data(), n, s, true);
+      for (int64_t i = 0; i < n; ++i) {
+        caches[i]->append(l, s.k.data() + i * kv_width, s.v.data() + i * kv_width,
+                          positions.data() + i, 1);
+        caches[i]->attend(l, AttentionQuery{s.q.data() + i * q_width, positions.data() + i,
+                                            s.attn.data() + i * q_width, 1, c.n_heads,
+                                            attention_scale()});
+      }
+      finish_block(layers[l], x.data(), n, s, true);
+    }
+    for (int64_t i = 0; i < n; ++i) caches[i]->advance(1);
+    rms_norm_cpu(x.data(), output_norm.data(), s.h.data(), n, c.n_embd, c.rms_eps);
+    lm_head.apply(s.h.data(), n, logits, decode_activations, true);
   }
 
   // Token-selective propagation (LlamaModel::forward_propagating): each chunk of chunk_rows
@@ -621,31 +675,72 @@ std::vector<float> LlamaModel::decode(int32_t token, KvCache& cache) const {
   return forward({token}, cache);
 }
 
+std::vector<float> LlamaModel::decode_batch(const std::vector<int32_t>& tokens,
+                                            const std::vector<KvCache*>& caches) const {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t vocab = impl_->config.vocab_size;
+  if (n == 0 || caches.size() != tokens.size()) {
+    throw std::invalid_argument("decode_batch: " + std::to_string(tokens.size()) + " tokens for " +
+                                std::to_string(caches.size()) + " caches");
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (caches[i]->next_position() + 1 > impl_->config.context_length) {
+      throw InputError("input of " + std::to_string(caches[i]->next_position() + 1) +
+                       " tokens does not fit the model's context of " +
+                       std::to_string(impl_->config.context_length) + " tokens");
+    }
+    for (int64_t j = 0; j < i; ++j) {
+      if (caches[j] == caches[i]) throw std::invalid_argument("decode_batch: a cache given twice");
+    }
+  }
+  std::vector<float> logits(n * vocab);
+  if (impl_->device != ModelDevice::Cpu) {
+    // The GPU forward takes one cache a call: the sequences in turn (docs/serving.md).
+    for (int64_t i = 0; i < n; ++i) {
+      const std::vector<float> one = decode(tokens[i], *caches[i]);
+      std::copy(one.begin(), one.end(), logits.begin() + i * vocab);
+    }
+    return logits;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    caches[i]->mark_decode_step();
+    caches[i]->begin_forward(1);
+  }
+  impl_->decode_rows(tokens.data(), n, caches.data(), logits.data());
+  return logits;
+}
+
+std::vector<float> LlamaModel::forward_part(const std::vector<int32_t>& prompt, int64_t begin,
+                                            int64_t end, KvCache& cache) const {
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  if (begin < 0 || end <= begin || end > n) {
+    throw std::invalid_argument("forward_part: [" + std::to_string(begin) + ", " +
+                                std::to_string(end) + ") is not a part of a prompt of " +
+                                std::to_string(n) + " tokens");
+  }
+  if (cache.next_position() + (n - begin) > impl_->config.context_length) {
+    throw InputError("input of " + std::to_string(cache.next_position() + (n - begin)) +
+                     " tokens does not fit the model's context of " +
+                     std::to_string(impl_->config.context_length) + " tokens");
+  }
+  // The forward ends where the prompt ends, not with this part (a sparse prefill's dense
+  // last rows are the prompt's).
+  cache.begin_forward(n - begin);
+  return impl_->feed(std::vector<int32_t>(prompt.begin() + begin, prompt.begin() + end), cache,
+                     false, prefill_chunk);
+}
+
 std::vector<float> LlamaModel::forward(const std::vector<int32_t>& tokens, KvCache& cache,
                                        bool all_logits) const {
   const int64_t n = static_cast<int64_t>(tokens.size());
-  const int64_t vocab = impl_->config.vocab_size;
   if (n == 0) throw InputError("forward: no tokens to feed");
   if (cache.next_position() + n > impl_->config.context_length) {
     throw InputError("input of " + std::to_string(cache.next_position() + n) +
                      " tokens does not fit the model's context of " +
                      std::to_string(impl_->config.context_length) + " tokens");
   }
-  std::vector<float> logits((all_logits ? n : 1) * vocab);
   cache.begin_forward(n);
-  for (int64_t start = 0; start < n; start += prefill_chunk) {
-    const int64_t len = std::min<int64_t>(prefill_chunk, n - start);
-    const bool last = start + len == n;
-    if (!all_logits && !last) {
-      // Logits of a non-final chunk are not needed: compute the last row only and drop it.
-      std::vector<float> scratch(vocab);
-      impl_->forward_chunk(tokens.data() + start, len, cache, false, scratch.data());
-    } else {
-      float* out = all_logits ? logits.data() + start * vocab : logits.data();
-      impl_->forward_chunk(tokens.data() + start, len, cache, all_logits, out);
-    }
-  }
-  return logits;
+  return impl_->feed(tokens, cache, all_logits, prefill_chunk);
 }
 
 std::vector<float> LlamaModel::forward_propagating(const std::vector<int32_t>& tokens,

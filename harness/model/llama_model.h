@@ -52,10 +52,29 @@ class LlamaModel {
   std::vector<float> forward(const std::vector<int32_t>& tokens, KvCache& cache,
                              bool all_logits = false) const;
 
+  // Feeds prompt[begin, end) as forward() would, as one part of a prompt whose prefill is
+  // split over several calls (continuous batching interleaves them with other sequences'
+  // decode steps): the cache is told that the forward ends where the prompt ends. Returns the
+  // logits of token end - 1. The parts of a prompt fed in order leave the cache forward()
+  // leaves when each part is a whole number of prefill chunks.
+  std::vector<float> forward_part(const std::vector<int32_t>& prompt, int64_t begin,
+                                  int64_t end, KvCache& cache) const;
+
   // One decode step: feeds `token` (one the model generated, or a teacher-forced answer
   // token) as forward() does, marked so that a retrieval method selects what it reads
   // (KvCache::mark_decode_step). Returns its logits.
   std::vector<float> decode(int32_t token, KvCache& cache) const;
+
+  // One decode step of several sequences at once (continuous batching, serve/): row i feeds
+  // tokens[i] into *caches[i] as decode() would, each cache with its own method. On the CPU
+  // the linear layers stream each weight once for all rows (the block kernels, whatever the
+  // row count) and attention runs per sequence through its own cache, so every row's logits
+  // equal decode()'s on that sequence alone, bit for bit. On a GPU the sequences run in turn
+  // (the CUDA forward takes one cache a call). Returns logits [n, vocab]. Throws InputError
+  // where a sequence would run past the context length, std::invalid_argument for a cache
+  // given twice or counts that differ.
+  std::vector<float> decode_batch(const std::vector<int32_t>& tokens,
+                                  const std::vector<KvCache*>& caches) const;
 
   // CacheBlend (Yao et al., EuroSys'25): stores `tokens` at positions cache.next_position()
   // onwards from KV computed elsewhere, recomputing only a part of it. cached_k, cached_v:
