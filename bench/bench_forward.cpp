@@ -86,6 +86,36 @@ void decode(benchmark::State& state, ModelDevice device, const char* spec = "ful
   model->set_decode_activations(DecodeActivations::Fp32);
 }
 
+// One batched decode step of `batch` sequences, each after 128 tokens of context and each
+// with its own full cache (serve/: continuous batching), reported as tokens/s summed over the
+// batch: against batch 1, what batching buys. Arg 0: the batch, arg 1: 1 for int8 activations.
+void BM_DecodeBatch(benchmark::State& state) {
+  LlamaModel* model = model_or_skip(state, ModelDevice::Cpu);
+  if (!model) return;
+  const int64_t batch = state.range(0);
+  constexpr int kSteps = 16;
+  model->set_decode_activations(state.range(1) ? DecodeActivations::Int8 : DecodeActivations::Fp32);
+  std::vector<KvCache> caches;
+  for (int64_t i = 0; i < batch; ++i) {
+    caches.push_back(full_cache_for(*model));
+    caches.back().reserve(128 + 1 + kSteps * 64);
+    model->forward(some_tokens(128, 10 + static_cast<int>(i)), caches.back());
+    caches.back().end_context();
+  }
+  std::vector<KvCache*> rows;
+  for (KvCache& c : caches) rows.push_back(&c);
+  const auto next = some_tokens(kSteps * batch, 3);
+  for (auto _ : state) {
+    for (int s = 0; s < kSteps; ++s) {
+      const std::vector<int32_t> tokens(next.begin() + s * batch, next.begin() + (s + 1) * batch);
+      benchmark::DoNotOptimize(model->decode_batch(tokens, rows));
+    }
+  }
+  state.counters["tok/s"] = benchmark::Counter(static_cast<double>(kSteps * batch),
+                                               benchmark::Counter::kIsIterationInvariantRate);
+  model->set_decode_activations(DecodeActivations::Fp32);
+}
+
 // The issue's end-to-end set side by side, on the CPU and (in a CUDA build) on a GPU.
 void decode_method(benchmark::State& state, ModelDevice device, const char* spec) {
   decode(state, device, spec);
@@ -181,6 +211,11 @@ void BM_DocsBlend(benchmark::State& state) {
 
 BENCHMARK(BM_Prefill)->Arg(64)->Arg(512)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Decode)->Arg(0)->Arg(2048)->Arg(4096)->Iterations(8)->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_DecodeBatch)
+    ->ArgsProduct({{1, 2, 4, 8, 16}, {0, 1}})
+    ->Iterations(4)
+    ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_DecodeInt8)->Arg(0)->Arg(2048)->Arg(4096)->Iterations(8)->Unit(benchmark::kMillisecond)
     ->UseRealTime();

@@ -401,11 +401,38 @@ ALTER TABLE results ADD COLUMN attn_flops REAL NOT NULL DEFAULT 0;
 ALTER TABLE results ADD COLUMN attn_flops_dense REAL NOT NULL DEFAULT 0;
 ALTER TABLE results ADD COLUMN retrieval_recall REAL;
 )sql",
+    // v7: serving runs (`kvbench load`): one row per request sent to an endpoint
+    R"sql(
+CREATE TABLE serving (
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER NOT NULL REFERENCES runs(id),
+  label TEXT NOT NULL,
+  endpoint TEXT NOT NULL,
+  method TEXT NOT NULL,
+  concurrency INTEGER NOT NULL,
+  pool_bytes INTEGER NOT NULL,
+  task TEXT NOT NULL,
+  sample_id TEXT NOT NULL,
+  turn INTEGER NOT NULL,
+  start_s REAL NOT NULL,
+  ttft_ms REAL NOT NULL,
+  itl_ms REAL NOT NULL,
+  e2e_ms REAL NOT NULL,
+  prompt_tokens INTEGER NOT NULL,
+  output_tokens INTEGER NOT NULL,
+  cached_tokens INTEGER NOT NULL,
+  prediction TEXT NOT NULL,
+  reference TEXT NOT NULL,
+  score REAL,
+  error TEXT NOT NULL
+);
+CREATE INDEX serving_run ON serving(run_id);
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kResultsSchemaVersion,
               "one migration per schema version");
 
-const char* const kTables[] = {"runs", "units", "results"};
+const char* const kTables[] = {"runs", "units", "results", "serving"};
 
 int64_t user_version(sqlite3* db, const Stmt::OnError& on_error) {
   Stmt s(db, "PRAGMA user_version", on_error);
@@ -1052,6 +1079,72 @@ std::vector<UnitRecord> ResultsDb::units() const {
   return out;
 }
 
+namespace {
+
+void insert_serving(sqlite3* db, const Stmt::OnError& on_error, int64_t run_id,
+                    const ServingRow& r) {
+  Stmt s(db,
+         "INSERT INTO serving (run_id, label, endpoint, method, concurrency, pool_bytes, task, "
+         "sample_id, turn, start_s, ttft_ms, itl_ms, e2e_ms, prompt_tokens, output_tokens, "
+         "cached_tokens, prediction, reference, score, error) VALUES (?1, ?2, ?3, ?4, ?5, ?6, "
+         "?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
+         on_error);
+  s.bind(1, run_id).bind(2, r.label).bind(3, r.endpoint).bind(4, r.method)
+      .bind(5, static_cast<int64_t>(r.concurrency)).bind(6, r.pool_bytes).bind(7, r.task)
+      .bind(8, r.sample_id).bind(9, static_cast<int64_t>(r.turn)).bind(10, r.start_s)
+      .bind(11, r.ttft_ms).bind(12, r.itl_ms).bind(13, r.e2e_ms).bind(14, r.prompt_tokens)
+      .bind(15, r.output_tokens).bind(16, r.cached_tokens).bind(17, r.prediction)
+      .bind(18, r.reference).bind(19, r.score).bind(20, r.error);
+  s.run();
+}
+
+std::vector<ServingRow> read_serving(sqlite3* db, const Stmt::OnError& on_error) {
+  Stmt s(db,
+         "SELECT run_id, label, endpoint, method, concurrency, pool_bytes, task, sample_id, "
+         "turn, start_s, ttft_ms, itl_ms, e2e_ms, prompt_tokens, output_tokens, cached_tokens, "
+         "prediction, reference, score, error FROM serving ORDER BY id",
+         on_error);
+  std::vector<ServingRow> rows;
+  while (s.step()) {
+    ServingRow r;
+    r.run_id = s.int64(0);
+    r.label = s.text(1);
+    r.endpoint = s.text(2);
+    r.method = s.text(3);
+    r.concurrency = static_cast<int32_t>(s.int64(4));
+    r.pool_bytes = s.int64(5);
+    r.task = s.text(6);
+    r.sample_id = s.text(7);
+    r.turn = static_cast<int32_t>(s.int64(8));
+    r.start_s = s.real(9);
+    r.ttft_ms = s.real(10);
+    r.itl_ms = s.real(11);
+    r.e2e_ms = s.real(12);
+    r.prompt_tokens = s.int64(13);
+    r.output_tokens = s.int64(14);
+    r.cached_tokens = s.int64(15);
+    r.prediction = s.text(16);
+    r.reference = s.text(17);
+    r.score = s.opt_real(18);
+    r.error = s.text(19);
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+}  // namespace
+
+void ResultsDb::write_serving(int64_t run_id, const std::vector<ServingRow>& rows) {
+  const auto on_error = db_errors(path_, db_);
+  Transaction tx(db_, on_error);
+  for (const ServingRow& r : rows) insert_serving(db_, on_error, run_id, r);
+  tx.commit();
+}
+
+std::vector<ServingRow> ResultsDb::serving_rows() const {
+  return read_serving(db_, db_errors(path_, db_));
+}
+
 // -----------------------------------------------------------------------------------------
 // merge
 
@@ -1066,6 +1159,7 @@ void merge_results(const std::vector<std::string>& inputs, const std::string& ou
     std::string path;
     std::vector<RunRecord> runs;
     std::vector<StoredUnit> units;
+    std::vector<ServingRow> serving;
   };
   std::vector<Input> in;
   std::optional<RunRecord> first;  // the first run of all inputs: the others must match it
@@ -1075,7 +1169,8 @@ void merge_results(const std::vector<std::string>& inputs, const std::string& ou
   for (const std::string& path : inputs) {
     const DbPtr db = open_connection(path, /*read_only=*/true);
     const auto on_error = db_errors(path, db.get());
-    Input input{path, read_runs(db.get(), path, on_error), read_units(db.get(), path, on_error)};
+    Input input{path, read_runs(db.get(), path, on_error), read_units(db.get(), path, on_error),
+                read_serving(db.get(), on_error)};
     for (const RunRecord& run : input.runs) {
       if (!first) {
         first = run;
@@ -1113,6 +1208,13 @@ void merge_results(const std::vector<std::string>& inputs, const std::string& ou
                          std::to_string(u.run_id) + ", which is not in the db");
       }
     }
+    for (const ServingRow& row : input.serving) {
+      if (std::none_of(input.runs.begin(), input.runs.end(),
+                       [&row](const RunRecord& r) { return r.id == row.run_id; })) {
+        throw InputError(one_line(path) + ": a serving row names run " +
+                         std::to_string(row.run_id) + ", which is not in the db");
+      }
+    }
     in.push_back(std::move(input));
   }
 
@@ -1135,6 +1237,9 @@ void merge_results(const std::vector<std::string>& inputs, const std::string& ou
         for (const RunRecord& run : input.runs) {
           insert_run(out.get(), on_error, run, std::nullopt);
           run_ids[run.id] = sqlite3_last_insert_rowid(out.get());
+        }
+        for (const ServingRow& row : input.serving) {
+          insert_serving(out.get(), on_error, run_ids.at(row.run_id), row);
         }
         for (const StoredUnit& su : input.units) {
           insert_unit(out.get(), output, on_error, run_ids.at(su.unit.run_id), su.unit,

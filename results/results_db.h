@@ -19,7 +19,7 @@ struct sqlite3;
 
 namespace kvbench {
 
-constexpr int kResultsSchemaVersion = 6;
+constexpr int kResultsSchemaVersion = 7;
 
 struct RunRecord {
   int64_t id = 0;  // assigned by begin_run
@@ -106,6 +106,31 @@ struct UnitRecord {
   std::vector<TurnRow> turns;
 };
 
+// One request of a serving run (`kvbench load`): a turn of a user's session sent to an
+// OpenAI-compatible endpoint while others ran beside it, as its client timed it.
+struct ServingRow {
+  int64_t run_id = 0;       // filled when read back
+  std::string label;        // what served it: "kvbench serve" or a name the user gave
+  std::string endpoint;     // http://host:port
+  std::string method;       // the kvbench method asked for, "" for none (another server)
+  int32_t concurrency = 0;  // sessions in flight at once
+  int64_t pool_bytes = 0;   // the server's KV pool, where it said (0: not known)
+  std::string task;
+  std::string sample_id;    // the user's sample
+  int32_t turn = 0;         // 1-based
+  double start_s = 0;       // sent, seconds after this concurrency level's first request
+  double ttft_ms = 0;       // sent -> first text received
+  double itl_ms = 0;        // mean gap between tokens after the first
+  double e2e_ms = 0;        // sent -> last byte
+  int64_t prompt_tokens = 0;
+  int64_t output_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens the server reused (its usage said), else 0
+  std::string prediction;
+  std::string reference;
+  std::optional<double> score;  // null when the request failed
+  std::string error;            // "" when it was answered
+};
+
 class ResultsDb {
  public:
   // Opens `path`, creating it (and migrating an older schema) unless read_only. Throws
@@ -128,6 +153,10 @@ class ResultsDb {
   // is an error (std::logic_error: the sweep should have skipped it).
   void write_unit(int64_t run_id, const UnitRecord& unit);
   std::vector<UnitRecord> units() const;  // with turns, in the order they were written
+
+  // A serving run's requests, in one transaction.
+  void write_serving(int64_t run_id, const std::vector<ServingRow>& rows);
+  std::vector<ServingRow> serving_rows() const;  // in the order they were written
 
  private:
   explicit ResultsDb(std::string path);

@@ -403,14 +403,14 @@ TEST_CASE("results db: a unit whose write fails half-way leaves no rows", "[resu
         0);
 }
 
-TEST_CASE("results db: WAL mode, schema version 6, the three tables", "[results]") {
+TEST_CASE("results db: WAL mode, schema version 7, the four tables", "[results]") {
   const std::string path = temp_path("schema.db");
   auto db = ResultsDb::open(path);
   Raw raw(path);
   CHECK(raw.text("PRAGMA journal_mode") == "wal");
   CHECK(raw.integer("PRAGMA user_version") == kResultsSchemaVersion);
-  CHECK(kResultsSchemaVersion == 6);
-  for (const char* table : {"runs", "units", "results"}) {
+  CHECK(kResultsSchemaVersion == 7);
+  for (const char* table : {"runs", "units", "results", "serving"}) {
     INFO(table);
     CHECK(raw.integer(std::string("SELECT count(*) FROM sqlite_master WHERE type = 'table' "
                                   "AND name = '") +
@@ -423,6 +423,55 @@ TEST_CASE("results db: WAL mode, schema version 6, the three tables", "[results]
                     "WHERE name = 'ttft_ms'") == 1);
   CHECK(raw.integer("SELECT \"notnull\" FROM pragma_table_info('runs') "
                     "WHERE name = 'finished_at'") == 0);
+}
+
+TEST_CASE("results db: serving rows are written, read back and merged", "[results]") {
+  const std::string path = temp_path("serving.db");
+  std::remove(path.c_str());
+  {
+    auto db = ResultsDb::open(path);
+    RunRecord run;
+    run.config_json = "{\"serving\":1}";
+    const int64_t id = db->begin_run(run);
+    ServingRow a;
+    a.label = "kvbench serve";
+    a.endpoint = "http://127.0.0.1:8080";
+    a.method = "kivi:bits=4";
+    a.concurrency = 4;
+    a.pool_bytes = 1 << 20;
+    a.task = "retr_kv";
+    a.sample_id = "s0";
+    a.turn = 2;
+    a.start_s = 0.5;
+    a.ttft_ms = 12.5;
+    a.itl_ms = 3.25;
+    a.e2e_ms = 40;
+    a.prompt_tokens = 100;
+    a.output_tokens = 9;
+    a.cached_tokens = 64;
+    a.prediction = "p";
+    a.reference = "r";
+    a.score = 1.0;
+    ServingRow b = a;
+    b.turn = 3;
+    b.score.reset();
+    b.error = "HTTP 503";
+    db->write_serving(id, {a, b});
+    db->finish_run(id);
+  }
+  const auto rows = ResultsDb::open(path, true)->serving_rows();
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0].method == "kivi:bits=4");
+  CHECK(rows[0].concurrency == 4);
+  CHECK(rows[0].cached_tokens == 64);
+  CHECK(rows[0].itl_ms == 3.25);
+  CHECK(*rows[0].score == 1.0);
+  CHECK_FALSE(rows[1].score);
+  CHECK(rows[1].error == "HTTP 503");
+  const std::string merged = temp_path("serving_merged.db");
+  std::remove(merged.c_str());
+  merge_results({path}, merged);
+  CHECK(ResultsDb::open(merged, true)->serving_rows().size() == 2);
 }
 
 TEST_CASE("results db: an empty file or empty SQLite db gets the schema", "[results]") {
@@ -672,7 +721,7 @@ TEST_CASE("results db: a version 1 db migrates to the current version and keeps 
       "head_tokens_seen; ALTER TABLE units DROP COLUMN query_setting; ALTER TABLE units DROP "
       "COLUMN turn_gap_s; ALTER TABLE results DROP COLUMN attn_flops; ALTER TABLE results DROP "
       "COLUMN attn_flops_dense; ALTER TABLE results DROP COLUMN retrieval_recall; "
-      "PRAGMA user_version = 1");
+      "DROP TABLE serving; PRAGMA user_version = 1");
   CHECK(Raw(path).integer("SELECT count(*) FROM pragma_table_info('results') "
                           "WHERE name = 'kv_read_per_step'") == 0);
   auto db = ResultsDb::open(path);
@@ -759,7 +808,7 @@ TEST_CASE("results db: a version 4 db killed mid-sweep migrates and resumes", "[
       "head_tokens_seen; ALTER TABLE units DROP COLUMN query_setting; ALTER TABLE units DROP "
       "COLUMN turn_gap_s; ALTER TABLE results DROP COLUMN attn_flops; ALTER TABLE results DROP "
       "COLUMN attn_flops_dense; ALTER TABLE results DROP COLUMN retrieval_recall; "
-      "PRAGMA user_version = 4");
+      "DROP TABLE serving; PRAGMA user_version = 4");
   // Read-only, an older schema asks to be migrated (as for every version before).
   require_open_error(path, true, "open it once for writing");
   auto db = ResultsDb::open(path);

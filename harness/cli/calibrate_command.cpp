@@ -26,18 +26,6 @@
 
 namespace kvbench {
 
-namespace {
-
-struct CalibrateArgs {
-  std::vector<std::string> tasks;  // labels: "retr_kv" or "retr_kv[key_length=8]"
-  std::vector<int64_t> lengths = {512, 1024, 2048};
-  int32_t samples = 5;
-  int32_t turns = 5;
-  uint64_t seed = 0;
-  std::string output;  // default: calibration_path(model)
-};
-
-// "name" or "name[k=v,k2=v2]", as SweepTask::label() writes it.
 SweepTask parse_task_label(const std::string& label) {
   SweepTask task;
   const size_t open = label.find('[');
@@ -66,6 +54,18 @@ SweepTask parse_task_label(const std::string& label) {
   }
   return task;
 }
+
+namespace {
+
+struct CalibrateArgs {
+  std::vector<std::string> tasks;  // labels: "retr_kv" or "retr_kv[key_length=8]"
+  std::vector<int64_t> lengths = {512, 1024, 2048};
+  int32_t samples = 5;
+  int32_t turns = 5;
+  uint64_t seed = 0;
+  std::string output;  // default: calibration_path(model)
+};
+
 
 void run_calibrate(const ModelOptions& model_options, const CalibrateArgs& args) {
   apply_thread_option(model_options);

@@ -44,6 +44,15 @@ void apply_thread_option(const ModelOptions& options);
 // The model file to load; throws InputError with set-up advice when it does not exist.
 std::string resolve_model_path(const ModelOptions& options);
 
+// A run's provenance: kvbench's version and git sha, the host and the command line.
+struct RunRecord;
+void fill_provenance(RunRecord& run);
+
+// A generated task as --task names it: "name" or "name[knob=value,...]" (SweepTask::label()).
+// Throws InputError for another form or a task that is not generated.
+struct SweepTask;
+SweepTask parse_task_label(const std::string& label);
+
 // Thrown by a command whose check failed after printing why: exit code 1.
 struct CheckFailed {};
 
@@ -90,5 +99,6 @@ void add_run_command(CLI::App& app, ModelOptions& model);
 void add_sweep_command(CLI::App& app, ModelOptions& model);  // sweep, merge
 void add_report_command(CLI::App& app);                       // report, check
 void add_serve_command(CLI::App& app, ModelOptions& model);
+void add_load_command(CLI::App& app, ModelOptions& model);
 
 }  // namespace kvbench

@@ -207,6 +207,7 @@ int main(int argc, char** argv) {
   kvbench::add_sweep_command(app, model);
   kvbench::add_report_command(app);
   kvbench::add_serve_command(app, model);
+  kvbench::add_load_command(app, model);
   app.allow_extras();  // after the commands, which stay strict: an unknown command is named below
   kvbench::set_command_line(argc, argv);
   try {

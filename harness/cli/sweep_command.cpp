@@ -271,6 +271,15 @@ void run_sweep_jobs(const ModelOptions& model, const std::string& config_path,
 
 }  // namespace
 
+void fill_provenance(RunRecord& run) {
+  run.kvbench_version = KVBENCH_VERSION;
+  run.git_sha = trimmed_output("git -C '" KVBENCH_SOURCE_DIR
+                               "' describe --always --dirty --abbrev=12 2>/dev/null");
+  if (run.git_sha.empty()) run.git_sha = "unknown";
+  run.host = host_name();
+  run.command_line = command_line();
+}
+
 void run_sweep_into(const ModelOptions& model_options, SweepConfig config, const Shard& shard,
                     const std::string& db_path,
                     const std::function<void(const UnitResult&)>& on_unit) {
@@ -288,12 +297,7 @@ void run_sweep_into(const ModelOptions& model_options, SweepConfig config, const
   }
   prepare_head_retrieval(*model, run_record.model_path, specs);  // duo_attention's probe
   RunRecord run = run_record;
-  run.kvbench_version = KVBENCH_VERSION;
-  run.git_sha = trimmed_output("git -C '" KVBENCH_SOURCE_DIR
-                               "' describe --always --dirty --abbrev=12 2>/dev/null");
-  if (run.git_sha.empty()) run.git_sha = "unknown";
-  run.host = host_name();
-  run.command_line = command_line();
+  fill_provenance(run);
   // Timings of another model file would mislead: none then.
   const std::optional<Calibration>& calibration = prepared.calibration;
   const Calibration* timings =
