@@ -44,6 +44,7 @@ bool SequenceChannel::next(Update* update, std::chrono::milliseconds timeout) {
   if (!changed_.wait_for(lock, timeout, ready)) return false;
   update->text = std::move(text_);
   text_.clear();
+  update->tokens = tokens_;
   update->end.reset();
   if (end_ && !end_taken_) {
     update->end = end_;
@@ -249,6 +250,7 @@ bool ServingEngine::emit_token(Sequence& s, int32_t token) {
     return false;
   }
   s.generated.push_back(token);
+  s.channel->count_token();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     ++metrics_.generated_tokens;

@@ -60,6 +60,7 @@ class SequenceChannel {
   // `timeout` for either. Returns false while the sequence runs and nothing new came.
   struct Update {
     std::string text;
+    int64_t tokens = 0;  // generated so far (text may trail them: a character not yet whole)
     std::optional<SequenceEnd> end;
   };
   bool next(Update* update, std::chrono::milliseconds timeout);
@@ -67,7 +68,8 @@ class SequenceChannel {
   void cancel() { cancelled_ = true; }
   bool cancelled() const { return cancelled_; }
 
-  // The engine's side.
+  // The engine's side: a token generated, then the text that is ready.
+  void count_token() { ++tokens_; }
   void push(const std::string& text);
   void finish(SequenceEnd end);
 
@@ -78,6 +80,7 @@ class SequenceChannel {
   std::optional<SequenceEnd> end_;
   bool end_taken_ = false;
   std::atomic<bool> cancelled_{false};
+  std::atomic<int64_t> tokens_{0};
 };
 
 struct EngineOptions {

@@ -175,6 +175,7 @@ struct HttpServer::Impl {
                        "max_tokens");
       }
       const std::string method = g.method->canonical;
+      const int64_t prompt_tokens = static_cast<int64_t>(g.prompt.size());
       std::shared_ptr<SequenceChannel> channel;
       try {
         channel = engine.submit(std::move(g));
@@ -185,7 +186,7 @@ struct HttpServer::Impl {
       const ResponseHead head{(chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++),
                               static_cast<int64_t>(std::time(nullptr)), options.model_id, endpoint};
       if (api.stream) {
-        stream(res, channel, head, method, api.include_usage, guard);
+        stream(res, channel, head, method, api, prompt_tokens, guard);
       } else {
         answer(res, channel, head, method, guard);
       }
@@ -200,12 +201,14 @@ struct HttpServer::Impl {
   // usage, then [DONE]. A comment every second of silence (queued, prefilling) finds a
   // client that left; a failed write cancels the sequence, which frees its cache.
   void stream(httplib::Response& res, std::shared_ptr<SequenceChannel> channel,
-              const ResponseHead& head, const std::string& method, bool include_usage,
-              std::shared_ptr<InFlight> guard) {
+              const ResponseHead& head, const std::string& method, const ApiRequest& api,
+              int64_t prompt_tokens, std::shared_ptr<InFlight> guard) {
     auto first = std::make_shared<bool>(true);
+    const bool include_usage = api.include_usage, continuous = api.continuous_usage;
     res.set_chunked_content_provider(
         "text/event-stream",
-        [channel, head, method, include_usage, first, guard](size_t, httplib::DataSink& sink) {
+        [channel, head, method, include_usage, continuous, prompt_tokens, first,
+         guard](size_t, httplib::DataSink& sink) {
           const auto send = [&](const std::string& data) {
             const std::string event = "data: " + data + "\n\n";
             return sink.write(event.data(), event.size());
@@ -220,7 +223,12 @@ struct HttpServer::Impl {
             }
           }
           if (!u.text.empty()) {
-            if (!send(stream_chunk(head, u.text, *first))) return channel->cancel(), false;
+            const nlohmann::json usage =
+                continuous ? nlohmann::json{{"prompt_tokens", prompt_tokens},
+                                            {"completion_tokens", u.tokens},
+                                            {"total_tokens", prompt_tokens + u.tokens}}
+                           : nlohmann::json(nullptr);
+            if (!send(stream_chunk(head, u.text, *first, usage))) return channel->cancel(), false;
             *first = false;
           }
           if (!u.end) return true;

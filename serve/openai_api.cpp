@@ -165,8 +165,13 @@ ApiRequest parse_api_request(const std::string& body, Endpoint endpoint) {
     } else if (name == "stream_options") {
       if (!value.is_object()) throw bad("'stream_options' must be an object", name);
       for (const auto& [key, option] : value.items()) {
-        if (key != "include_usage") throw bad("unknown stream option '" + key + "'", name);
-        r.include_usage = bool_field(option, "stream_options.include_usage");
+        if (key == "include_usage") {
+          r.include_usage = bool_field(option, "stream_options.include_usage");
+        } else if (key == "continuous_usage_stats") {
+          r.continuous_usage = bool_field(option, "stream_options.continuous_usage_stats");
+        } else {
+          throw bad("unknown stream option '" + key + "'", name);
+        }
       }
     } else if (name == "ignore_eos") {
       r.ignore_eos = bool_field(value, name);
@@ -193,7 +198,7 @@ ApiRequest parse_api_request(const std::string& body, Endpoint endpoint) {
     throw bad("'prompt' is required and must not be empty", "prompt");
   }
   if (chat && r.messages.empty()) throw bad("'messages' is required", "messages");
-  if (!r.stream && r.include_usage) {
+  if (!r.stream && (r.include_usage || r.continuous_usage)) {
     throw bad("'stream_options' is only allowed with stream: true", "stream_options");
   }
   return r;
@@ -241,7 +246,8 @@ std::string response_body(const ResponseHead& head, const std::string& text, con
   return dump_response(r);
 }
 
-std::string stream_chunk(const ResponseHead& head, const std::string& text, bool first) {
+std::string stream_chunk(const ResponseHead& head, const std::string& text, bool first,
+                         const json& usage) {
   json r = base(head, true);
   json choice = {{"index", 0}, {"finish_reason", nullptr}, {"logprobs", nullptr}};
   if (head.endpoint == Endpoint::ChatCompletions) {
@@ -250,6 +256,7 @@ std::string stream_chunk(const ResponseHead& head, const std::string& text, bool
     choice["text"] = text;
   }
   r["choices"] = json::array({choice});
+  if (!usage.is_null()) r["usage"] = usage;
   return dump_response(r);
 }
 

@@ -43,6 +43,8 @@ struct ApiRequest {
   std::vector<std::string> stop;
   bool stream = false;
   bool include_usage = false;          // stream_options.include_usage
+  bool continuous_usage = false;       // stream_options.continuous_usage_stats (vLLM's):
+                                       // usage so far in every chunk
   bool ignore_eos = false;             // an extension of vLLM and llama.cpp: decode to max_tokens
   std::string method;                  // "kvbench": {"method": SPEC}; "" for the server's
 };
@@ -65,7 +67,9 @@ std::string response_body(const ResponseHead& head, const std::string& text, con
                           const std::string& method);
 // One server-sent event's data: a piece of text (first: the chat's role too), or the last
 // chunk with its finish_reason and usage.
-std::string stream_chunk(const ResponseHead& head, const std::string& text, bool first);
+// `usage`: the tokens so far, for stream_options.continuous_usage_stats (else null).
+std::string stream_chunk(const ResponseHead& head, const std::string& text, bool first,
+                         const nlohmann::json& usage = nullptr);
 std::string final_chunk(const ResponseHead& head, const SequenceEnd& end, const std::string& method);
 // The usage-only chunk of stream_options.include_usage (choices empty).
 std::string usage_chunk(const ResponseHead& head, const SequenceEnd& end);

@@ -15,7 +15,9 @@ namespace {
 
 using namespace block_layout;
 
-constexpr int kMaxRowsX = 4;  // x rows sharing one pass over a weight row
+// x rows sharing one pass over a weight row: a decode batch's rows (LlamaModel::decode_batch)
+// decode each weight block once for up to eight of them.
+constexpr int kMaxRowsX = 8;
 
 #if KVBENCH_AVX2
 // Activations stay exact fp32: weights are decoded to floats in registers and multiplied by
@@ -42,8 +44,12 @@ inline void bytes32_to_float(__m256i bytes, __m256 q[4]) {
   q[2] = convert(hi);
   q[3] = convert(_mm_srli_si128(hi, 8));
 }
-inline void u8x32_to_float(__m256i bytes, __m256 q[4]) { bytes32_to_float<u8x8_to_float>(bytes, q); }
-inline void i8x32_to_float(__m256i bytes, __m256 q[4]) { bytes32_to_float<i8x8_to_float>(bytes, q); }
+inline void u8x32_to_float(__m256i bytes, __m256 q[4]) {
+  bytes32_to_float<u8x8_to_float>(bytes, q);
+}
+inline void i8x32_to_float(__m256i bytes, __m256 q[4]) {
+  bytes32_to_float<i8x8_to_float>(bytes, q);
+}
 
 // sum_e q_e * x_e over one 32-element block, q already unpacked to 4 x 8 floats.
 inline __m256 dot_block(const __m256 q[4], const float* xb) {
@@ -135,8 +141,8 @@ void row_dot_f32(const float* w, int64_t cols, const float* const* xs, float* y)
 // Q4_K: each 32-element sub-block is a Q4_1 block with scale d * scale_j and offset
 // -dmin * min_j, so it reuses the per-32 x sums for its offset.
 template <int NX>
-void row_dot_q4_k(const uint8_t* w, int64_t nb, const float* const* xs,
-                  const float* const* x_sums, float* y) {
+void row_dot_q4_k(const uint8_t* w, int64_t nb, const float* const* xs, const float* const* x_sums,
+                  float* y) {
   __m256 acc[2][NX];
   float offset_sum[NX];
   for (int x = 0; x < NX; ++x) {
@@ -206,18 +212,21 @@ void row_dot_q6_k(const uint8_t* w, int64_t nb, const float* const* xs, const fl
 }
 
 // Dispatch table over (format, x rows in this pass): one entry per template instance.
-using RowDotQ = void (*)(const uint8_t*, int64_t, const float* const*, const float* const*,
-                        float*);
+using RowDotQ = void (*)(const uint8_t*, int64_t, const float* const*, const float* const*, float*);
 template <BlockFormat F>
 constexpr RowDotQ kRowDotQ[kMaxRowsX] = {row_dot_q<F, 1>, row_dot_q<F, 2>, row_dot_q<F, 3>,
-                                         row_dot_q<F, 4>};
+                                         row_dot_q<F, 4>, row_dot_q<F, 5>, row_dot_q<F, 6>,
+                                         row_dot_q<F, 7>, row_dot_q<F, 8>};
 constexpr RowDotQ kRowDotQ4_K[kMaxRowsX] = {row_dot_q4_k<1>, row_dot_q4_k<2>, row_dot_q4_k<3>,
-                                           row_dot_q4_k<4>};
+                                            row_dot_q4_k<4>, row_dot_q4_k<5>, row_dot_q4_k<6>,
+                                            row_dot_q4_k<7>, row_dot_q4_k<8>};
 constexpr RowDotQ kRowDotQ6_K[kMaxRowsX] = {row_dot_q6_k<1>, row_dot_q6_k<2>, row_dot_q6_k<3>,
-                                           row_dot_q6_k<4>};
+                                            row_dot_q6_k<4>, row_dot_q6_k<5>, row_dot_q6_k<6>,
+                                            row_dot_q6_k<7>, row_dot_q6_k<8>};
 using RowDotF = void (*)(const float*, int64_t, const float* const*, float*);
 constexpr RowDotF kRowDotF32[kMaxRowsX] = {row_dot_f32<1>, row_dot_f32<2>, row_dot_f32<3>,
-                                           row_dot_f32<4>};
+                                           row_dot_f32<4>, row_dot_f32<5>, row_dot_f32<6>,
+                                           row_dot_f32<7>, row_dot_f32<8>};
 
 RowDotQ const* row_dot_table(BlockFormat format) {
   switch (format) {
