@@ -1,6 +1,8 @@
 #include "serve/http_server.h"
 
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <cstdio>
@@ -273,8 +275,10 @@ struct HttpServer::Impl {
       }
       return;
     }
+    // Not "application/json" exactly: httplib would compress it for a client that accepts
+    // that, and a compressor holds the spaces back (and 0.11's chunked one garbles the body).
     res.set_chunked_content_provider(
-        kJson,
+        "application/json; charset=utf-8",
         [channel, head, method, text, guard](size_t, httplib::DataSink& sink) {
           SequenceChannel::Update u;
           while (true) {
@@ -415,6 +419,31 @@ HttpServer::HttpServer(const LlamaModel& model, ServingEngine& engine, ServerOpt
 
 HttpServer::~HttpServer() = default;
 
+namespace {
+
+// Debian's cpp-httplib 0.11.4 listens with a backlog of 5, compiled into the library: a burst
+// of clients connecting at once (a load generator's first wave) overflows it and some are
+// reset. listen() on a listening socket sets a new backlog, so the socket bound to `port` is
+// found among this process's descriptors and given the system's largest.
+void widen_listen_backlog(int port) {
+  for (int fd = 3; fd < 4096; ++fd) {
+    int listening = 0;
+    socklen_t length = sizeof listening;
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &length) != 0 || !listening) continue;
+    sockaddr_storage address{};
+    socklen_t size = sizeof address;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size) != 0) continue;
+    const int bound = address.ss_family == AF_INET
+                          ? ntohs(reinterpret_cast<sockaddr_in*>(&address)->sin_port)
+                      : address.ss_family == AF_INET6
+                          ? ntohs(reinterpret_cast<sockaddr_in6*>(&address)->sin6_port)
+                          : -1;
+    if (bound == port) listen(fd, SOMAXCONN);
+  }
+}
+
+}  // namespace
+
 int HttpServer::bind() {
   Impl& s = *impl_;
   const int port = s.options.port == 0 ? s.server.bind_to_any_port(s.options.host)
@@ -425,6 +454,7 @@ int HttpServer::bind() {
     throw InputError("--host " + s.options.host + " --port " + std::to_string(s.options.port) +
                      ": cannot listen there (in use, or not an address of this machine)");
   }
+  widen_listen_backlog(port);
   return port;
 }
 

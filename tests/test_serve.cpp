@@ -196,8 +196,13 @@ Reply post(int port, const std::string& path, const std::string& body,
            const std::string& type = "application/json") {
   httplib::Client client("127.0.0.1", port);
   client.set_read_timeout(60, 0);
+  const auto start = std::chrono::steady_clock::now();
   const auto res = client.Post(path.c_str(), body, type.c_str());
-  if (!res) return {0, "no response: " + httplib::to_string(res.error())};
+  if (!res) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::steady_clock::now() - start).count();
+    return {0, "no response after " + std::to_string(ms) + " ms: " + httplib::to_string(res.error())};
+  }
   return {res->status, res->body};
 }
 
@@ -456,20 +461,23 @@ TEST_CASE("serve: admission by real bytes: a pool admits more 4-bit caches than 
   const auto most_running = [](const std::string& method) {
     ServerProcess server({"--kv-pool-mib", "17", "--max-seqs", "16", "--method", method});
     std::vector<std::thread> clients;
-    std::atomic<int> ok{0};
+    std::vector<Reply> replies(16);
     for (int i = 0; i < 16; ++i) {
       clients.emplace_back([&, i] {
-        const Reply r = post(server.port, "/v1/completions",
-                             json{{"prompt", random_tokens(1000, 4000, 100 + i)},
-                                  {"max_tokens", 32},
-                                  {"ignore_eos", true}}
-                                 .dump());
-        ok += r.status == 200;
+        replies[i] = post(server.port, "/v1/completions",
+                          json{{"prompt", random_tokens(1000, 4000, 100 + i)},
+                               {"max_tokens", 32},
+                               {"ignore_eos", true}}
+                              .dump());
       });
     }
     for (auto& t : clients) t.join();
-    CHECK(ok == 16);  // those that did not fit queued, then ran
-    CHECK(metric(server.port, "kv_pool_reserved_bytes") == 0);
+    for (const Reply& r : replies) {  // those that did not fit queued, then ran
+      INFO(method << ": " << r.body.substr(0, 300));
+      CHECK(r.status == 200);
+    }
+    // Every byte back in the pool (the metrics follow the engine's step that ended the last).
+    CHECK(metric_reaches(server.port, "kv_pool_reserved_bytes", 0));
     return metric(server.port, "most_running_sequences");
   };
   const double full = most_running("full");
