@@ -128,6 +128,11 @@ SessionTokens tokenize_sample(const LlamaModel& model, const Sample& sample,
 void check_fits(const LlamaModel& model, const Sample& sample, const SessionTokens& tokens,
                 const SessionOptions& options) {
   const int64_t limit = model.config().context_length;
+  if (options.max_new_tokens > limit) {
+    throw InputError("max_new " + std::to_string(options.max_new_tokens) +
+                     " is more tokens than the model's context of " + std::to_string(limit) +
+                     " could hold");
+  }
   const int64_t context = static_cast<int64_t>(tokens.context.size());
   const int64_t tail = static_cast<int64_t>(tokens.answer_tail.size());
   int64_t need = context;
@@ -306,7 +311,9 @@ void answer_turn(const LlamaModel& model, KvCache& cache, const std::vector<floa
   if (!keep_answer || options.append == AnswerSource::Gold) {
     {
       KvCache branch = cache.clone();
-      branch.reserve_more(options.max_new_tokens);
+      // Room for the answer up to the context's end, never past it (decode stops there).
+      branch.reserve_more(std::min<int64_t>(
+          options.max_new_tokens, model.config().context_length - branch.next_position()));
       decode_reading(branch);
       branch_peak = branch.stats().bytes_peak;
     }

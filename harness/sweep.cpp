@@ -12,6 +12,7 @@
 #include "cache/registry.h"
 #include "common/input_error.h"
 #include "common/json_input.h"
+#include "common/sha256.h"
 #include "datasets/generator.h"
 #include "harness/calibration.h"
 #include "harness/model/llama_model.h"
@@ -353,10 +354,16 @@ std::string run_config_json(const SweepConfig& config, ModelDtype dtype,
       if (!info->plugin.empty()) plugins[info->plugin_sha256] = info->plugin;
     }
   }
+  // The SCBench files the tasks read, by their bytes: other contexts or answers under the same
+  // name are another sweep, which a resume or a merge must not mix in.
+  std::map<std::string, std::string> data;  // file -> sha256
+  for (const SweepTask& task : config.tasks) {
+    if (!task.data.empty()) data[task.data] = sha256_file(task.data);
+  }
   const bool default_numerics =
       dtype == ModelDtype::Fp32 && decode_activations == DecodeActivations::Fp32;
-  if (default_numerics && plugins.empty()) {
-    return canonical;  // as before numerics and plugins were recorded: older dbs resume
+  if (default_numerics && plugins.empty() && data.empty()) {
+    return canonical;  // as before numerics, plugins and data were recorded: older dbs resume
   }
   nlohmann::json root = nlohmann::json::parse(canonical);
   if (!default_numerics) {
@@ -365,6 +372,9 @@ std::string run_config_json(const SweepConfig& config, ModelDtype dtype,
   }
   for (const auto& [sha256, file] : plugins) {
     root["plugins"].push_back({{"file", file}, {"sha256", sha256}});
+  }
+  for (const auto& [file, sha256] : data) {
+    root["data_files"].push_back({{"file", file}, {"sha256", sha256}});
   }
   return dump_json(root);
 }

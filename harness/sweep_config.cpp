@@ -105,8 +105,13 @@ SweepTask parse_task(const json& v, const std::string& source, size_t index) {
         if (!value.is_string()) fail(source, where + ".task must be a string");
         task.name = value.get<std::string>();
       } else if (key == "data") {
-        if (!value.is_string()) fail(source, where + ".data must be a string (a JSONL file)");
-        task.data = value.get<std::string>();
+        if (!value.is_string() || value.get<std::string>().empty()) {
+          fail(source, where + ".data must be a string (a JSONL file)");
+        }
+        // Relative to the config's folder, as plugins are.
+        std::filesystem::path file = value.get<std::string>();
+        if (file.is_relative()) file = std::filesystem::path(source).parent_path() / file;
+        task.data = file.string();
       } else if (key == "knobs") {
         if (!value.is_object()) fail(source, where + ".knobs must be an object of name: value");
         for (const auto& [name, knob] : value.items()) {
@@ -289,6 +294,23 @@ SweepConfig parse_sweep_config(const std::string& json_text, const std::string& 
   }
   if (!has_tasks) fail(source, "missing 'tasks'");
   if (!has_methods) fail(source, "missing 'methods'");
+  // An entry given twice would compute its units and then fail to write them again: refused
+  // before any work.
+  const auto distinct = [&](const auto& values, const char* key) {
+    for (size_t i = 0; i < values.size(); ++i) {
+      for (size_t j = 0; j < i; ++j) {
+        if (values[i] == values[j]) {
+          fail(source, std::string(key) + ": " + dump_json(json(values[i])) + " is listed twice");
+        }
+      }
+    }
+  };
+  distinct(config.methods, "methods");
+  distinct(config.budgets, "budgets");
+  distinct(config.modes, "modes");
+  distinct(config.query_settings, "query_settings");
+  distinct(config.turn_gaps_s, "turn_gaps_s");
+  distinct(config.seeds, "seeds");
   std::set<std::string> labels;
   for (const SweepTask& t : config.tasks) {
     if (!labels.insert(t.label()).second) fail(source, "task " + t.label() + " is listed twice");

@@ -132,6 +132,10 @@ std::vector<Aggregate> parse_baseline(const std::string& json_text, const std::s
       throw InputError(where + ": missing or mistyped field (" + std::string(e.what()).substr(0, 120) + ")");
     }
   }
+  if (out.empty()) {
+    throw InputError(source + ": the baseline has no rows; a gate against nothing would pass "
+                     "any run");
+  }
   return out;
 }
 

@@ -528,6 +528,17 @@ std::pair<std::string, bool> name_for_reading(const std::string& path) {
 
 // Opens and verifies (and, for writing, creates or migrates) a kvbench results db.
 DbPtr open_connection(const std::string& path, bool read_only) {
+  // SQLite reads "file:..." as a URI naming some other file (or options), which the checks
+  // that an output is not an input cannot see through: a db is named by its path alone.
+  if (path.rfind("file:", 0) == 0) {
+    throw InputError(one_line(path) + ": a results db is named by its path, not a SQLite URI "
+                     "(write ./" + one_line(path) + " for a file of that name)");
+  }
+  // A FIFO would block SQLite's open for ever, a device be read as a db.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    throw InputError(one_line(path) + ": the results db is not a regular file");
+  }
   sqlite3* raw = nullptr;
   int flags = read_only ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
   std::string name = path;

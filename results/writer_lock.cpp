@@ -29,8 +29,17 @@ WriterLock::WriterLock(const std::string& db_path) {
   if (const char* inherited = std::getenv(kLockFdVariable)) {
     char* end = nullptr;
     const long fd = std::strtol(inherited, &end, 10);
+    // A worker's descriptor shares its parent's lock: taking it again through that
+    // descriptor succeeds. One the environment names on the same file without the lock (an
+    // outsider's `KVBENCH_DB_LOCK_FD=7 ... 7<db`) is no way around a sweep that holds it: the
+    // flock is taken through it here, and refused while another holds it.
     if (end != inherited && *end == '\0' && fd >= 0 && fd < 1 << 20 &&
         same_file(static_cast<int>(fd), db_path)) {
+      if (flock(static_cast<int>(fd), LOCK_EX | LOCK_NB) != 0) {
+        throw InputError(one_line(db_path) +
+                         ": another kvbench sweep is writing this results db; wait for it "
+                         "(then resume) or give another --db");
+      }
       fd_ = static_cast<int>(fd);
       inherited_ = true;
       return;

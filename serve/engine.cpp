@@ -200,12 +200,19 @@ void ServingEngine::admit() {
     s.cost = pool_.store_cost(model_, *s.request.method);
     s.floor = need;
     s.admitted = Clock::now();
-    s.cache.emplace(new_cache(model_, *s.request.method));
-    s.cache->reserve(static_cast<int64_t>(s.request.prompt.size()));
-    s.prefix = prefix_cache_for(*s.request.method);
-    if (s.prefix) {
-      s.fed = s.prefix->load(s.request.prompt, *s.cache, s.reuse);
-      s.prefix->start_capture(*s.cache, s.request.prompt, s.fed);
+    try {
+      s.cache.emplace(new_cache(model_, *s.request.method));
+      s.cache->reserve(static_cast<int64_t>(s.request.prompt.size()));
+      s.prefix = prefix_cache_for(*s.request.method);
+      if (s.prefix) {
+        s.fed = s.prefix->load(s.request.prompt, *s.cache, s.reuse);
+        s.prefix->start_capture(*s.cache, s.request.prompt, s.fed);
+      }
+    } catch (const std::exception& e) {  // a method or a tier that refuses: this request only
+      s.decoding = true;  // nothing captured to store
+      finish(s, "error", e.what());
+      waiting_.pop_front();
+      continue;
     }
     update_reservation(s);
     running_.push_back(std::move(waiting_.front()));

@@ -62,8 +62,8 @@ StoreCost KvPool::store_cost(const LlamaModel& model, const ResolvedSpec& spec) 
   int64_t most_reserved = 0, most_grown = 0;
   decode(reserved, &most_reserved);
   cost.decode_token_bytes = decode(probe, &most_grown);
-  cost.reserve_answer =
-      most_reserved - compressed <= std::max(most_grown - compressed, kProbeTokens * cost.decode_token_bytes);
+  cost.reserve_answer = most_reserved - compressed <=
+                        std::max(most_grown - compressed, kProbeTokens * cost.decode_token_bytes);
   costs_[storage] = cost;
   return cost;
 }

@@ -309,6 +309,11 @@ TEST_CASE("cli: run refuses bad knob values and a context longer than the window
   // Fits the window alone, but not with five turns of queries and answers.
   require_clear_error(run_kvbench(run_narrow + "--task math_find --context-tokens 200 --turns 5"),
                       "more than the model's context of 256");
+  // A decode budget past the window is refused before anything is reserved (a million
+  // tokens' KV was reserved up front before).
+  require_clear_error(run_kvbench(run_narrow + "--task retr_kv --context-tokens 160 --turns 1 "
+                                               "--max-new 1048576"),
+                      "max_new 1048576 is more tokens than the model's context of 256");
 }
 
 TEST_CASE("cli: run on a tiny model scores every turn and prints the summary", "[unit]") {

@@ -115,6 +115,9 @@ TEST_CASE("check: the baseline file round-trips, a bad one is named", "[unit]") 
   CHECK(find_regressions(rows, back, Tolerances{}).empty());
   CHECK_THROWS_WITH(parse_baseline("{", "b.json"), Catch::Contains("b.json: malformed JSON"));
   CHECK_THROWS_WITH(parse_baseline("{\"rows\": []}", "b.json"), Catch::Contains("not a kvbench baseline"));
+  // A gate against nothing passed every run.
+  CHECK_THROWS_WITH(parse_baseline(R"({"kvbench_baseline": 1, "rows": []})", "b.json"),
+                    Catch::Contains("b.json: the baseline has no rows"));
   CHECK_THROWS_WITH(parse_baseline(R"({"kvbench_baseline": 1, "rows": [{"method": "x"}]})", "b.json"),
                     Catch::Contains("b.json: rows[0]: missing or mistyped field"));
   CHECK_THROWS_WITH(

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <cstdlib>
 #include <map>
 #include <random>
@@ -18,6 +19,8 @@
 
 #include "gguf_writer.h"
 #include "common/input_error.h"
+#include "common/sha256.h"
+#include "harness/sweep_config.h"
 #include "harness/model/llama_model.h"
 #include "harness/sweep.h"
 #include "results/results_db.h"
@@ -165,6 +168,18 @@ TEST_CASE("sweep config: every mistake is one line naming the file and the key",
   require_config_error(R"({"tasks": ["retr_kv"], "methods": ["full"], "turns": 0})", "turns must be in");
   require_config_error(R"({"tasks": ["scbench_kv"], "methods": ["full"]})", "needs \"data\"");
   require_config_error(R"({"tasks": ["retr_kv", "retr_kv"], "methods": ["full"]})", "listed twice");
+  // Repeats refused before any unit is computed (they failed after the work before).
+  require_config_error(R"({"tasks": ["retr_kv"], "methods": ["full"], "seeds": [0, 0]})",
+                       "seeds: 0 is listed twice");
+  require_config_error(R"({"tasks": ["retr_kv"], "methods": ["full", "full"]})", "methods");
+  require_config_error(
+      R"({"tasks": ["retr_kv"], "methods": ["full"], "modes": ["multi-turn", "multi-turn"]})",
+      "modes");
+  require_config_error(R"({"tasks": ["retr_kv"], "methods": ["full"], "modes": ["multi-request"],
+                           "turn_gaps_s": [1, 1.0]})",
+                       "turn_gaps_s");
+  require_config_error(R"({"tasks": ["retr_kv"], "methods": ["snapkv"], "budgets": [64, 64]})",
+                       "budgets");
   require_config_error(R"({"tasks": [{"task": "retr_kv", "knobs": {"k": [1]}}], "methods": ["full"]})",
                        "knobs.k");
 }
@@ -369,4 +384,27 @@ TEST_CASE("sweep: killed with SIGKILL 20 times and resumed, the table equals an 
   const auto got = table_of(killed, &rows);
   CHECK(rows == clean_rows);
   CHECK(got == expected);
+}
+
+TEST_CASE("sweep: an SCBench file is found beside its config and is part of the run's identity",
+          "[unit]") {
+  const std::string dir = testing::temp_path("data_config");
+  std::filesystem::create_directories(dir);
+  const auto write = [](const std::string& path, const std::string& text) {
+    testing::write_file(path, std::vector<uint8_t>(text.begin(), text.end()));
+  };
+  const std::string samples = dir + "/samples.jsonl";
+  write(samples, R"({"id": 0, "context": "k1: v1", "multi_turns": [{"input": "k1?", "answer": "v1"}]})"
+                 "\n");
+  write(dir + "/config.json",
+        R"({"tasks": [{"task": "scbench_kv", "data": "samples.jsonl"}], "methods": ["full"]})");
+  const SweepConfig config = load_sweep_config(dir + "/config.json");
+  REQUIRE(config.tasks.size() == 1);
+  CHECK(config.tasks[0].data == samples);  // the config's folder, not the working directory
+  const std::string before = run_config_json(config, ModelDtype::Fp32, DecodeActivations::Fp32);
+  CHECK(before.find(sha256_file(samples)) != std::string::npos);
+  // The same file name with other answers is another sweep: a resume or merge refuses it.
+  write(samples, R"({"id": 0, "context": "k1: v2", "multi_turns": [{"input": "k1?", "answer": "v2"}]})"
+                 "\n");
+  CHECK(run_config_json(config, ModelDtype::Fp32, DecodeActivations::Fp32) != before);
 }

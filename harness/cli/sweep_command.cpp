@@ -1,6 +1,7 @@
 // `kvbench sweep CONFIG --db DB [--shard i/n | --jobs N]` and `kvbench merge A.db B.db ... -o ALL.db`.
 #include <CLI/CLI.hpp>
 
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -220,6 +221,7 @@ void run_sweep_jobs(const ModelOptions& model, const std::string& config_path,
   sigemptyset(&forward.sa_mask);
   sigaction(SIGINT, &forward, &old_int);
   sigaction(SIGTERM, &forward, &old_term);
+  const pid_t parent = getpid();
   for (int i = 0; i < jobs && g_stop_signal == 0; ++i) {
     const std::string shard = std::to_string(i) + "/" + std::to_string(jobs);
     std::vector<std::string> args = {"kvbench", "--threads", std::to_string(threads),
@@ -241,6 +243,10 @@ void run_sweep_jobs(const ModelOptions& model, const std::string& config_path,
     if (pid == 0) {
       sigaction(SIGINT, &old_int, nullptr);
       sigaction(SIGTERM, &old_term, nullptr);
+      // A worker dies with its parent, whatever kills the parent (SIGKILL and SIGHUP
+      // included, which the forwarding above cannot see): it may not go on writing the db.
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (getppid() != parent) std::_Exit(1);  // the parent died before the line above
       lock.keep_across_exec();
       execve("/proc/self/exe", argv.data(), envp.data());
       std::_Exit(127);
