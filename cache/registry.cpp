@@ -32,6 +32,8 @@ bool parse_int(const std::string& s, int64_t* out) {
 }
 
 bool parse_float(const std::string& s, double* out) {
+  // Decimal only: strtod also reads hex floats (0x1p-1), which no spec is written in.
+  if (s.find_first_not_of("0123456789.eE+-") != std::string::npos) return false;
   errno = 0;
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);

@@ -96,7 +96,11 @@ void check_writable(const std::string& path, const char* what) {
   ::unlink(tmp.c_str());
 }
 
-void write_file_atomically(const std::string& path, const std::string& text, const char* what) {
+namespace {
+
+// `text` in a new temporary beside `path`, fsynced; returns its name. Throws InputError
+// naming `path` (the temporary removed) when it cannot be written whole.
+std::string write_temporary(const std::string& path, const std::string& text, const char* what) {
   std::string tmp;
   const int fd = create_temporary(path, &tmp);
   if (fd < 0) throw InputError(path + ": cannot write the " + what + " (" + std::strerror(errno) + ")");
@@ -116,8 +120,32 @@ void write_file_atomically(const std::string& path, const std::string& text, con
     done += static_cast<size_t>(n);
   }
   if (::fsync(fd) != 0) fail(std::strerror(errno));
-  if (::rename(tmp.c_str(), path.c_str()) != 0) fail(std::strerror(errno));
   ::close(fd);
+  return tmp;
+}
+
+}  // namespace
+
+void write_file_atomically(const std::string& path, const std::string& text, const char* what) {
+  write_files_atomically({{path, text}}, what);
+}
+
+void write_files_atomically(const std::vector<std::pair<std::string, std::string>>& files,
+                            const char* what) {
+  std::vector<std::string> temporaries;
+  try {
+    for (const auto& [path, text] : files) temporaries.push_back(write_temporary(path, text, what));
+  } catch (const InputError&) {
+    for (const std::string& tmp : temporaries) ::unlink(tmp.c_str());
+    throw;
+  }
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (::rename(temporaries[i].c_str(), files[i].first.c_str()) != 0) {
+      const std::string why = std::strerror(errno);
+      for (size_t j = i; j < files.size(); ++j) ::unlink(temporaries[j].c_str());
+      throw InputError(files[i].first + ": cannot write the " + what + " (" + why + ")");
+    }
+  }
 }
 
 FolderLock::FolderLock(const std::string& path, const char* what) {

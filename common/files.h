@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kvbench {
@@ -34,6 +35,12 @@ void check_writable(const std::string& path, const char* what);
 // written through), fsyncs it and renames it over `path`; the temporary is removed on any
 // failure. `what` names the file in errors.
 void write_file_atomically(const std::string& path, const std::string& text, const char* what);
+
+// Several files (path, text) as write_file_atomically writes one, all or none: every
+// temporary is written and fsynced before the first rename, so a failure to write one (a full
+// disk) leaves every old file as it was.
+void write_files_atomically(const std::vector<std::pair<std::string, std::string>>& files,
+                            const char* what);
 
 // An exclusive flock on the folder of `path`, held for a read-modify-write of that file by
 // several kvbench processes (two calibrations of one model into one file): the file itself

@@ -19,6 +19,7 @@
 #include "harness/model/model_config.h"
 #include "harness/model/tokenizer.h"
 #include "harness/model_cache.h"
+#include "harness/plugin_guard.h"
 #include "results/results_db.h"
 #include "tasks/task_catalog.h"
 
@@ -300,8 +301,12 @@ SweepProgress run_sweep(const LlamaModel& model, const SweepConfig& config, cons
       specs.push_back(m.spec);
       budget_of_spec[m.spec] = m.budget;
     }
-    const PrefillCount prefilled = evaluate(model, {*group->sample}, specs, options,
-                                            [&](const UnitResult& unit) {
+    // A plugin's code runs inside these units: what it throws (or an exit() in it) is
+    // reported naming it, the units it broke left unwritten.
+    const PluginGuard guard(specs);
+    PrefillCount prefilled;
+    try {
+      prefilled = evaluate(model, {*group->sample}, specs, options, [&](const UnitResult& unit) {
       const SessionResult& s = unit.session;
       UnitRecord record;
       record.key = unit_key(*group, s.method);
@@ -333,7 +338,14 @@ SweepProgress run_sweep(const LlamaModel& model, const SweepConfig& config, cons
       state.last_unit = record.key;
       if (on_unit) on_unit(unit);
       if (progress) progress(state);
-    });
+      });
+    } catch (const InputError&) {
+      throw;
+    } catch (const std::exception& e) {
+      guard.fail(e.what());
+    } catch (...) {
+      guard.fail("it threw something that is not a std::exception");
+    }
     // The sample's shared prefill, its full reference and every unit's own prefills.
     state.prefill.shared_prefills += prefilled.shared_prefills;
     state.prefill.shared_tokens += prefilled.shared_tokens;

@@ -21,7 +21,37 @@ std::string html_escape(const std::string& s) {
           out += c;
         }
         break;
-      default: out += c;
+      default:
+        // NUL and the other control bytes from a db: shown as U+FFFD, never passed through.
+        if ((static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') || c == 0x7F) {
+          out += "\xEF\xBF\xBD";
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
+std::string markdown_escape(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '|': case '\\': case '`': case '*': case '_': case '[': case ']':
+        out += '\\';
+        out += c;
+        break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      case '\n': case '\r': case '\t': out += ' '; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) {
+          out += "\xEF\xBF\xBD";
+        } else {
+          out += c;
+        }
     }
   }
   return out;

@@ -44,26 +44,8 @@ std::string fmt(const std::optional<double>& v, int precision, double scale = 1.
   return v ? fmt(*v * scale, precision) : std::string(kMissing);
 }
 
-// Markdown table cells: backslash-escapes the characters that end a cell or start
-// emphasis, code, links or HTML; newlines become spaces.
-std::string md_escape(const std::string& s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char c : s) {
-    switch (c) {
-      case '|': case '\\': case '`': case '*': case '_': case '[': case ']':
-        out += '\\';
-        out += c;
-        break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '\n': case '\r': out += ' '; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
+// Markdown table cells: reports/html_text.h.
+std::string md_escape(const std::string& s) { return markdown_escape(s); }
 
 // HTML text and attribute values (also inside SVG): reports/html_text.h.
 std::string h(const std::string& s) { return html_escape(s); }
@@ -1264,8 +1246,7 @@ void write_reports(const std::string& db_path, const std::string& out_dir,
     throw InputError("OUT_DIR: cannot create the report directory (" + out_dir + ": " +
                      (ec ? ec.message() : std::string("not a directory")) + ")");
   }
-  write_file_atomically(md_path, md, "report");
-  write_file_atomically(html_path, html, "report");
+  write_files_atomically({{md_path, md}, {html_path, html}}, "report");
 }
 
 }  // namespace kvbench

@@ -29,20 +29,7 @@ std::string fixed(double v, int digits) {
 
 std::string h(const std::string& s) { return html_escape(s); }
 
-// A Markdown cell: pipes and line breaks from the db cannot break the table.
-std::string cell(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '|') {
-      out += "\\|";
-    } else if (c == '\n' || c == '\r' || static_cast<unsigned char>(c) < 0x20) {
-      out += ' ';
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
+std::string cell(const std::string& s) { return markdown_escape(s); }
 
 std::string series_name(const ServingPoint& p) { return p.label; }
 

@@ -19,6 +19,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "common/files.h"
 #include "common/input_error.h"
 #include "common/utf8.h"
 
@@ -493,6 +494,24 @@ const std::map<std::string, std::vector<std::string>>& expected_columns() {
   return columns;
 }
 
+// The indexes of this kvbench's migrations, read once from an in-memory db.
+const std::set<std::string>& expected_indexes() {
+  static const std::set<std::string> names = [] {
+    sqlite3* raw = nullptr;
+    sqlite3_open(":memory:", &raw);
+    const DbPtr db(raw);
+    const Stmt::OnError on_error = [](int rc, const std::string& what) {
+      throw std::logic_error("results schema: " + what + " failed (" + std::to_string(rc) + ")");
+    };
+    migrate(db.get(), ":memory:", on_error);
+    std::set<std::string> out;
+    Stmt s(db.get(), "SELECT name FROM sqlite_master WHERE type = 'index'", on_error);
+    while (s.step()) out.insert(s.text(0));
+    return out;
+  }();
+  return names;
+}
+
 // The directory a path is in.
 std::string directory_of(const std::string& path) {
   const size_t slash = path.find_last_of('/');
@@ -600,6 +619,22 @@ DbPtr open_connection(const std::string& path, bool read_only) {
                        (found.empty() ? "no table " + table
                                       : "table " + table + " has other columns") +
                        ")");
+    }
+  }
+  // Nothing in the schema that kvbench did not make: a trigger could delete what a sweep
+  // writes (its "4 units written" a lie), a view stand in for a table. Checked before the db
+  // is read or written.
+  {
+    Stmt objects(handle, "SELECT type, name FROM sqlite_master", on_open_error);
+    while (objects.step()) {
+      const std::string type = objects.text(0), name = objects.text(1);
+      const bool ours = (type == "table" && expected.count(name) > 0) ||
+                        (type == "index" && (expected_indexes().count(name) > 0 ||
+                                             name.rfind("sqlite_autoindex_", 0) == 0));
+      if (!ours) {
+        throw InputError(one_line(path) + ": not a kvbench results db (it holds a " + type +
+                         " '" + one_line(name) + "' kvbench did not make)");
+      }
     }
   }
   if (!read_only) {
@@ -990,6 +1025,12 @@ std::vector<StoredUnit> read_units(sqlite3* db, const std::string& path,
     if (!turns.empty() && turns.back().turn == t.turn) {
       row.fail("turn", "turn " + std::to_string(t.turn) + " of its unit twice");
     }
+    // A unit's turns are 1, 2, ... as a session runs them: a forged turn far past them
+    // would size the report by it.
+    if (t.turn != static_cast<int32_t>(turns.size()) + 1) {
+      row.fail("turn", "turn " + std::to_string(t.turn) + " follows " +
+                           std::to_string(turns.size()) + " turns of its unit");
+    }
     t.query = row.text(3, "query");
     t.prediction = row.text(4, "prediction");
     t.reference = row.text(5, "reference");
@@ -1022,6 +1063,12 @@ std::vector<StoredUnit> read_units(sqlite3* db, const std::string& path,
     t.attn_flops_dense = row.real(32, "attn_flops_dense", 0, kMaxFlops);
     t.retrieval_recall = row.opt_real(33, "retrieval_recall", 0, 1);
     turns.push_back(std::move(t));
+  }
+  for (const StoredUnit& su : units) {
+    if (su.unit.turns.empty()) {
+      throw InputError(one_line(path) + ": unit " + shown_key(su.unit.key) +
+                       " has no turns (kvbench writes a unit with its turns, in one transaction)");
+    }
   }
   return units;
 }
@@ -1162,6 +1209,11 @@ std::vector<ServingRow> ResultsDb::serving_rows() const {
 void merge_results(const std::vector<std::string>& inputs, const std::string& output) {
   if (inputs.empty()) throw InputError(one_line(output) + ": merge needs at least one input db");
   if (path_exists(output)) {
+    struct stat st {};
+    if (lstat(output.c_str(), &st) != 0) {  // not there, but not a usable name either
+      throw InputError(one_line(output) + ": cannot write the merged db there (" +
+                       std::strerror(errno) + ")");
+    }
     throw InputError(one_line(output) + ": exists; merge writes a new db");
   }
 
@@ -1232,6 +1284,9 @@ void merge_results(const std::vector<std::string>& inputs, const std::string& ou
   // Written under another name and renamed when whole: a merge killed midway leaves no db
   // at `output` to block the next one (a stale partial file is replaced).
   const std::string partial = output + ".partial";
+  // The partial file is removed first: it must not be one of the inputs (`merge p.db.partial
+  // -o p.db` removed its own input).
+  check_output_file(partial, inputs, "-o");
   const auto remove_partial = [&partial] {
     for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
       std::remove((partial + suffix).c_str());

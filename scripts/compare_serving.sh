@@ -25,7 +25,7 @@ users="${USERS:-16}"
 turns="${TURNS:-2}"
 read -r -a levels <<< "${LEVELS:-1 2 4 8 16}"
 read -r -a methods <<< "${METHODS:-full bf16 kivi:bits=4 snapkv:ratio=0.25 prefix:block=64+tiers:device=64MB,cpu=512MB}"
-port=18180
+port=18180  # one more for each server: a port just closed may not be bound again at once
 kvbench="$root/build/kvbench"
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 
@@ -36,7 +36,11 @@ gguf="$("$kvbench" list models 2>/dev/null | awk -v m="$model" '$1 == m {print $
 [ -f "$gguf" ] || { echo "compare_serving: no GGUF for $model" >&2; exit 2; }
 mkdir -p "$out"
 db="$out/serving.db"
-rm -f "$db" "$db-wal" "$db-shm"
+# RESUME=1 keeps the db and runs only what it does not hold yet (a label per server/method).
+[ "${RESUME:-0}" = 1 ] || rm -f "$db" "$db-wal" "$db-shm"
+has_label() {
+  [ -f "$db" ] && [ "$(sqlite3 "$db" "SELECT count(*) FROM serving WHERE label = '$1'" 2>/dev/null)" -gt 0 ]
+}
 max_levels="${levels[${#levels[@]}-1]}"
 
 server_pid=""
@@ -66,15 +70,21 @@ load() {  # load LABEL [METHOD] [extra load args...]
 
 # llama.cpp's server: -np slots of the context each, fp16 KV, its prompt cache on.
 slot_ctx=$(( (context + 512) * turns ))
-"$llama_server" -m "$gguf" -t "$threads" -tb "$threads" -np "$max_levels" \
-  -c $(( slot_ctx * max_levels )) --host 127.0.0.1 --port "$port" --alias "$model" \
-  > "$out/llama-server.log" 2>&1 &
-server_pid=$!
-wait_ready
-load "llama-server -np $max_levels (fp16 KV)"
-stop_server
+label="llama-server -np $max_levels (fp16 KV)"
+if ! has_label "$label"; then
+  port=$((port + 1))
+  "$llama_server" -m "$gguf" -t "$threads" -tb "$threads" -np "$max_levels" \
+    -c $(( slot_ctx * max_levels )) --host 127.0.0.1 --port "$port" --alias "$model" \
+    > "$out/llama-server.log" 2>&1 &
+  server_pid=$!
+  wait_ready
+  load "$label"
+  stop_server
+fi
 
 for method in "${methods[@]}"; do
+  has_label "kvbench serve $method" && continue
+  port=$((port + 1))
   "$kvbench" --model "$gguf" --threads "$threads" serve --port "$port" --method "$method" \
     --max-seqs "$max_levels" --kv-pool-mib 2048 > "$out/kvbench-serve.log" 2>&1 &
   server_pid=$!
@@ -90,6 +100,8 @@ if [ "${SKIP_POOL:-0}" != 1 ]; then
   # POOL_CONTEXT tokens, its question and answer within 4096.
   pool_mib="${POOL_MIB:-384}"
   for method in full kivi:bits=4; do
+    has_label "pool $pool_mib MiB: kvbench serve $method" && continue
+    port=$((port + 1))
     "$kvbench" --model "$gguf" --threads "$threads" serve --port "$port" --method "$method" \
       --max-seqs 64 --kv-pool-mib "$pool_mib" > "$out/kvbench-serve-pool.log" 2>&1 &
     server_pid=$!

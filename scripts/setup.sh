@@ -8,7 +8,7 @@ cd "$root"
 # --- Debian packages the build needs -------------------------------------------------
 packages=(cmake g++ ccache pkg-config libtorch-dev libblas-dev libopenblas0-pthread nlohmann-json3-dev
           libcli11-dev catch2 libbenchmark-dev libsqlite3-dev libzstd-dev libxxhash-dev
-          libhiredis-dev redis-server libcpp-httplib-dev python3 python3-pip unzip
+          libhiredis-dev redis-server libcpp-httplib-dev sqlite3 python3 python3-pip unzip
           clang libclang-rt-14-dev libomp-dev)  # clang, its OpenMP: the sanitizer build
 missing=()
 for p in "${packages[@]}"; do

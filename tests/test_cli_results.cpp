@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -434,6 +435,42 @@ TEST_CASE("results: failed commands leave nothing behind, and check before worki
     require_clear_error(run, baseline);
     CHECK_FALSE(testing::path_exists(baseline));
     CHECK_FALSE(testing::temporary_left(baseline));
+  }
+  SECTION("a report that fails midway leaves the old pair of files, not a new one beside an old") {
+    const std::string dir = temp_path("leftover_report");
+    std::filesystem::create_directories(dir);
+    testing::write_file(dir + "/leaderboard.md", {'m'});
+    testing::write_file(dir + "/leaderboard.html", {'h'});
+    // A file size limit between the two files' sizes: the Markdown fits, the HTML does not.
+    const std::string scratch = temp_path("leftover_report_sizes");
+    REQUIRE(run_kvbench("report " + db + " -o " + scratch).exit_code == 0);
+    const auto md_size = std::filesystem::file_size(scratch + "/leaderboard.md");
+    const auto html_size = std::filesystem::file_size(scratch + "/leaderboard.html");
+    REQUIRE(html_size > md_size + 4096);
+    const std::string between =  // sh's ulimit -f counts 512-byte blocks
+        "trap '' XFSZ; ulimit -f " + std::to_string((md_size + html_size) / 2 / 512) + ";";
+    const Run run = run_kvbench("report " + db + " -o " + dir, between);
+    require_clear_error(run, "leaderboard.html: cannot write the report");
+    CHECK(file_text(dir + "/leaderboard.md") == "m");
+    CHECK(file_text(dir + "/leaderboard.html") == "h");
+    CHECK_FALSE(testing::temporary_left(dir + "/leaderboard.md"));
+  }
+  SECTION("a sweep refused after its db was made (a model that is no model) removes it") {
+    const std::string fresh = temp_path("leftover_sweep.db");
+    std::remove(fresh.c_str());
+    const std::string fake = write_text("leftover_fake.gguf", "not a model");
+    require_clear_error(run_kvbench("--model " + fake + " sweep " + tiny_config("leftover.json") +
+                                    " --db " + fresh),
+                        "leftover_fake.gguf");
+    CHECK_FALSE(testing::path_exists(fresh));
+    CHECK_FALSE(testing::path_exists(fresh + "-wal"));
+  }
+  SECTION("OMP_STACKSIZE past what threads can have is an input error, not exit 1") {
+    require_clear_error(run_kvbench("list methods", "OMP_STACKSIZE=100000G"), "OMP_STACKSIZE");
+  }
+  SECTION("merge -o with a name too long for the file system says so") {
+    require_clear_error(run_kvbench("merge " + db + " -o " + temp_path(std::string(300, 'n'))),
+                        "File name too long");
   }
   SECTION("a merge that fails midway leaves no db to block the next one") {
     const std::string merged = temp_path("leftover_merged.db");

@@ -280,3 +280,50 @@ TEST_CASE("the bf16 model on a GPU stays within bf16's error of the fp32 model",
   }
   CHECK(step_agree >= steps * 9 / 10);
 }
+
+TEST_CASE("a batched decode step on a GPU gives each sequence its logits alone, as on the CPU",
+          "[gpu]") {
+  // On a GPU the sequences of a batch run one after the other (LlamaModel::decode_batch): the
+  // same numbers as each alone, bit for bit, and within fp32 noise of the CPU's batch.
+  testing::require_device();
+  const std::string path = testing::gpu_model_path();
+  const auto cpu = LlamaModel::load(path);
+  const auto gpu = LlamaModel::load(path, ModelDevice::Cuda);
+  const std::vector<int32_t> prompt = long_prompt(*cpu);
+  const std::vector<std::string> methods = {"full", "snapkv:ratio=0.5", "kivi:bits=4"};
+  const int64_t vocab = cpu->config().vocab_size;
+  std::vector<KvCache> alone, batched, on_cpu;
+  std::vector<int32_t> next;
+  for (size_t i = 0; i < methods.size(); ++i) {
+    const std::vector<int32_t> p(prompt.begin(), prompt.begin() + 120 + 40 * i);
+    const ResolvedSpec spec = resolve_method_spec(methods[i]);
+    for (auto* caches : {&alone, &batched}) {
+      caches->push_back(new_cache(*gpu, spec));
+      const std::vector<float> logits = gpu->forward(p, caches->back());
+      caches->back().end_context();
+      if (caches == &alone) {
+        next.push_back(static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) -
+                                            logits.begin()));
+      }
+    }
+    on_cpu.push_back(new_cache(*cpu, spec));
+    cpu->forward(p, on_cpu.back());
+    on_cpu.back().end_context();
+  }
+  std::vector<KvCache*> rows, cpu_rows;
+  for (size_t i = 0; i < methods.size(); ++i) {
+    rows.push_back(&batched[i]);
+    cpu_rows.push_back(&on_cpu[i]);
+  }
+  const std::vector<float> together = gpu->decode_batch(next, rows);
+  const std::vector<float> cpu_together = cpu->decode_batch(next, cpu_rows);
+  for (size_t i = 0; i < methods.size(); ++i) {
+    INFO(methods[i]);
+    const std::vector<float> one = gpu->decode(next[i], alone[i]);
+    const std::vector<float> row(together.begin() + i * vocab, together.begin() + (i + 1) * vocab);
+    CHECK(row == one);
+    const std::vector<float> cpu_row(cpu_together.begin() + i * vocab,
+                                     cpu_together.begin() + (i + 1) * vocab);
+    CHECK(max_abs_diff(row, cpu_row) < 2e-2f);
+  }
+}

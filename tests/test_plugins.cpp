@@ -287,3 +287,24 @@ TEST_CASE("plugins: the speed gate fails a method that got slower beside the oth
   const std::string answers = "SELECT group_concat(prediction, '|') FROM results WHERE method = 'slow_reader'";
   CHECK(sql_text(before, answers) == sql_text(after, answers));
 }
+
+TEST_CASE("plugins: a plugin that fails inside a unit is named, exit 2, the unit unwritten",
+          "[unit]") {
+  const std::string model = tiny_model("plugin_failure.gguf");
+  const std::string config = write_text("plugin_failure.json", R"({"tasks": ["math_find"],
+    "methods": ["full", "failing_reader"], "samples": 1, "turns": 1, "context_tokens": 300,
+    "max_new": 4, "shared_prefill": false, "plugins": [")" + test_plugin("fails_in_unit") + "\"]}");
+  for (const char* how : {"throw", "throw42", "exit"}) {
+    INFO(how);
+    const std::string db = temp_path(std::string("plugin_failure_") + how + ".db");
+    std::remove(db.c_str());
+    const Run run = run_kvbench("--model " + model + " --threads 1 sweep " + config + " --db " + db,
+                                std::string("KVBENCH_TEST_PLUGIN_FAILURE=") + how);
+    INFO(run.output);
+    CHECK(run.exit_code == 2);
+    const std::string last = run.output.substr(run.output.rfind("kvbench: error: "));
+    CHECK(last.find("failing_reader (plugin ") != std::string::npos);
+    CHECK(last.find("libtest_plugin_fails_in_unit.so") != std::string::npos);
+    CHECK(sql_text(db, "SELECT count(*) FROM units WHERE method = 'failing_reader'") == "0");
+  }
+}

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <regex>
 #include <string>
@@ -472,6 +473,59 @@ TEST_CASE("results db: serving rows are written, read back and merged", "[result
   std::remove(merged.c_str());
   merge_results({path}, merged);
   CHECK(ResultsDb::open(merged, true)->serving_rows().size() == 2);
+}
+
+TEST_CASE("results db: a db that lies is refused before it is believed", "[results]") {
+  const auto fresh = [](const std::string& name) {
+    const std::string path = temp_path(name);
+    std::remove(path.c_str());
+    auto db = ResultsDb::open(path);
+    const int64_t run = db->begin_run(make_run());
+    db->write_unit(run, make_unit("u1"));
+    db->finish_run(run);
+    return path;
+  };
+  const auto refused = [](const std::string& path, const std::string& fragment) {
+    for (const bool read_only : {true, false}) {
+      try {
+        ResultsDb::open(path, read_only)->units();
+        FAIL("believed " << path);
+      } catch (const InputError& e) {
+        INFO(e.what());
+        CHECK(std::string(e.what()).find(fragment) != std::string::npos);
+      }
+    }
+  };
+  // A trigger that deletes what a sweep writes made it report units it had not kept.
+  const std::string trigger = fresh("lie_trigger.db");
+  Raw(trigger).exec("CREATE TRIGGER eat AFTER INSERT ON results BEGIN DELETE FROM results; END");
+  refused(trigger, "holds a trigger 'eat' kvbench did not make");
+  const std::string view = fresh("lie_view.db");
+  Raw(view).exec("CREATE VIEW everything AS SELECT * FROM results");
+  refused(view, "holds a view 'everything'");
+  // A unit without turns, and a forged turn far past a unit's own.
+  const std::string empty = fresh("lie_no_turns.db");
+  Raw(empty).exec("DELETE FROM results");
+  refused(empty, "has no turns");
+  const std::string far = fresh("lie_far_turn.db");
+  Raw(far).exec("UPDATE results SET turn = 100000 WHERE turn = 2");
+  refused(far, "turn 100000 follows 1 turns");
+}
+
+TEST_CASE("results db: a merge whose input is its own partial file refuses and keeps it",
+          "[results]") {
+  const std::string output = temp_path("partial_out.db");
+  const std::string input = output + ".partial";
+  std::remove(output.c_str());
+  {
+    auto db = ResultsDb::open(input);
+    const int64_t run = db->begin_run(make_run());
+    db->write_unit(run, make_unit("u1"));
+    db->finish_run(run);
+  }
+  require_merge_error({input}, output, {"is also an input"});
+  CHECK(ResultsDb::open(input, true)->units().size() == 1);  // it was removed before
+  CHECK_FALSE(std::filesystem::exists(output));
 }
 
 TEST_CASE("results db: an empty file or empty SQLite db gets the schema", "[results]") {

@@ -136,6 +136,23 @@ void check_option_values(const CLI::App& app) {
 // OMP_NUM_THREADS as --threads is checked: libgomp reads it before main (and warns on 0 or
 // text), and a huge count crashes the model's load. A list ("4,2") is checked element-wise.
 void check_thread_environment() {
+  // A stack libgomp cannot give its threads made the first parallel region exit 1 (the
+  // "check failed" code): read as libgomp reads it and bounded, an input error instead.
+  if (const char* stack = std::getenv("OMP_STACKSIZE"); stack != nullptr && *stack != '\0') {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long size = std::strtoull(stack, &end, 10);
+    const std::string unit = end;
+    const unsigned long long scale = unit.empty() || unit == "K" || unit == "k" ? 1ull << 10
+                                     : unit == "B" || unit == "b"             ? 1
+                                     : unit == "M" || unit == "m"             ? 1ull << 20
+                                     : unit == "G" || unit == "g"             ? 1ull << 30
+                                                                              : 0;
+    if (end == stack || errno != 0 || scale == 0 || size == 0 || size > (1ull << 30) / scale) {
+      throw InputError(std::string("OMP_STACKSIZE='") + stack +
+                       "': must be a stack size of at most 1G (a number with B, K, M or G)");
+    }
+  }
   const char* value = std::getenv("OMP_NUM_THREADS");
   if (value == nullptr || *value == '\0') return;  // unset, as OpenMP reads an empty one
   const std::string text = value;

@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -286,11 +287,13 @@ void fill_provenance(RunRecord& run) {
   run.command_line = command_line();
 }
 
-void run_sweep_into(const ModelOptions& model_options, SweepConfig config, const Shard& shard,
-                    const std::string& db_path,
-                    const std::function<void(const UnitResult&)>& on_unit) {
-  apply_thread_option(model_options);
-  PreparedSweep prepared = prepare_sweep(model_options, std::move(config), /*print=*/true);
+namespace {
+
+// run_sweep_into once its config is prepared: the db opened (created where missing), locked
+// and checked, the model loaded, the units run.
+void run_prepared_sweep(const ModelOptions& model_options, const PreparedSweep& prepared,
+                        const Shard& shard, const std::string& db_path,
+                        const std::function<void(const UnitResult&)>& on_unit) {
   const RunRecord& run_record = prepared.run;
   // An unwritable, corrupt, busy or foreign db fails before the model loads.
   auto db = ResultsDb::open(db_path);
@@ -326,6 +329,34 @@ void run_sweep_into(const ModelOptions& model_options, SweepConfig config, const
               static_cast<long long>(p.shared_prefills), static_cast<long long>(p.unit_tokens),
               prepared.config.shared_prefill ? "" : " (shared_prefill off)");
   std::fflush(stdout);
+}
+
+}  // namespace
+
+void run_sweep_into(const ModelOptions& model_options, SweepConfig config, const Shard& shard,
+                    const std::string& db_path,
+                    const std::function<void(const UnitResult&)>& on_unit) {
+  apply_thread_option(model_options);
+  const PreparedSweep prepared = prepare_sweep(model_options, std::move(config), /*print=*/true);
+  // A db this sweep creates and then refuses to fill (a fake model, a context past the
+  // window) is removed again: a refused command leaves nothing behind.
+  struct stat existing {};
+  const bool created = ::stat(db_path.c_str(), &existing) != 0;
+  try {
+    run_prepared_sweep(model_options, prepared, shard, db_path, on_unit);
+  } catch (const InputError&) {
+    bool untouched = created;
+    if (created) {
+      try {
+        untouched = ResultsDb::open(db_path, true)->runs().empty();
+      } catch (const InputError&) {
+      }
+    }
+    if (untouched) {
+      for (const char* suffix : {"", "-wal", "-shm"}) std::remove((db_path + suffix).c_str());
+    }
+    throw;
+  }
 }
 
 void add_sweep_command(CLI::App& app, ModelOptions& model) {
