@@ -13,7 +13,8 @@
 #
 # Environment: MODEL (qwen2.5-0.5b), THREADS (2), TASK (retr_kv), CONTEXT (512), USERS (16),
 # TURNS (2), LEVELS ("1 2 4 8 16"), METHODS (the kvbench methods), POOL_MIB (384), POOL_CONTEXT
-# (3900), POOL_USERS (16), SKIP_POOL=1 to leave the pool experiment out.
+# (3900), POOL_USERS (16), POOL_MODEL (MODEL), SKIP_POOL=1 to leave the pool experiment out,
+# LLAMA_RUNS ("cache-prompt no-cache-prompt"; "" for none).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="${1:-$root/kvbench-out/serving}"
@@ -70,17 +71,21 @@ load() {  # load LABEL [METHOD] [extra load args...]
 
 # llama.cpp's server: -np slots of the context each, fp16 KV, its prompt cache on.
 slot_ctx=$(( (context + 512) * turns ))
-label="llama-server -np $max_levels (fp16 KV)"
-if ! has_label "$label"; then
+# Twice: as it is deployed (its prompt cache on: a slot keeps a conversation's KV, the match
+# for kvbench's prefix reuse), and without it (every request prefilled whole, the match for
+# kvbench's caches without reuse).
+for cache in ${LLAMA_RUNS:-cache-prompt no-cache-prompt}; do
+  label="llama-server -np $max_levels (fp16 KV$([ $cache = cache-prompt ] || echo ', no prompt cache'))"
+  has_label "$label" && continue
   port=$((port + 1))
   "$llama_server" -m "$gguf" -t "$threads" -tb "$threads" -np "$max_levels" \
     -c $(( slot_ctx * max_levels )) --host 127.0.0.1 --port "$port" --alias "$model" \
-    > "$out/llama-server.log" 2>&1 &
+    "--$cache" > "$out/llama-server-$cache.log" 2>&1 &
   server_pid=$!
   wait_ready
   load "$label"
   stop_server
-fi
+done
 
 for method in "${methods[@]}"; do
   has_label "kvbench serve $method" && continue
@@ -99,14 +104,18 @@ if [ "${SKIP_POOL:-0}" != 1 ]; then
   # 64) a token is 24 KiB, so 4 x 4096 x 24 KiB = 384 MiB. The requests: a context of
   # POOL_CONTEXT tokens, its question and answer within 4096.
   pool_mib="${POOL_MIB:-384}"
+  pool_gguf="$gguf"
+  if [ -n "${POOL_MODEL:-}" ]; then
+    pool_gguf="$("$kvbench" list models 2>/dev/null | awk -v m="$POOL_MODEL" '$1 == m {print $NF}')"
+  fi
   for method in full kivi:bits=4; do
     has_label "pool $pool_mib MiB: kvbench serve $method" && continue
     port=$((port + 1))
-    "$kvbench" --model "$gguf" --threads "$threads" serve --port "$port" --method "$method" \
+    "$kvbench" --model "$pool_gguf" --threads "$threads" serve --port "$port" --method "$method" \
       --max-seqs 64 --kv-pool-mib "$pool_mib" > "$out/kvbench-serve-pool.log" 2>&1 &
     server_pid=$!
     wait_ready
-    "$kvbench" --model "$gguf" load --endpoint "http://127.0.0.1:$port" \
+    "$kvbench" --model "$pool_gguf" load --endpoint "http://127.0.0.1:$port" \
       --label "pool $pool_mib MiB: kvbench serve $method" --task "$task" \
       --context-tokens "${POOL_CONTEXT:-3900}" --users "${POOL_USERS:-16}" --turns 1 \
       --concurrency "${POOL_USERS:-16}" --db "$db"

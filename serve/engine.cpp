@@ -76,6 +76,7 @@ struct ServingEngine::Sequence {
   std::shared_ptr<SequenceChannel> channel;
   std::optional<KvCache> cache;
   PrefixCache* prefix = nullptr;
+  bool capturing = false;      // its prefix cache records this prompt's blocks (one at a time)
   ReuseTurn reuse;
   StoreCost cost;              // of its method's store (KvPool::store_cost)
   int64_t floor = 0;           // the reservation's floor (KvPool's rule)
@@ -204,12 +205,7 @@ void ServingEngine::admit() {
       s.cache.emplace(new_cache(model_, *s.request.method));
       s.cache->reserve(static_cast<int64_t>(s.request.prompt.size()));
       s.prefix = prefix_cache_for(*s.request.method);
-      if (s.prefix) {
-        s.fed = s.prefix->load(s.request.prompt, *s.cache, s.reuse);
-        s.prefix->start_capture(*s.cache, s.request.prompt, s.fed);
-      }
     } catch (const std::exception& e) {  // a method or a tier that refuses: this request only
-      s.decoding = true;  // nothing captured to store
       finish(s, "error", e.what());
       waiting_.pop_front();
       continue;
@@ -232,9 +228,10 @@ void ServingEngine::finish(Sequence& s, const std::string& reason, const std::st
     end.queue_ms = ms_between(s.arrived, s.admitted);
     end.kv_bytes_peak = s.cache->stats().bytes_peak;
   }
-  if (s.prefix && s.cache && !s.decoding) {
+  if (s.capturing) {
     ReuseTurn ignored;
     s.prefix->store(*s.cache, ignored);  // stops the capture: the cache goes away
+    s.capturing = false;
   }
   s.cache.reset();  // its bytes go back to the pool now
   s.reserved = 0;
@@ -366,19 +363,28 @@ void ServingEngine::prefill_step() {
   Sequence& s = **it;
   const std::vector<int32_t>& prompt = s.request.prompt;
   const int64_t n = static_cast<int64_t>(prompt.size());
-  const int64_t end = std::min<int64_t>(n, s.fed + options_.prefill_chunk);
   std::vector<float> logits;
+  int64_t end = 0;
   try {
+    // Prefix reuse at the start of the prefill, not at admission: what the prefill before
+    // this one stored is found, and a PrefixCache captures one prompt at a time (prefills run
+    // one after the other).
+    if (s.prefix && !s.capturing && s.fed == 0) {
+      s.fed = s.prefix->load(prompt, *s.cache, s.reuse);
+      s.prefix->start_capture(*s.cache, prompt, s.fed);
+      s.capturing = true;
+    }
+    end = std::min<int64_t>(n, s.fed + options_.prefill_chunk);
     logits = model_.forward_part(prompt, s.fed, end, *s.cache);
     if (end == n) {
-      if (s.prefix) s.prefix->store(*s.cache, s.reuse);
+      if (s.capturing) s.prefix->store(*s.cache, s.reuse);
+      s.capturing = false;
       // The prompt is the shared context: the method compresses it before the first token
       // (KVzip first runs its reconstruction forwards), as `kvbench generate` does.
       score_by_reconstruction(model_, *s.cache, prompt, 0, "\n");
       s.cache->end_context();
     }
   } catch (const std::exception& e) {
-    s.decoding = true;  // nothing left to capture
     finish(s, "error", e.what());
     running_.erase(it);
     return;

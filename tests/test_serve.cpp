@@ -486,3 +486,34 @@ TEST_CASE("serve: admission by real bytes: a pool admits more 4-bit caches than 
   CHECK(full == 4);
   CHECK(kivi >= 2 * full);
 }
+
+TEST_CASE("serve: prefix reuse shared by concurrent requests: each answered, later ones reuse",
+          "[unit]") {
+  // Eight requests at once whose prompts share a long prefix: prefills run one after the
+  // other, each capturing its own blocks (two captures at once crashed the server before).
+  ServerProcess server({"--method", "prefix:block=16+tiers:device=8MB", "--max-seqs", "8"});
+  const std::vector<int32_t> shared = random_tokens(200, 4000, 9);
+  std::vector<Reply> replies(8);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 8; ++i) {
+    clients.emplace_back([&, i] {
+      std::vector<int32_t> prompt = shared;
+      const std::vector<int32_t> own = random_tokens(20 + 5 * i, 4000, 50 + i);
+      prompt.insert(prompt.end(), own.begin(), own.end());
+      replies[i] = post(server.port, "/v1/completions",
+                        json{{"prompt", prompt}, {"max_tokens", 24}, {"temperature", 0},
+                             {"ignore_eos", true}, {"stream", i % 2 == 0}}
+                            .dump());
+    });
+  }
+  for (auto& t : clients) t.join();
+  for (const Reply& r : replies) {
+    INFO(r.body.substr(0, 300));
+    CHECK(r.status == 200);
+  }
+  CHECK(metric(server.port, "prefix_hit_tokens_total") >= 7 * 192);  // 12 whole blocks each
+  CHECK(metric(server.port, "requests_finished_total") == 8);
+  // And the server is still there for the next.
+  CHECK(post(server.port, "/v1/completions", json{{"prompt", shared}, {"max_tokens", 4}}.dump())
+            .status == 200);
+}
