@@ -183,7 +183,15 @@ void ServingEngine::update_reservation(Sequence& s) {
 }
 
 void ServingEngine::admit() {
-  while (!waiting_.empty() && static_cast<int32_t>(running_.size()) < options_.max_seqs) {
+  // One sequence prefills at a time, and until its context is compressed it holds the prompt
+  // at prefill precision: the next is admitted once that one is compressed, so that the pool
+  // holds one prompt at full size, not every admitted one's.
+  const auto prefilling = [&] {
+    return std::any_of(running_.begin(), running_.end(),
+                       [](const std::unique_ptr<Sequence>& s) { return !s->decoding; });
+  };
+  while (!waiting_.empty() && static_cast<int32_t>(running_.size()) < options_.max_seqs &&
+         !prefilling()) {
     Sequence& s = *waiting_.front();
     const int64_t need = admission_bytes(s.request);
     if (reserved_bytes() + need > pool_.capacity()) {
