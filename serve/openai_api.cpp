@@ -87,8 +87,8 @@ ApiRequest parse_api_request(const std::string& body, Endpoint endpoint) {
   json root;
   try {
     root = json::parse(body);
-  } catch (const json::parse_error& e) {
-    throw bad(std::string("the body is not JSON: ") + e.what());
+  } catch (const json::exception& e) {  // malformed, or a number past any type's range
+    throw bad(std::string("the body is not JSON kvbench can read: ") + e.what());
   }
   if (!root.is_object()) throw bad("the body must be a JSON object");
   ApiRequest r;

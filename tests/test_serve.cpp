@@ -265,6 +265,7 @@ TEST_CASE("serve: requests are read as OpenAI's API says, bad ones refused namin
   CHECK(tokens.prompt_tokens == std::vector<int32_t>{1, 2, 3});
   const std::vector<std::pair<std::string, std::string>> bad = {
       {"not json", "not JSON"},
+      {R"({"prompt": "x", "temperature": 74e368934814741910})", "not JSON"},
       {"[1]", "JSON object"},
       {R"({"prompt": "x", "colour": 1})", "unknown field 'colour'"},
       {R"({"prompt": 5})", "'prompt'"},
