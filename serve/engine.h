@@ -141,6 +141,7 @@ class ServingEngine {
   bool finished() const { return finished_; }  // run() has returned
 
   EngineMetrics metrics() const;
+  int64_t pool_capacity() const { return pool_.capacity(); }
 
  private:
   struct Sequence;

@@ -169,11 +169,11 @@ struct HttpServer::Impl {
       }
       GenerationRequest g = generation_of(api);
       const int64_t need = engine.admission_bytes(g);
-      if (need > engine.metrics().pool_capacity) {
+      if (need > engine.pool_capacity()) {
         throw ApiError(400, "invalid_request_error",
                        "the request's KV cache needs " + std::to_string(need) +
                            " bytes (prompt and max_tokens in its method's store), more than "
-                           "the server's pool of " + std::to_string(engine.metrics().pool_capacity),
+                           "the server's pool of " + std::to_string(engine.pool_capacity()),
                        "max_tokens");
       }
       const std::string method = g.method->canonical;
@@ -369,7 +369,7 @@ struct HttpServer::Impl {
              {"meta",
               {{"n_ctx", model.config().context_length},
                {"method", default_method->canonical},
-               {"kv_pool_bytes", engine.metrics().pool_capacity}}}}}}};
+               {"kv_pool_bytes", engine.pool_capacity()}}}}}}};
       res.set_content(dump_response(body), kJson);
     });
     server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
