@@ -40,9 +40,11 @@ KvCache full_cache_for(const LlamaModel& model) {
   return new_cache(model, resolve_method_spec("full"));
 }
 
-void prefill(benchmark::State& state, ModelDevice device, ModelDtype dtype = ModelDtype::Fp32) {
-  const LlamaModel* model = model_or_skip(state, device, dtype);
+void prefill(benchmark::State& state, ModelDevice device, ModelDtype dtype = ModelDtype::Fp32,
+             Activations activations = Activations::Fp32) {
+  LlamaModel* model = model_or_skip(state, device, dtype);
   if (!model) return;
+  model->set_prefill_activations(activations);
   const auto tokens = some_tokens(state.range(0), 1);
   for (auto _ : state) {
     KvCache cache = full_cache_for(*model);
@@ -51,13 +53,14 @@ void prefill(benchmark::State& state, ModelDevice device, ModelDtype dtype = Mod
   }
   state.counters["tok/s"] = benchmark::Counter(static_cast<double>(tokens.size()),
                                                benchmark::Counter::kIsIterationInvariantRate);
+  model->set_prefill_activations(Activations::Fp32);
 }
 
 // One-token decode after `context` tokens fed to a cache of `spec` (compressed at the end of
 // the context, as a session does).
 void decode(benchmark::State& state, ModelDevice device, const char* spec = "full",
             ModelDtype dtype = ModelDtype::Fp32,
-            DecodeActivations activations = DecodeActivations::Fp32) {
+            Activations activations = Activations::Fp32) {
   LlamaModel* model = model_or_skip(state, device, dtype);
   if (!model) return;
   const int64_t context = state.range(0);
@@ -83,7 +86,7 @@ void decode(benchmark::State& state, ModelDevice device, const char* spec = "ful
   state.counters["ctx"] = static_cast<double>(cache.next_position());
   state.counters["KV_MiB"] = static_cast<double>(cache.bytes_resident()) / (1 << 20);
   state.counters["read_KiB"] = static_cast<double>(cache.stats().bytes_read_last_forward) / 1024;
-  model->set_decode_activations(DecodeActivations::Fp32);
+  model->set_decode_activations(Activations::Fp32);
 }
 
 // One batched decode step of `batch` sequences, each after 128 tokens of context and each
@@ -94,7 +97,7 @@ void BM_DecodeBatch(benchmark::State& state) {
   if (!model) return;
   const int64_t batch = state.range(0);
   constexpr int kSteps = 16;
-  model->set_decode_activations(state.range(1) ? DecodeActivations::Int8 : DecodeActivations::Fp32);
+  model->set_decode_activations(state.range(1) ? Activations::Int8 : Activations::Fp32);
   std::vector<KvCache> caches;
   for (int64_t i = 0; i < batch; ++i) {
     caches.push_back(full_cache_for(*model));
@@ -113,7 +116,7 @@ void BM_DecodeBatch(benchmark::State& state) {
   }
   state.counters["tok/s"] = benchmark::Counter(static_cast<double>(kSteps * batch),
                                                benchmark::Counter::kIsIterationInvariantRate);
-  model->set_decode_activations(DecodeActivations::Fp32);
+  model->set_decode_activations(Activations::Fp32);
 }
 
 // The issue's end-to-end set side by side, on the CPU and (in a CUDA build) on a GPU.
@@ -122,10 +125,14 @@ void decode_method(benchmark::State& state, ModelDevice device, const char* spec
 }
 
 void BM_Prefill(benchmark::State& state) { prefill(state, ModelDevice::Cpu); }
+// The same with the prefill GEMMs on int8 activations (--prefill-activations int8).
+void BM_PrefillInt8(benchmark::State& state) {
+  prefill(state, ModelDevice::Cpu, ModelDtype::Fp32, Activations::Int8);
+}
 void BM_Decode(benchmark::State& state) { decode(state, ModelDevice::Cpu); }
 // The same with activations rounded to int8 for integer dot products (--decode-activations).
 void BM_DecodeInt8(benchmark::State& state) {
-  decode(state, ModelDevice::Cpu, "full", ModelDtype::Fp32, DecodeActivations::Int8);
+  decode(state, ModelDevice::Cpu, "full", ModelDtype::Fp32, Activations::Int8);
 }
 // The same on a GPU (--device cuda: the full cache; skipped without a device).
 void BM_PrefillCuda(benchmark::State& state) { prefill(state, ModelDevice::Cuda); }
@@ -210,6 +217,7 @@ void BM_DocsBlend(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK(BM_Prefill)->Arg(64)->Arg(512)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_PrefillInt8)->Arg(64)->Arg(512)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Decode)->Arg(0)->Arg(2048)->Arg(4096)->Iterations(8)->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_DecodeBatch)

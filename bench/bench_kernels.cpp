@@ -19,6 +19,8 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/block_matvec.h"
 #include "kernels/cpu/block_matvec_q8.h"
+#include "kernels/cpu/gemm_f32.h"
+#include "kernels/cpu/gemm_q8.h"
 #include "kernels/cpu/gather.h"
 #include "kernels/cpu/kivi_attention.h"
 #include "kernels/cpu/quest.h"
@@ -339,6 +341,56 @@ BENCHMARK_CAPTURE(BM_BlockMatmul, f32_896x4864, BlockFormat::F32, 896, 4864)
     ->Args({1, 1, 0})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
+
+// A prefill chunk's linear layer, y[n, rows] = x[n, cols] W^T: the fp32 GEMM on the
+// dequantized copy (arg 1 = 0) against the int8 GEMM on the repacked blocks (1, x's
+// rounding included), in GFLOP/s (2 n rows cols per call). Shapes of Qwen2.5-Coder-0.5B
+// (q/o 896x896, k/v 128x896, gate/up 4864x896, down 896x4864) and its formats.
+void BM_PrefillGemm(benchmark::State& state, BlockFormat f, int64_t rows, int64_t cols) {
+  const int64_t n = state.range(0);
+  const bool int8 = state.range(1) != 0;
+  const int64_t block_bytes = kvbench::block_format_bytes(f);
+  const int64_t row_bytes = cols / kvbench::block_format_elements(f) * block_bytes;
+  std::vector<uint8_t> blocks(rows * row_bytes);
+  std::mt19937 rng(5);
+  for (auto& byte : blocks) byte = static_cast<uint8_t>(rng());
+  const uint16_t scale = 0x2C00;  // fp16 0.0625 in every d (and m, dmin) field
+  for (int64_t b = 0; b < rows * row_bytes / block_bytes; ++b) {
+    for (int64_t at : fp16_fields(f)) std::memcpy(blocks.data() + b * block_bytes + at, &scale, 2);
+  }
+  const kvbench::PackedQ8Matrix packed =
+      int8 ? kvbench::pack_q8(BlockMatrix{blocks.data(), f, rows, cols, row_bytes})
+           : kvbench::PackedQ8Matrix{};
+  const std::vector<float> dense = int8 ? std::vector<float>{} : random_floats(rows * cols, 3);
+  const auto x = random_floats(n * cols, 7);
+  std::vector<float> y(n * rows);
+  kvbench::Q8Activations xq;
+  for (auto _ : state) {
+    if (int8) {
+      kvbench::quantize_activations_q8(x.data(), n, cols, &xq);
+      kvbench::gemm_q8(packed, xq, y.data());
+    } else {
+      kvbench::gemm_f32(x.data(), n, dense.data(), rows, cols, y.data());
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * n * rows * cols * state.iterations(), benchmark::Counter::kIsRate,
+                         benchmark::Counter::kIs1000);
+  state.SetLabel(int8 ? (kvbench::gemm_q8_uses_vnni() ? "int8 VNNI" : "int8 reference") : "fp32");
+}
+#define KVBENCH_PREFILL_GEMM(name, format, rows, cols)                                   \
+  BENCHMARK_CAPTURE(BM_PrefillGemm, name, format, rows, cols)                            \
+      ->ArgsProduct({{512}, {0, 1}})                                                     \
+      ->UseRealTime()                                                                    \
+      ->Unit(benchmark::kMillisecond)
+KVBENCH_PREFILL_GEMM(q5_0_896x896, BlockFormat::Q5_0, 896, 896);
+KVBENCH_PREFILL_GEMM(q8_0_128x896, BlockFormat::Q8_0, 128, 896);
+KVBENCH_PREFILL_GEMM(q5_0_4864x896, BlockFormat::Q5_0, 4864, 896);
+KVBENCH_PREFILL_GEMM(q4_k_4864x896, BlockFormat::Q4_K, 4864, 896);
+KVBENCH_PREFILL_GEMM(q6_k_896x4864, BlockFormat::Q6_K, 896, 4864);
+KVBENCH_PREFILL_GEMM(q4_k_896x4864, BlockFormat::Q4_K, 896, 4864);
+KVBENCH_PREFILL_GEMM(q4_1_1536x576, BlockFormat::Q4_1, 1536, 576);
 
 // ---- KIVI (issue 7) -----------------------------------------------------------------------
 

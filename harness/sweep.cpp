@@ -287,7 +287,8 @@ SweepProgress run_sweep(const LlamaModel& model, const SweepConfig& config, cons
 
   // Not in the first unit's TTFT, nor in the first shared prefill (so in every method's).
   if (!todo.empty()) warm_up(model);
-  run.config_json = run_config_json(config, model.dtype(), model.decode_activations());
+  run.config_json = run_config_json(config, model.dtype(),
+                                    {model.decode_activations(), model.prefill_activations()});
   const int64_t run_id = db.begin_run(run);
   const auto start = std::chrono::steady_clock::now();
   for (const auto& todo_entry : todo) {
@@ -356,7 +357,7 @@ SweepProgress run_sweep(const LlamaModel& model, const SweepConfig& config, cons
 }
 
 std::string run_config_json(const SweepConfig& config, ModelDtype dtype,
-                            DecodeActivations decode_activations) {
+                            CpuActivations activations) {
   const std::string canonical = canonical_config_json(config);
   // The plugins the sweep's methods come from, by file name and sha256: a rebuilt plugin
   // is another method, so a db of the old one refuses to resume with it.
@@ -372,15 +373,20 @@ std::string run_config_json(const SweepConfig& config, ModelDtype dtype,
   for (const SweepTask& task : config.tasks) {
     if (!task.data.empty()) data[task.data] = sha256_file(task.data);
   }
-  const bool default_numerics =
-      dtype == ModelDtype::Fp32 && decode_activations == DecodeActivations::Fp32;
+  const bool default_numerics = dtype == ModelDtype::Fp32 &&
+                                activations.decode == Activations::Fp32 &&
+                                activations.prefill == Activations::Fp32;
   if (default_numerics && plugins.empty() && data.empty()) {
     return canonical;  // as before numerics, plugins and data were recorded: older dbs resume
   }
   nlohmann::json root = nlohmann::json::parse(canonical);
   if (!default_numerics) {
     root["numerics"] = {{"dtype", dtype_name(dtype)},
-                        {"decode_activations", decode_activations_name(decode_activations)}};
+                        {"decode_activations", activations_name(activations.decode)}};
+    // Only when set: runs from before the int8 prefill GEMM keep their identity.
+    if (activations.prefill != Activations::Fp32) {
+      root["numerics"]["prefill_activations"] = activations_name(activations.prefill);
+    }
   }
   for (const auto& [sha256, file] : plugins) {
     root["plugins"].push_back({{"file", file}, {"sha256", sha256}});

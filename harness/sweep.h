@@ -33,7 +33,7 @@ void apply_calibration(SweepConfig& config, const Calibration& calibration,
 // "numerics" when the forward does not run the defaults (fp32 weights and activations), so
 // that a db refuses to mix runs of different numerics and a report can say which ran.
 std::string run_config_json(const SweepConfig& config, ModelDtype dtype,
-                            DecodeActivations decode_activations);
+                            CpuActivations activations);
 
 struct SweepProgress {
   int64_t done = 0;     // units finished in this invocation

@@ -13,6 +13,7 @@
 #include "harness/model/dequant.h"
 #include "kernels/cpu/block_matvec.h"
 #include "kernels/cpu/block_matvec_q8.h"
+#include "kernels/cpu/gemm_q8.h"
 
 namespace {
 
@@ -348,6 +349,78 @@ TEST_CASE("block_matmul_q8 is W times x's int8 rounding, for every block format"
                 magnitude += (std::fabs(w.scaled[at]) + std::fabs(w.dense[at])) * std::fabs(xv);
               }
               CHECK(std::fabs(y[i * rows + r] - exact) <= 1e-5 * magnitude + 1e-30);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("pack_q8 holds every weight as the independent decoder values it", "[unit]") {
+  for (BlockFormat f : kAllFormats) {
+    if (f == BlockFormat::F32) continue;
+    for (int64_t rows : {1, 16, 17, 40}) {
+      const int64_t cols = 2 * kvbench::block_format_elements(f);
+      const Weights w = make_weights(f, rows, cols, static_cast<uint32_t>(rows + 11));
+      const kvbench::PackedQ8Matrix p = kvbench::pack_q8(w.m);
+      INFO(name(f) << " rows " << rows);
+      CHECK(p.rows == rows);
+      CHECK(p.groups == (f == BlockFormat::Q6_K ? 2 : 1));
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) {
+          const double exact = w.dense[r * cols + c];
+          // d * u + c against d * (q - z) (+ m): one rounding of each product and sum.
+          const double bound = 1e-6 * (std::fabs(exact) + std::fabs(w.scaled[r * cols + c]) +
+                                       64.0 * std::fabs(w.dense[r * cols]) + 1e-3);
+          CHECK(std::fabs(kvbench::packed_q8_value(p, r, c) - exact) <= bound);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("gemm_q8 is W times x's int8 rounding, the same floats as its reference",
+          "[unit]") {
+  for (BlockFormat f : kAllFormats) {
+    if (f == BlockFormat::F32) continue;
+    for (int64_t rows : {1, 17, 48}) {
+      for (int64_t blocks : {1, 3}) {
+        const int64_t cols = blocks * kvbench::block_format_elements(f);
+        for (int64_t n : {1, 5, 8, 9, 21}) {
+          const Weights w = make_weights(f, rows, cols, static_cast<uint32_t>(rows * 7 + n));
+          const kvbench::PackedQ8Matrix p = kvbench::pack_q8(w.m);
+          std::mt19937 rng(static_cast<uint32_t>(cols * 5 + n));
+          std::uniform_real_distribution<float> uni(-2.0f, 2.0f);
+          std::vector<float> x(n * cols);
+          for (auto& e : x) e = uni(rng);
+          kvbench::Q8Activations q;
+          kvbench::quantize_activations_q8(x.data(), n, cols, &q);
+          // NaN-filled: a row the kernel forgets to write fails every comparison.
+          std::vector<float> y(n * rows, std::nanf("")), reference(n * rows, std::nanf(""));
+          kvbench::gemm_q8(p, q, y.data());
+          kvbench::gemm_q8_reference(p, q, reference.data());
+          INFO(name(f) << " rows " << rows << " cols " << cols << " n " << n
+                       << (kvbench::gemm_q8_uses_vnni() ? " (VNNI)" : " (reference)"));
+          for (int64_t i = 0; i < n; ++i) {
+            for (int64_t r = 0; r < rows; ++r) {
+              double exact = 0.0, magnitude = 0.0;
+              for (int64_t c = 0; c < cols; ++c) {
+                const int64_t at = r * cols + c;
+                const double xv = static_cast<double>(q.codes[i * cols + c]) *
+                                  q.scales[(i * cols + c) / 32];
+                exact += w.dense[at] * xv;
+                // d * u and the offset c cancel: each is at most about twice the block's
+                // largest |value| (Q8_0's u = q + 128), which bounds what is rounded.
+                double block_max = 0.0;
+                for (int64_t e = c / 32 * 32; e < c / 32 * 32 + 32; ++e) {
+                  block_max = std::max(block_max, std::fabs(w.dense[r * cols + e]));
+                }
+                magnitude += 3.0 * block_max * std::fabs(xv);
+              }
+              const float got = y[i * rows + r];
+              CHECK(std::memcmp(&got, &reference[i * rows + r], sizeof(float)) == 0);
+              CHECK(std::fabs(got - exact) <= 1e-5 * magnitude + 1e-30);
             }
           }
         }

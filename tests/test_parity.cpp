@@ -271,7 +271,7 @@ TEMPLATE_TEST_CASE("parity: greedy continuations follow llama.cpp's up to its fi
 // Decode steps teacher-forced with llama.cpp's greedy ids after the prompt, beside its
 // decode-step logits: |ours - llama.cpp| at its top-8 ids, for every step of every prompt.
 template <class M>
-std::vector<double> decode_differences(DecodeActivations activations) {
+std::vector<double> decode_differences(Activations activations) {
   LlamaModel& m = mutable_model<M>();
   m.set_decode_activations(activations);
   const int64_t vocab = m.config().vocab_size;
@@ -292,7 +292,7 @@ std::vector<double> decode_differences(DecodeActivations activations) {
       }
     }
   }
-  m.set_decode_activations(DecodeActivations::Fp32);
+  m.set_decode_activations(Activations::Fp32);
   std::sort(diffs.begin(), diffs.end());
   return diffs;
 }
@@ -302,8 +302,8 @@ TEMPLATE_TEST_CASE("parity: int8 decode activations stay within llama.cpp's roun
   // --decode-activations int8 rounds x as llama.cpp does (not bit for bit: its own scales
   // and, for K-quants, 256-value blocks): its decode logits are held to llama.cpp's by the
   // fp32 path's mean and p99 bounds, and a max of its own (the fp32 decode's figures, in
-  // the comments above, come from decode_differences<M>(DecodeActivations::Fp32)).
-  const std::vector<double> all = decode_differences<TestType>(DecodeActivations::Int8);
+  // the comments above, come from decode_differences<M>(Activations::Fp32)).
+  const std::vector<double> all = decode_differences<TestType>(Activations::Int8);
   REQUIRE(!all.empty());
   double mean = 0;
   for (double d : all) mean += d / all.size();
@@ -312,4 +312,45 @@ TEMPLATE_TEST_CASE("parity: int8 decode activations stay within llama.cpp's roun
   CHECK(mean < TestType::llama_cpp_mean);
   CHECK(p99 < TestType::llama_cpp_p99);
   CHECK(all.back() < TestType::int8_decode_max);
+}
+
+TEMPLATE_TEST_CASE("parity: int8 prefill activations stay within llama.cpp's rounding noise",
+                   "[model]", KVBENCH_PARITY_MODELS) {
+  // --prefill-activations int8: every prompt prefilled whole (all logits) through the int8
+  // GEMM, held to llama.cpp's logits by the same bounds as int8 decode, and to the fp32
+  // forward's own logits by the max the rounding is allowed to move them.
+  LlamaModel& m = mutable_model<TestType>();
+  // The fp32 logits first: prompt_logits caches what the model computes when first asked.
+  for (const json& prompt : llama_cpp<TestType>()["prompts"]) prompt_logits<TestType>(prompt);
+  m.set_prefill_activations(Activations::Int8);
+  std::vector<double> to_llama, to_fp32;
+  const int64_t vocab = m.config().vocab_size;
+  for (const json& prompt : llama_cpp<TestType>()["prompts"]) {
+    const auto tokens = prompt["tokens"].get<std::vector<int32_t>>();
+    KvCache kv = make_full_cache(m.kv_shape());
+    const std::vector<float> logits = m.forward(tokens, kv, /*all_logits=*/true);
+    const auto diffs =
+        top8_differences<TestType>(prompt, logits, TestType::llama_cpp_first_position);
+    to_llama.insert(to_llama.end(), diffs.begin(), diffs.end());
+    const std::vector<float>& fp32 = prompt_logits<TestType>(prompt);
+    for (size_t pos = 0; pos < tokens.size(); ++pos) {
+      const auto ids = prompt["top_ids"][pos].get<std::vector<int32_t>>();
+      for (int32_t id : ids) {
+        to_fp32.push_back(std::abs(logits[pos * vocab + id] - fp32[pos * vocab + id]));
+      }
+    }
+  }
+  m.set_prefill_activations(Activations::Fp32);
+  REQUIRE(!to_llama.empty());
+  std::sort(to_llama.begin(), to_llama.end());
+  std::sort(to_fp32.begin(), to_fp32.end());
+  double mean = 0;
+  for (double d : to_llama) mean += d / to_llama.size();
+  const double p99 = to_llama[to_llama.size() * 99 / 100];
+  WARN("int8 prefill vs llama.cpp: mean " << mean << " p99 " << p99 << " max " << to_llama.back()
+                                          << "; vs fp32: max " << to_fp32.back());
+  CHECK(mean < TestType::llama_cpp_mean);
+  CHECK(p99 < TestType::llama_cpp_p99);
+  CHECK(to_llama.back() < TestType::int8_decode_max);
+  CHECK(to_fp32.back() < TestType::int8_decode_max);
 }

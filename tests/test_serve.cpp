@@ -159,7 +159,7 @@ TEST_CASE("serve: a batched decode step gives each sequence the logits it gets a
   auto model = LlamaModel::load(serving_model_path());
   SECTION("fp32 activations") { check_batch_equals_alone(*model); }
   SECTION("int8 activations") {
-    model->set_decode_activations(DecodeActivations::Int8);
+    model->set_decode_activations(Activations::Int8);
     check_batch_equals_alone(*model);
   }
 }

@@ -401,10 +401,10 @@ TEST_CASE("sweep: an SCBench file is found beside its config and is part of the 
   const SweepConfig config = load_sweep_config(dir + "/config.json");
   REQUIRE(config.tasks.size() == 1);
   CHECK(config.tasks[0].data == samples);  // the config's folder, not the working directory
-  const std::string before = run_config_json(config, ModelDtype::Fp32, DecodeActivations::Fp32);
+  const std::string before = run_config_json(config, ModelDtype::Fp32, CpuActivations{});
   CHECK(before.find(sha256_file(samples)) != std::string::npos);
   // The same file name with other answers is another sweep: a resume or merge refuses it.
   write(samples, R"({"id": 0, "context": "k1: v2", "multi_turns": [{"input": "k1?", "answer": "v2"}]})"
                  "\n");
-  CHECK(run_config_json(config, ModelDtype::Fp32, DecodeActivations::Fp32) != before);
+  CHECK(run_config_json(config, ModelDtype::Fp32, CpuActivations{}) != before);
 }

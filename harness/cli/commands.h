@@ -23,6 +23,7 @@ struct ModelOptions {
   std::string device = "cpu";  // --device: cpu or cuda
   std::string dtype = "fp32";  // --dtype: fp32, or bf16 with --device cuda
   std::string decode_activations = "fp32";  // --decode-activations: fp32, or int8 on the CPU
+  std::string prefill_activations = "fp32";  // --prefill-activations: the same for prefill GEMMs
   std::vector<std::string> plugins;  // --plugin, repeated: loaded before any command runs
 };
 
@@ -31,7 +32,7 @@ ModelDevice model_device(const ModelOptions& options);
 // --dtype as the model's dtype.
 ModelDtype model_dtype(const ModelOptions& options);
 // --decode-activations as the model's setting.
-DecodeActivations decode_activations(const ModelOptions& options);
+CpuActivations cpu_activations(const ModelOptions& options);
 // Throws InputError naming --dtype when it asks for bf16 without --device cuda, and
 // --decode-activations when it asks for int8 with it.
 void check_dtype_option(const ModelOptions& options);

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "common/cpu_features.h"
 #include "harness/cli/commands.h"
 #include "harness/model/gguf.h"
 #include "harness/model/known_models.h"
@@ -84,8 +85,11 @@ ModelDtype model_dtype(const ModelOptions& options) {
   return options.dtype == "bf16" ? ModelDtype::Bf16 : ModelDtype::Fp32;
 }
 
-DecodeActivations decode_activations(const ModelOptions& options) {
-  return options.decode_activations == "int8" ? DecodeActivations::Int8 : DecodeActivations::Fp32;
+CpuActivations cpu_activations(const ModelOptions& options) {
+  const auto parse = [](const std::string& name) {
+    return name == "int8" ? Activations::Int8 : Activations::Fp32;
+  };
+  return {parse(options.decode_activations), parse(options.prefill_activations)};
 }
 
 void check_dtype_option(const ModelOptions& options) {
@@ -93,16 +97,21 @@ void check_dtype_option(const ModelOptions& options) {
     throw InputError("--dtype " + options.dtype + ": runs only with --device cuda (the CPU "
                      "forward is fp32)");
   }
-  if (decode_activations(options) != DecodeActivations::Fp32 &&
-      model_device(options) != ModelDevice::Cpu) {
-    throw InputError("--decode-activations " + options.decode_activations +
-                     ": runs only on the CPU (the GPU forward rounds as --dtype says)");
+  if (model_device(options) != ModelDevice::Cpu) {
+    for (const auto& [flag, value] : {std::pair{"--decode-activations", options.decode_activations},
+                                      std::pair{"--prefill-activations", options.prefill_activations}}) {
+      if (value != "fp32") {
+        throw InputError(std::string(flag) + " " + value +
+                         ": runs only on the CPU (the GPU forward rounds as --dtype says)");
+      }
+    }
   }
 }
 
 std::unique_ptr<LlamaModel> load_model(const std::string& path, const ModelOptions& options) {
   auto model = LlamaModel::load(path, model_device(options), model_dtype(options));
-  model->set_decode_activations(decode_activations(options));
+  model->set_decode_activations(cpu_activations(options).decode);
+  model->set_prefill_activations(cpu_activations(options).prefill);
   return model;
 }
 
@@ -177,6 +186,13 @@ void apply_thread_option(const ModelOptions& options) {
 }  // namespace kvbench
 
 int main(int argc, char** argv) {
+  if (const char* missing = kvbench::missing_cpu_feature()) {
+    std::fprintf(stderr,
+                 "kvbench: this build uses %s instructions, which this CPU lacks: rebuild it "
+                 "here (cmake -DKVBENCH_MARCH=native, or \"\" for a portable binary)\n",
+                 missing);
+    return 2;
+  }
   CLI::App app{"kvbench: a benchmark harness for KV-cache methods on a real LLM"};
   app.set_version_flag("--version", KVBENCH_VERSION);
   app.footer("Docs (in the source tree): README.md; docs/methods.md (every method, specs, "
@@ -205,6 +221,11 @@ int main(int argc, char** argv) {
                  "Activations of the CPU's decode matrix-vector products: fp32 (the default: a "
                  "token's logits match its batched prefill's) or int8, rounded per 32 values "
                  "for integer dot products as llama.cpp does (faster decode; docs/speed.md)")
+      ->check(CLI::IsMember({"fp32", "int8"}));
+  app.add_option("--prefill-activations", model.prefill_activations,
+                 "Activations of the CPU's prefill GEMMs: fp32 (the default, the fidelity "
+                 "reference) or int8, rounded per 32 values for an integer GEMM on the "
+                 "weights' codes (AVX-512 VNNI: about 2x the prefill speed; docs/speed.md)")
       ->check(CLI::IsMember({"fp32", "int8"}));
   app.add_option("--plugin", model.plugins,
                  "A shared object that adds methods (cache/plugin_api.h; docs/methods.md, "

@@ -160,7 +160,7 @@ PreparedSweep prepare_sweep(const ModelOptions& model_options, SweepConfig confi
     std::fflush(stdout);
   }
   p.run.config_json =
-      run_config_json(config, model_dtype(options), decode_activations(options));
+      run_config_json(config, model_dtype(options), cpu_activations(options));
   p.config = std::move(config);
   return p;
 }
@@ -227,7 +227,8 @@ void run_sweep_jobs(const ModelOptions& model, const std::string& config_path,
     const std::string shard = std::to_string(i) + "/" + std::to_string(jobs);
     std::vector<std::string> args = {"kvbench", "--threads", std::to_string(threads),
                                      "--device", model.device, "--dtype", model.dtype,
-                                     "--decode-activations", model.decode_activations};
+                                     "--decode-activations", model.decode_activations,
+                                     "--prefill-activations", model.prefill_activations};
     if (!model.model_path.empty()) args.insert(args.end(), {"--model", model.model_path});
     for (const std::string& plugin : model.plugins) args.insert(args.end(), {"--plugin", plugin});
     args.insert(args.end(), {"sweep", config_path, "--db", db_path, "--shard", shard});

@@ -1,7 +1,5 @@
 #include "harness/model/llama_model.h"
 
-#include <cblas.h>
-#include <dlfcn.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -14,6 +12,8 @@
 #include "harness/model/tokenizer.h"
 #include "kernels/cpu/block_matvec.h"
 #include "kernels/cpu/block_matvec_q8.h"
+#include "kernels/cpu/gemm_f32.h"
+#include "kernels/cpu/gemm_q8.h"
 #include "kernels/cpu/layer_ops.h"
 
 #ifdef KVBENCH_WITH_CUDA
@@ -27,21 +27,6 @@ namespace {
 // Up to this many rows, a linear layer reads its weights in their stored block format
 // (decode is bandwidth-bound); past it, an fp32 GEMM on the dequantized copy is faster.
 constexpr int64_t kMaxBlockRows = 4;
-
-// One threading layer: OpenBLAS runs single-threaded and GEMMs are split over OpenMP
-// threads, like every other kernel: two pools (OpenBLAS pthreads and OpenMP) spinning in
-// turn on 2 cores made a 37-token prefill 3x slower. Looked up at run time
-// so another BLAS (MKL, reference) still works, just with its own threading.
-void use_openmp_threads_only() {
-  using SetThreads = void (*)(int);
-  static const bool done = [] {
-    if (auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
-      set(1);
-    }
-    return true;
-  }();
-  (void)done;
-}
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "[";
@@ -62,46 +47,75 @@ bool block_format_of(GgmlType type, BlockFormat* format) {
   }
 }
 
+// The rows a linear layer multiplies, with their int8 rounding made the first time a layer
+// asks for it: q, k and v (and gate and up) read the same rows and share one rounding.
+class LinearInput {
+ public:
+  LinearInput(const float* x, int64_t n, int64_t cols) : x_(x), n_(n), cols_(cols) {}
+  const float* x() const { return x_; }
+  int64_t n() const { return n_; }
+  const Q8Activations& int8() const {
+    if (!rounded_) {
+      quantize_activations_q8(x_, n_, cols_, &rounding_);
+      rounded_ = true;
+    }
+    return rounding_;
+  }
+
+ private:
+  const float* x_;
+  int64_t n_, cols_;
+  mutable Q8Activations rounding_;
+  mutable bool rounded_ = false;
+};
+
 // A weight matrix [rows (out), cols (in)]: kept in its GGUF block format for few-row
-// products, and dequantized once to fp32 for GEMMs over prefill chunks.
+// products, dequantized once to fp32 for the GEMMs over prefill chunks, and repacked for
+// the int8 GEMM when prefill runs on int8 activations.
 struct Linear {
   int64_t rows = 0;
   int64_t cols = 0;
   BlockMatrix block{};
   std::vector<uint8_t> reordered_blocks;  // block's rows when they are not the file's order
   std::unique_ptr<float[]> dense;  // [rows, cols] fp32; not zero-filled (it is written whole)
+  PackedQ8Matrix packed;           // gemm_q8's layout of block, once pack() has run
   std::vector<float> bias;  // [rows], or empty
 
-  // y = x W^T + bias for n rows of x. `decode_rows`: the rows are decode steps of different
-  // sequences (LlamaModel::decode_batch): the block kernels for any n, which stream each
-  // weight row once for all rows and give every row the result it gets alone.
-  void apply(const float* x, int64_t n, float* y, DecodeActivations activations,
+  bool quantized() const { return block.format != BlockFormat::F32; }
+  // Without VNNI the int8 GEMM would be its scalar reference: the AVX2 row kernels
+  // (block_matmul_q8) are faster there, so nothing is packed and apply() takes them.
+  void pack() {
+    if (quantized() && packed.empty() && gemm_q8_uses_vnni()) packed = pack_q8(block);
+  }
+
+  // y = x W^T + bias for the n rows of `in`. `decode_rows`: the rows are decode steps of
+  // different sequences (LlamaModel::decode_batch): the block kernels for any n, which
+  // stream each weight row once for all rows and give every row the result it gets alone.
+  void apply(const LinearInput& in, float* y, CpuActivations activations,
              bool decode_rows = false) const {
-    const bool blocks = n <= kMaxBlockRows || decode_rows;
-    if (blocks && activations == DecodeActivations::Int8 && block.format != BlockFormat::F32) {
-      thread_local Q8Activations xq;  // reused: no allocation per decode step
-      quantize_activations_q8(x, n, cols, &xq);
-      block_matmul_q8(block, xq, y);
-    } else if (blocks) {
-      block_matmul_cpu(block, x, y, n);
-    } else {
-      // Each thread multiplies x by its own slice of weight rows (output columns).
-      const int threads = std::max(1, std::min<int>(omp_get_max_threads(), rows / 64));
-#pragma omp parallel for num_threads(threads) schedule(static)
-      for (int part = 0; part < threads; ++part) {
-        const int64_t begin = rows * part / threads, end = rows * (part + 1) / threads;
-        // y[:, begin:end] = x · dense[begin:end, :]^T
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n),
-                    static_cast<int>(end - begin), static_cast<int>(cols), 1.0f, x,
-                    static_cast<int>(cols), dense.get() + begin * cols, static_cast<int>(cols),
-                    0.0f, y + begin, static_cast<int>(rows));
+    const int64_t n = in.n();
+    const bool few_rows = n <= kMaxBlockRows || decode_rows;
+    const Activations rounding = few_rows ? activations.decode : activations.prefill;
+    if (rounding == Activations::Int8 && quantized()) {
+      if (few_rows || packed.empty()) {
+        block_matmul_q8(block, in.int8(), y);
+      } else {
+        gemm_q8(packed, in.int8(), y);
       }
+    } else if (few_rows) {
+      block_matmul_cpu(block, in.x(), y, n);
+    } else {
+      gemm_f32(in.x(), n, dense.get(), rows, cols, y);
     }
     if (!bias.empty()) {
       for (int64_t r = 0; r < n; ++r) {
         for (int64_t i = 0; i < rows; ++i) y[r * rows + i] += bias[i];
       }
     }
+  }
+  void apply(const float* x, int64_t n, float* y, CpuActivations activations,
+             bool decode_rows = false) const {
+    apply(LinearInput(x, n, cols), y, activations, decode_rows);
   }
 };
 
@@ -240,7 +254,7 @@ struct LlamaModel::Impl {
   std::unique_ptr<GgufFile> file;
   ModelDevice device = ModelDevice::Cpu;
   ModelDtype dtype = ModelDtype::Fp32;
-  DecodeActivations decode_activations = DecodeActivations::Fp32;
+  CpuActivations activations;
 #ifdef KVBENCH_WITH_CUDA
   std::unique_ptr<CudaForward> cuda;  // the forward pass on a GPU (ModelDevice::Cuda)
 #endif
@@ -286,9 +300,10 @@ struct LlamaModel::Impl {
                         LayerScratch& s, bool decode_rows = false) const {
     const ModelConfig& c = config;
     rms_norm_cpu(x, w.attn_norm.data(), s.h.data(), n, c.n_embd, c.rms_eps);
-    w.q.apply(s.h.data(), n, s.q.data(), decode_activations, decode_rows);
-    w.k.apply(s.h.data(), n, s.k.data(), decode_activations, decode_rows);
-    w.v.apply(s.h.data(), n, s.v.data(), decode_activations, decode_rows);
+    const LinearInput h(s.h.data(), n, c.n_embd);
+    w.q.apply(h, s.q.data(), activations, decode_rows);
+    w.k.apply(h, s.k.data(), activations, decode_rows);
+    w.v.apply(h, s.v.data(), activations, decode_rows);
     rope_interleaved_cpu(s.q.data(), positions, n, c.n_heads, c.head_dim, c.rope_inv_freq.data());
     rope_interleaved_cpu(s.k.data(), positions, n, c.n_kv_heads, c.head_dim,
                          c.rope_inv_freq.data());
@@ -299,13 +314,14 @@ struct LlamaModel::Impl {
   void finish_block(const Layer& w, float* x, int64_t n, LayerScratch& s,
                     bool decode_rows = false) const {
     const ModelConfig& c = config;
-    w.o.apply(s.attn.data(), n, s.h.data(), decode_activations, decode_rows);
+    w.o.apply(s.attn.data(), n, s.h.data(), activations, decode_rows);
     add_in_place(x, s.h.data(), n * c.n_embd);
     rms_norm_cpu(x, w.ffn_norm.data(), s.h.data(), n, c.n_embd, c.rms_eps);
-    w.gate.apply(s.h.data(), n, s.gate.data(), decode_activations, decode_rows);
-    w.up.apply(s.h.data(), n, s.up.data(), decode_activations, decode_rows);
+    const LinearInput h(s.h.data(), n, c.n_embd);
+    w.gate.apply(h, s.gate.data(), activations, decode_rows);
+    w.up.apply(h, s.up.data(), activations, decode_rows);
     silu_mul_cpu(s.gate.data(), s.up.data(), s.gate.data(), n * c.n_ff);
-    w.down.apply(s.gate.data(), n, s.h.data(), decode_activations, decode_rows);
+    w.down.apply(s.gate.data(), n, s.h.data(), activations, decode_rows);
     add_in_place(x, s.h.data(), n * c.n_embd);
   }
 
@@ -343,7 +359,7 @@ struct LlamaModel::Impl {
     const int64_t first = all_logits ? 0 : n - 1;
     rms_norm_cpu(x.data() + first * c.n_embd, output_norm.data(), s.h.data(), n - first, c.n_embd,
                  c.rms_eps);
-    lm_head.apply(s.h.data(), n - first, logits, decode_activations);
+    lm_head.apply(s.h.data(), n - first, logits, activations);
   }
 
   // forward()'s chunk loop, once the cache knows where the forward ends.
@@ -391,7 +407,7 @@ struct LlamaModel::Impl {
     }
     for (int64_t i = 0; i < n; ++i) caches[i]->advance(1);
     rms_norm_cpu(x.data(), output_norm.data(), s.h.data(), n, c.n_embd, c.rms_eps);
-    lm_head.apply(s.h.data(), n, logits, decode_activations, true);
+    lm_head.apply(s.h.data(), n, logits, activations, true);
   }
 
   // Token-selective propagation (LlamaModel::forward_propagating): each chunk of chunk_rows
@@ -447,7 +463,7 @@ struct LlamaModel::Impl {
 
     rms_norm_cpu(xsel.data() + (m - 1) * c.n_embd, output_norm.data(), s.h.data(), 1, c.n_embd,
                  c.rms_eps);
-    lm_head.apply(s.h.data(), 1, logits, decode_activations);
+    lm_head.apply(s.h.data(), 1, logits, activations);
   }
 
   // CacheBlend (LlamaModel::forward_blend): layers 0..select_layer in full, in chunks of
@@ -557,7 +573,6 @@ HostWeights host_weights(const std::vector<Layer>& layers, const std::vector<flo
 
 std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, ModelDevice device,
                                              ModelDtype dtype) {
-  use_openmp_threads_only();
   if (dtype != ModelDtype::Fp32 && device != ModelDevice::Cuda) {
     throw InputError(std::string("--dtype ") + dtype_name(dtype) +
                      ": runs only with --device cuda (the CPU forward is fp32)");
@@ -653,15 +668,35 @@ void LlamaModel::set_head_retrieval(std::vector<float> scores) {
 ModelDevice LlamaModel::device() const { return impl_->device; }
 ModelDtype LlamaModel::dtype() const { return impl_->dtype; }
 
-void LlamaModel::set_decode_activations(DecodeActivations activations) {
-  if (activations != DecodeActivations::Fp32 && impl_->device != ModelDevice::Cpu) {
-    throw InputError(std::string("--decode-activations ") + decode_activations_name(activations) +
+void LlamaModel::set_decode_activations(Activations activations) {
+  if (activations != Activations::Fp32 && impl_->device != ModelDevice::Cpu) {
+    throw InputError(std::string("--decode-activations ") + activations_name(activations) +
                      ": runs only on the CPU (the GPU forward rounds by --dtype)");
   }
-  impl_->decode_activations = activations;
+  impl_->activations.decode = activations;
 }
 
-DecodeActivations LlamaModel::decode_activations() const { return impl_->decode_activations; }
+Activations LlamaModel::decode_activations() const { return impl_->activations.decode; }
+
+void LlamaModel::set_prefill_activations(Activations activations) {
+  if (activations != Activations::Fp32 && impl_->device != ModelDevice::Cpu) {
+    throw InputError(std::string("--prefill-activations ") + activations_name(activations) +
+                     ": runs only on the CPU (the GPU forward rounds by --dtype)");
+  }
+  if (activations == Activations::Int8) {
+    // Repacked once, at about 1.1 bytes a weight beside the fp32 copy's 4.
+    for (Layer& layer : impl_->layers) {
+      for (Linear* linear : {&layer.q, &layer.k, &layer.v, &layer.o, &layer.gate, &layer.up,
+                             &layer.down}) {
+        linear->pack();
+      }
+    }
+    impl_->lm_head.pack();
+  }
+  impl_->activations.prefill = activations;
+}
+
+Activations LlamaModel::prefill_activations() const { return impl_->activations.prefill; }
 
 int64_t LlamaModel::device_weight_bytes() const {
 #ifdef KVBENCH_WITH_CUDA

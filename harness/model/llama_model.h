@@ -111,8 +111,12 @@ class LlamaModel {
 
   // How the CPU forward rounds the activations of its few-row products (model_dtype.h);
   // Fp32 by default. Throws InputError for Int8 on a GPU, whose forward has no such path.
-  void set_decode_activations(DecodeActivations activations);
-  DecodeActivations decode_activations() const;
+  void set_decode_activations(Activations activations);
+  Activations decode_activations() const;
+  // The same for the GEMMs of longer prefill chunks: Int8 repacks the weights for the
+  // integer GEMM (kernels/cpu/gemm_q8.h) the first time it is chosen.
+  void set_prefill_activations(Activations activations);
+  Activations prefill_activations() const;
 
  private:
   struct Impl;

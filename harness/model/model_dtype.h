@@ -11,15 +11,22 @@ inline const char* dtype_name(ModelDtype dtype) {
   return dtype == ModelDtype::Bf16 ? "bf16" : "fp32";
 }
 
-// The activations of the CPU's few-row products (decode, and prefill chunks of up to four
-// tokens): exact fp32 (the default: a token's logits are the same decoded or prefilled,
-// up to fp32 summation order), or rounded to int8 per 32 values for integer dot products,
-// as llama.cpp does (kernels/cpu/block_matvec_q8.h): faster decode, logits moved by the
-// rounding.
-enum class DecodeActivations { Fp32, Int8 };
+// How the CPU forward rounds the activations of its linear layers: exact fp32 (the
+// default, and the fidelity reference: a token's logits are the same decoded or prefilled,
+// up to fp32 summation order), or int8 per 32 values for integer dot products, as llama.cpp
+// does (kernels/cpu/block_matvec_q8.h, gemm_q8.h): faster, logits moved by the rounding.
+enum class Activations { Fp32, Int8 };
 
-inline const char* decode_activations_name(DecodeActivations a) {
-  return a == DecodeActivations::Int8 ? "int8" : "fp32";
+inline const char* activations_name(Activations a) {
+  return a == Activations::Int8 ? "int8" : "fp32";
 }
+
+// The two kinds of product, each with its own setting: `decode` for few rows (a decode
+// step, a decode batch, a prefill chunk of up to four tokens), read from the weights' own
+// blocks; `prefill` for the GEMMs of longer prefill chunks.
+struct CpuActivations {
+  Activations decode = Activations::Fp32;
+  Activations prefill = Activations::Fp32;
+};
 
 }  // namespace kvbench

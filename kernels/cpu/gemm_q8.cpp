@@ -1,0 +1,327 @@
+#include "kernels/cpu/gemm_q8.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/avx2.h"
+#include "kernels/cpu/block_layout.h"
+#include "kernels/cpu/half.h"
+
+#if defined(__AVX512F__) && defined(__AVX512VNNI__)
+#define KVBENCH_VNNI 1
+#endif
+
+namespace kvbench {
+namespace {
+
+using namespace block_layout;
+
+constexpr int kGroupsOfFour = kBlock / 4;  // 4-code groups per block: one vpdpbusd each
+constexpr int64_t kTileBlockCodes = kQ8TileRows * kBlock;
+
+// x rows a microkernel call carries (each with its accumulator registers).
+constexpr int kMaxRowsX = 8;
+// x rows per panel: a panel's codes stay in the L2 cache while every tile of weights passes.
+constexpr int64_t kPanelBytes = 256 * 1024;
+
+// One 32-element block of a weight row as unsigned codes u with, per scale group, d and c:
+// value = d * u + c.
+struct Block32 {
+  uint8_t u[kBlock];
+  float d[2];
+  float c[2];
+};
+
+Block32 unpack_block32(BlockFormat format, const uint8_t* row, int64_t b) {
+  Block32 out{};
+  const auto nibbles = [&](const uint8_t* qs) {
+    for (int e = 0; e < 16; ++e) {
+      out.u[e] = qs[e] & 0x0F;
+      out.u[e + 16] = qs[e] >> 4;
+    }
+  };
+  const auto fifth_bits = [&](const uint8_t* qh) {
+    uint32_t bits;
+    std::memcpy(&bits, qh, sizeof(bits));
+    for (int e = 0; e < kBlock; ++e) out.u[e] |= static_cast<uint8_t>(((bits >> e) & 1) << 4);
+  };
+  switch (format) {
+    case BlockFormat::Q8_0: {
+      const uint8_t* blk = row + b * kQ8_0Bytes;
+      out.d[0] = half_to_float(load_u16(blk));
+      out.c[0] = -128.0f * out.d[0];
+      for (int e = 0; e < kBlock; ++e) out.u[e] = static_cast<uint8_t>(blk[2 + e] ^ 0x80);
+      break;
+    }
+    case BlockFormat::Q4_0: {
+      const uint8_t* blk = row + b * kQ4_0Bytes;
+      out.d[0] = half_to_float(load_u16(blk));
+      out.c[0] = -8.0f * out.d[0];
+      nibbles(blk + 2);
+      break;
+    }
+    case BlockFormat::Q4_1: {
+      const uint8_t* blk = row + b * kQ4_1Bytes;
+      out.d[0] = half_to_float(load_u16(blk));
+      out.c[0] = half_to_float(load_u16(blk + 2));
+      nibbles(blk + 4);
+      break;
+    }
+    case BlockFormat::Q5_0: {
+      const uint8_t* blk = row + b * kQ5_0Bytes;
+      out.d[0] = half_to_float(load_u16(blk));
+      out.c[0] = -16.0f * out.d[0];
+      nibbles(blk + 6);
+      fifth_bits(blk + 2);
+      break;
+    }
+    case BlockFormat::Q5_1: {
+      const uint8_t* blk = row + b * kQ5_1Bytes;
+      out.d[0] = half_to_float(load_u16(blk));
+      out.c[0] = half_to_float(load_u16(blk + 2));
+      nibbles(blk + 8);
+      fifth_bits(blk + 4);
+      break;
+    }
+    case BlockFormat::Q4_K: {
+      const int64_t j = b % (kSuper / kBlock);
+      const uint8_t* blk = row + b / (kSuper / kBlock) * kQ4_KBytes;
+      int scale, min;
+      q4_k_scale_min(static_cast<int>(j), blk + kQ4_KScales, &scale, &min);
+      out.d[0] = half_to_float(load_u16(blk)) * static_cast<float>(scale);
+      out.c[0] = -half_to_float(load_u16(blk + 2)) * static_cast<float>(min);
+      const uint8_t* qs = blk + kQ4_KQs + 32 * (j / 2);
+      for (int l = 0; l < kBlock; ++l) out.u[l] = j % 2 ? qs[l] >> 4 : qs[l] & 0x0F;
+      break;
+    }
+    case BlockFormat::Q6_K: {
+      const int64_t sub = b % (kSuper / kBlock);  // element 32 sub + l = 128 h + 32 g + l
+      const uint8_t* blk = row + b / (kSuper / kBlock) * kQ6_KBytes;
+      const int64_t h = sub / 4, g = sub % 4;
+      const float d = half_to_float(load_u16(blk + kQ6_KD));
+      const auto* scales = reinterpret_cast<const int8_t*>(blk + kQ6_KScales);
+      for (int l = 0; l < kBlock; ++l) {
+        const uint8_t ql = blk[64 * h + 32 * (g % 2) + l];
+        const int low4 = g < 2 ? ql & 0x0F : ql >> 4;
+        const int top2 = (blk[kQ6_KQh + 32 * h + l] >> (2 * g)) & 3;
+        out.u[l] = static_cast<uint8_t>(low4 | (top2 << 4));
+      }
+      for (int k = 0; k < 2; ++k) {
+        out.d[k] = d * static_cast<float>(scales[8 * h + 2 * g + k]);
+        out.c[k] = -32.0f * out.d[k];
+      }
+      break;
+    }
+    case BlockFormat::F32:
+      assert(false);
+      break;
+  }
+  return out;
+}
+
+// Per x row and scale group: dx * (sum of the group's codes), the factor of the group's c.
+std::vector<float> x_group_sums(const Q8Activations& x, int groups) {
+  const int64_t blocks = x.n * (x.cols / kBlock);
+  const int per_group = kBlock / groups;
+  std::vector<float> out(static_cast<size_t>(blocks * groups));
+#pragma omp parallel for schedule(static) if (blocks >= 4096)
+  for (int64_t i = 0; i < blocks; ++i) {
+    const int8_t* codes = x.codes.data() + i * kBlock;
+    for (int g = 0; g < groups; ++g) {
+      int32_t sum = x.sums[i];
+      if (groups > 1) {
+        sum = 0;
+        for (int e = g * per_group; e < (g + 1) * per_group; ++e) sum += codes[e];
+      }
+      out[i * groups + g] = x.scales[i] * static_cast<float>(sum);
+    }
+  }
+  return out;
+}
+
+#if KVBENCH_VNNI
+// GCC 12's _mm512_cvtepi32_ps passes a self-initialized "undefined" vector that its own
+// -Wmaybe-uninitialized then reports.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// sums + the 16 rows of w (4 codes each) times the 4 x codes at `four`, broadcast from
+// memory by the instruction itself: GCC 12 otherwise spends a broadcast on every call.
+inline __m512i dpbusd_broadcast(__m512i sums, __m512i w, const int8_t* four) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(sums) : "v"(w), "m"(*reinterpret_cast<const int32_t*>(four)));
+  return sums;
+}
+
+// out[m] = the 16 rows of one tile times x row m, for M x rows, over every block.
+template <int M, int G>
+void tile_kernel(const PackedQ8Matrix& w, int64_t tile, const int8_t* const* x_codes,
+                 const float* const* x_scales, const float* const* x_sums, __m512 out[M]) {
+  const int64_t nb = w.cols / kBlock;
+  constexpr int kPerGroup = kGroupsOfFour / G;
+  const auto* codes = reinterpret_cast<const __m512i*>(w.codes.data() + tile * nb * kTileBlockCodes);
+  const float* scales = w.scales.data() + tile * nb * G * kQ8TileRows;
+  const float* offsets = w.offsets.data() + tile * nb * G * kQ8TileRows;
+  __m512 acc[M];
+  for (int m = 0; m < M; ++m) acc[m] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int g = 0; g < G; ++g) {
+      __m512i sums[M];
+      for (int m = 0; m < M; ++m) sums[m] = _mm512_setzero_si512();
+      for (int k = g * kPerGroup; k < (g + 1) * kPerGroup; ++k) {
+        const __m512i wk = _mm512_loadu_si512(codes + b * kGroupsOfFour + k);
+        for (int m = 0; m < M; ++m) {
+          sums[m] = dpbusd_broadcast(sums[m], wk, x_codes[m] + b * kBlock + 4 * k);
+        }
+      }
+      const __m512 d = _mm512_loadu_ps(scales + (b * G + g) * kQ8TileRows);
+      const __m512 c = _mm512_loadu_ps(offsets + (b * G + g) * kQ8TileRows);
+      for (int m = 0; m < M; ++m) {
+        const __m512 d_dx = _mm512_mul_ps(d, _mm512_set1_ps(x_scales[m][b]));
+        acc[m] = _mm512_fmadd_ps(d_dx, _mm512_cvtepi32_ps(sums[m]), acc[m]);
+        acc[m] = _mm512_fmadd_ps(c, _mm512_set1_ps(x_sums[m][b * G + g]), acc[m]);
+      }
+    }
+  }
+  for (int m = 0; m < M; ++m) out[m] = acc[m];
+}
+#pragma GCC diagnostic pop
+
+using TileKernel = void (*)(const PackedQ8Matrix&, int64_t, const int8_t* const*,
+                            const float* const*, const float* const*, __m512*);
+template <int G>
+constexpr TileKernel kTileKernels[kMaxRowsX] = {
+    tile_kernel<1, G>, tile_kernel<2, G>, tile_kernel<3, G>, tile_kernel<4, G>,
+    tile_kernel<5, G>, tile_kernel<6, G>, tile_kernel<7, G>, tile_kernel<8, G>};
+
+void gemm_q8_vnni(const PackedQ8Matrix& w, const Q8Activations& x, float* y) {
+  const int64_t nb = w.cols / kBlock;
+  const int G = w.groups;
+  const std::vector<float> group_sums = x_group_sums(x, G);
+  const TileKernel* kernels = G == 2 ? kTileKernels<2> : kTileKernels<1>;
+  const int64_t tiles = w.tiles();
+  const int64_t panel = std::max<int64_t>(kMaxRowsX, kPanelBytes / w.cols / kMaxRowsX * kMaxRowsX);
+  const int threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), tiles));
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t first = tiles * t / nt, last = tiles * (t + 1) / nt;
+    for (int64_t p0 = 0; p0 < x.n; p0 += panel) {
+      const int64_t p1 = std::min(x.n, p0 + panel);
+      for (int64_t tile = first; tile < last; ++tile) {
+        const int64_t r0 = tile * kQ8TileRows;
+        const int64_t valid = std::min<int64_t>(kQ8TileRows, w.rows - r0);
+        const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1);
+        for (int64_t i0 = p0; i0 < p1; i0 += kMaxRowsX) {
+          const int m_rows = static_cast<int>(std::min<int64_t>(kMaxRowsX, p1 - i0));
+          const int8_t* codes[kMaxRowsX];
+          const float* scales[kMaxRowsX];
+          const float* sums[kMaxRowsX];
+          for (int m = 0; m < m_rows; ++m) {
+            codes[m] = x.codes.data() + (i0 + m) * w.cols;
+            scales[m] = x.scales.data() + (i0 + m) * nb;
+            sums[m] = group_sums.data() + (i0 + m) * nb * G;
+          }
+          __m512 out[kMaxRowsX];
+          kernels[m_rows - 1](w, tile, codes, scales, sums, out);
+          for (int m = 0; m < m_rows; ++m) {
+            _mm512_mask_storeu_ps(y + (i0 + m) * w.rows + r0, mask, out[m]);
+          }
+        }
+      }
+    }
+  }
+}
+#endif
+
+}  // namespace
+
+PackedQ8Matrix pack_q8(const BlockMatrix& w) {
+  assert(w.format != BlockFormat::F32 && w.cols % kBlock == 0);
+  PackedQ8Matrix p;
+  p.rows = w.rows;
+  p.cols = w.cols;
+  p.groups = w.format == BlockFormat::Q6_K ? 2 : 1;
+  const int64_t nb = w.cols / kBlock, tiles = p.tiles();
+  p.codes.assign(static_cast<size_t>(tiles * nb * kTileBlockCodes), 0);
+  p.scales.assign(static_cast<size_t>(tiles * nb * p.groups * kQ8TileRows), 0.0f);
+  p.offsets.assign(p.scales.size(), 0.0f);
+  const auto* base = static_cast<const uint8_t*>(w.data);
+#pragma omp parallel for schedule(static)
+  for (int64_t tile = 0; tile < tiles; ++tile) {
+    for (int64_t i = 0; i < kQ8TileRows && tile * kQ8TileRows + i < w.rows; ++i) {
+      const uint8_t* row = base + (tile * kQ8TileRows + i) * w.row_bytes;
+      for (int64_t b = 0; b < nb; ++b) {
+        const Block32 blk = unpack_block32(w.format, row, b);
+        uint8_t* codes = p.codes.data() + (tile * nb + b) * kTileBlockCodes;
+        for (int k = 0; k < kGroupsOfFour; ++k) {
+          std::memcpy(codes + (k * kQ8TileRows + i) * 4, blk.u + 4 * k, 4);
+        }
+        for (int g = 0; g < p.groups; ++g) {
+          const int64_t at = ((tile * nb + b) * p.groups + g) * kQ8TileRows + i;
+          p.scales[at] = blk.d[g];
+          p.offsets[at] = blk.c[g];
+        }
+      }
+    }
+  }
+  return p;
+}
+
+float packed_q8_value(const PackedQ8Matrix& w, int64_t row, int64_t col) {
+  const int64_t nb = w.cols / kBlock, tile = row / kQ8TileRows, i = row % kQ8TileRows;
+  const int64_t b = col / kBlock, e = col % kBlock;
+  const uint8_t u = w.codes[(tile * nb + b) * kTileBlockCodes + (e / 4 * kQ8TileRows + i) * 4 + e % 4];
+  const int64_t at = ((tile * nb + b) * w.groups + e / (kBlock / w.groups)) * kQ8TileRows + i;
+  return w.scales[at] * static_cast<float>(u) + w.offsets[at];
+}
+
+void gemm_q8_reference(const PackedQ8Matrix& w, const Q8Activations& x, float* y) {
+  const int64_t nb = w.cols / kBlock;
+  const int G = w.groups, per_group = kBlock / G;
+  const std::vector<float> group_sums = x_group_sums(x, G);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < w.rows; ++r) {
+    const int64_t tile = r / kQ8TileRows, i = r % kQ8TileRows;
+    for (int64_t n = 0; n < x.n; ++n) {
+      const int8_t* xc = x.codes.data() + n * w.cols;
+      float acc = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* codes = w.codes.data() + (tile * nb + b) * kTileBlockCodes;
+        for (int g = 0; g < G; ++g) {
+          int32_t sum = 0;
+          for (int e = g * per_group; e < (g + 1) * per_group; ++e) {
+            sum += static_cast<int32_t>(codes[(e / 4 * kQ8TileRows + i) * 4 + e % 4]) *
+                   xc[b * kBlock + e];
+          }
+          const int64_t at = ((tile * nb + b) * G + g) * kQ8TileRows + i;
+          const float d_dx = w.scales[at] * x.scales[n * nb + b];
+          acc = std::fma(d_dx, static_cast<float>(sum), acc);
+          acc = std::fma(w.offsets[at], group_sums[(n * nb + b) * G + g], acc);
+        }
+      }
+      y[n * w.rows + r] = acc;
+    }
+  }
+}
+
+void gemm_q8(const PackedQ8Matrix& w, const Q8Activations& x, float* y) {
+  assert(x.cols == w.cols);
+#if KVBENCH_VNNI
+  gemm_q8_vnni(w, x, y);
+#else
+  gemm_q8_reference(w, x, y);
+#endif
+}
+
+bool gemm_q8_uses_vnni() {
+#if KVBENCH_VNNI
+  return true;
+#else
+  return false;
+#endif
+}
+
+}  // namespace kvbench
