@@ -3,16 +3,15 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <random>
-
-#include <unistd.h>
 
 #include "cache/full_cache.h"
 #include "cache/registry.h"
+#include "common/files.h"
 #include "common/input_error.h"
 #include "common/sha256.h"
 #include "harness/model/tokenizer.h"
@@ -148,16 +147,21 @@ std::vector<float> cached_retrieval_heads(const LlamaModel& model, const std::st
   const size_t heads = static_cast<size_t>(shape.n_layers) * shape.n_kv_heads;
   const std::string sha = sha256_file(model_path);
   const std::filesystem::path path = cache_dir() / (sha + ".json");
-  if (std::ifstream in(path); in) {
-    try {
-      const json root = json::parse(in);
-      if (root.at("probe").get<std::string>() == kProbeVersion &&
-          root.at("model_sha256").get<std::string>() == sha) {
-        std::vector<float> scores = root.at("scores").get<std::vector<float>>();
-        if (scores.size() == heads) return scores;
+  std::error_code error;
+  if (std::filesystem::exists(path, error)) {
+    // Read as any input: a FIFO or a device there is refused (one line, exit 2), not
+    // waited on; a torn, foreign or older file is probed again and replaced.
+    const std::string text = read_regular_file(path.string(), "head-probe cache", 1 << 20);
+    const json root = json::parse(text, nullptr, false);
+    if (root.is_object() && root.value("probe", json()) == kProbeVersion &&
+        root.value("model_sha256", json()) == sha && root.value("scores", json()).is_array() &&
+        root["scores"].size() == heads) {
+      std::vector<float> scores;
+      for (const json& v : root["scores"]) {
+        if (!v.is_number() || !std::isfinite(v.get<double>())) break;
+        scores.push_back(v.get<float>());
       }
-    } catch (const json::exception&) {
-      // a torn or older file: probe again and overwrite it
+      if (scores.size() == heads) return scores;
     }
   }
   const auto start = std::chrono::steady_clock::now();
@@ -170,19 +174,12 @@ std::vector<float> cached_retrieval_heads(const LlamaModel& model, const std::st
                      {"n_layers", shape.n_layers},
                      {"n_kv_heads", shape.n_kv_heads},
                      {"scores", scores}};
-  std::error_code error;
   std::filesystem::create_directories(path.parent_path(), error);
-  const std::filesystem::path tmp = path.string() + ".tmp" + std::to_string(::getpid());
-  bool saved = false;
-  if (std::ofstream out(tmp); out << root.dump() << "\n" && out.flush()) {
-    out.close();
-    saved = std::rename(tmp.c_str(), path.c_str()) == 0;
-  }
-  if (saved) {
+  try {
+    write_file_atomically(path.string(), root.dump() + "\n", "head-probe cache");
     std::fprintf(stderr, ", cached in %s\n", path.c_str());
-  } else {
-    std::filesystem::remove(tmp, error);
-    std::fprintf(stderr, "; could not cache them in %s\n", path.c_str());
+  } catch (const InputError& e) {
+    std::fprintf(stderr, "; not cached (%s)\n", e.what());
   }
   return scores;
 }

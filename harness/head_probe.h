@@ -28,7 +28,9 @@ std::vector<float> probe_retrieval_heads(const LlamaModel& model, const ProbeTex
 
 // The probe's scores for the model file at `model_path`, from the cache file
 // $XDG_CACHE_HOME/kvbench/heads/<sha256 of the file>.json (~/.cache when unset), else probed
-// and saved there (atomically; a cache that cannot be written is only a warning).
+// and saved there (atomically; a cache that cannot be written is only a warning). The file
+// is read as any input: anything but a regular file there (a FIFO, a device) is an
+// InputError naming it; a torn or foreign one is probed again and replaced.
 std::vector<float> cached_retrieval_heads(const LlamaModel& model, const std::string& model_path);
 
 // Gives `model` its heads' scores when a spec needs them (MethodInfo::needs_head_retrieval,

@@ -188,8 +188,19 @@ SweepProgress run_sweep(const LlamaModel& model, const SweepConfig& config, cons
                         ResultsDb& db, RunRecord run,
                         const std::function<void(const SweepProgress&)>& progress,
                         const UnitSink& on_unit) {
+  run.config_json = run_config_json(config, model.dtype(),
+                                    {model.decode_activations(), model.prefill_activations()});
+  const SweepModel source{model.tokenizer(), model.config().context_length,
+                          [&model]() -> const LlamaModel& { return model; }};
+  return run_sweep(source, config, shard, db, run, progress, on_unit);
+}
+
+SweepProgress run_sweep(const SweepModel& source, const SweepConfig& config, const Shard& shard,
+                        ResultsDb& db, const RunRecord& run,
+                        const std::function<void(const SweepProgress&)>& progress,
+                        const UnitSink& on_unit) {
   const std::vector<SweepMethod> methods = sweep_methods(config);
-  const int64_t window = model.config().context_length;
+  const int64_t window = source.context_length;
 
   // Every sample of every (task, seed), generated or loaded up front: cheap next to a run,
   // and every bad input fails before anything is written.
@@ -222,7 +233,7 @@ SweepProgress run_sweep(const LlamaModel& model, const SweepConfig& config, cons
       g.samples = config.samples;
       g.seed = seed;
       g.knobs = task.knobs;
-      all.push_back({&task, seed, generate_samples(g, model.tokenizer())});
+      all.push_back({&task, seed, generate_samples(g, source.tokenizer)});
     }
   }
 
@@ -283,12 +294,15 @@ SweepProgress run_sweep(const LlamaModel& model, const SweepConfig& config, cons
     options.shared_prefill = config.shared_prefill;
     return options;
   };
+  if (todo.empty()) {  // a run with no units, and no model loaded for it
+    db.finish_run(db.begin_run(run));
+    return state;
+  }
+  const LlamaModel& model = source.load();
   for (const auto& [group, left] : todo) check_samples_fit(model, {*group->sample}, options_of(*group));
 
   // Not in the first unit's TTFT, nor in the first shared prefill (so in every method's).
-  if (!todo.empty()) warm_up(model);
-  run.config_json = run_config_json(config, model.dtype(),
-                                    {model.decode_activations(), model.prefill_activations()});
+  warm_up(model);
   const int64_t run_id = db.begin_run(run);
   const auto start = std::chrono::steady_clock::now();
   for (const auto& todo_entry : todo) {

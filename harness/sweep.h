@@ -19,6 +19,7 @@ namespace kvbench {
 
 class LlamaModel;
 class ResultsDb;
+class Tokenizer;
 
 struct Calibration;
 
@@ -47,12 +48,27 @@ struct SweepProgress {
   std::vector<PlannedUnits> planned;
 };
 
+// The model a sweep runs on, loaded only once the shard has a unit to run: the samples are
+// made with its tokenizer and window alone, so a resumed shard or a `--jobs` worker with
+// nothing left never reads the weights.
+struct SweepModel {
+  const Tokenizer& tokenizer;
+  int64_t context_length = 0;
+  std::function<const LlamaModel&()> load;  // called at most once, before the first unit
+};
+
 // Runs the shard's units that the db does not have yet. Units are grouped by (task, seed,
 // sample, mode) so a sample's full reference runs once for all its methods; groups go to
 // shards round-robin in a fixed order. Each finished unit is committed to the db at once.
-// `run` is the run record (its config_json is set here); after each unit is committed,
-// `on_unit` sees its result (e.g. to print its table) and `progress` the counts.
-// Returns the final counts.
+// `run` is the run record, its config_json as run_config_json gives it for the model's
+// numerics; after each unit is committed, `on_unit` sees its result (e.g. to print its
+// table) and `progress` the counts. Returns the final counts.
+SweepProgress run_sweep(const SweepModel& model, const SweepConfig& config, const Shard& shard,
+                        ResultsDb& db, const RunRecord& run,
+                        const std::function<void(const SweepProgress&)>& progress,
+                        const UnitSink& on_unit = nullptr);
+
+// The same on a model already loaded (run.config_json set here from its numerics).
 SweepProgress run_sweep(const LlamaModel& model, const SweepConfig& config, const Shard& shard,
                         ResultsDb& db, RunRecord run,
                         const std::function<void(const SweepProgress&)>& progress,

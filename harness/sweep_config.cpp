@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <set>
 
 #include "cache/registry.h"
@@ -151,10 +152,14 @@ SweepTask parse_task(const json& v, const std::string& source, size_t index) {
 template <typename T>
 T number_field(const json& v, const std::string& source, const std::string& key, T lo, T hi) {
   if (!v.is_number_integer() && !v.is_number_unsigned()) fail(source, key + " must be an integer");
-  const auto x = v.get<int64_t>();
-  if (x < static_cast<int64_t>(lo) || x > static_cast<int64_t>(hi)) {
-    fail(source, key + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], not " +
-                     std::to_string(x));
+  // An unsigned value past int64's range would wrap to a negative one: compared as unsigned,
+  // and the error shows the number as the file wrote it.
+  const bool too_large = v.is_number_unsigned() &&
+                         v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  const auto x = too_large ? std::numeric_limits<int64_t>::max() : v.get<int64_t>();
+  if (too_large || x < static_cast<int64_t>(lo) || x > static_cast<int64_t>(hi)) {
+    fail(source, key + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                     "], not " + v.dump());
   }
   return static_cast<T>(x);
 }

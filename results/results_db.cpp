@@ -22,6 +22,7 @@
 #include "common/files.h"
 #include "common/input_error.h"
 #include "common/utf8.h"
+#include "results/run_identity.h"
 
 namespace kvbench {
 namespace {
@@ -1240,12 +1241,17 @@ void merge_results(const std::vector<std::string>& inputs, const std::string& ou
         first_path = path;
         continue;
       }
-      const bool config_differs = run.config_json != first->config_json;
+      const std::string config_difference =
+          run_config_difference(first->config_json, run.config_json);
+      const bool config_differs = !config_difference.empty();
       const bool model_differs = run.model_sha256 != first->model_sha256;
       if (config_differs || model_differs) {
+        const std::string config_what = config_difference == "config"
+                                            ? "config (config_json)"
+                                            : config_difference;
         const std::string what = config_differs && model_differs
-                                     ? "config (config_json) and model (model_sha256) differ"
-                                 : config_differs ? "config (config_json) differs"
+                                     ? config_what + " and model (model_sha256) differ"
+                                 : config_differs ? config_what + " differs"
                                                   : "model (model_sha256) differs";
         throw InputError(one_line(path) + ": run " + std::to_string(run.id) + "'s " + what +
                          " from " + one_line(first_path) + "'s run " +

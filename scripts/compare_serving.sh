@@ -14,7 +14,8 @@
 # Environment: MODEL (qwen2.5-0.5b), THREADS (2), TASK (retr_kv), CONTEXT (512), USERS (16),
 # TURNS (2), LEVELS ("1 2 4 8 16"), METHODS (the kvbench methods), POOL_MIB (384), POOL_CONTEXT
 # (3900), POOL_USERS (16), POOL_MODEL (MODEL), SKIP_POOL=1 to leave the pool experiment out,
-# LLAMA_RUNS ("cache-prompt no-cache-prompt"; "" for none).
+# LLAMA_RUNS ("cache-prompt no-cache-prompt"; " " for none). A method written METHOD@int8
+# runs with --prefill-activations int8 --decode-activations int8 (llama.cpp's rounding).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="${1:-$root/kvbench-out/serving}"
@@ -25,7 +26,7 @@ context="${CONTEXT:-512}"
 users="${USERS:-16}"
 turns="${TURNS:-2}"
 read -r -a levels <<< "${LEVELS:-1 2 4 8 16}"
-read -r -a methods <<< "${METHODS:-full bf16 kivi:bits=4 snapkv:ratio=0.25 prefix:block=64+tiers:device=64MB,cpu=512MB}"
+read -r -a methods <<< "${METHODS:-full full@int8 bf16 kivi:bits=4 snapkv:ratio=0.25 prefix:block=64+tiers:device=64MB,cpu=512MB prefix:block=64+tiers:device=64MB,cpu=512MB@int8}"
 port=18180  # one more for each server: a port just closed may not be bound again at once
 kvbench="$root/build/kvbench"
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
@@ -87,15 +88,22 @@ for cache in ${LLAMA_RUNS:-cache-prompt no-cache-prompt}; do
   stop_server
 done
 
-for method in "${methods[@]}"; do
-  has_label "kvbench serve $method" && continue
+for entry in "${methods[@]}"; do
+  method="${entry%@int8}"
+  numerics=()
+  label="kvbench serve $method"
+  if [ "$method" != "$entry" ]; then
+    numerics=(--prefill-activations int8 --decode-activations int8)
+    label="$label (int8 activations)"
+  fi
+  has_label "$label" && continue
   port=$((port + 1))
-  "$kvbench" --model "$gguf" --threads "$threads" serve --port "$port" --method "$method" \
-    --max-seqs "$max_levels" --kv-pool-mib 2048 > "$out/kvbench-serve.log" 2>&1 &
+  "$kvbench" --model "$gguf" --threads "$threads" "${numerics[@]}" serve --port "$port" \
+    --method "$method" --max-seqs "$max_levels" --kv-pool-mib 2048 > "$out/kvbench-serve.log" 2>&1 &
   server_pid=$!
   wait_ready
-  load "kvbench serve $method"
-  curl -s "http://127.0.0.1:$port/metrics" > "$out/metrics-${method//[^a-z0-9]/_}.txt"
+  load "$label"
+  curl -s "http://127.0.0.1:$port/metrics" > "$out/metrics-${entry//[^a-z0-9]/_}.txt"
   stop_server
 done
 

@@ -6,7 +6,8 @@
 #                            [--lengths 512,2048,4096,8192,16384]
 #                            [--threads 2] [--reps 1] [--out DIR]
 #
-# kvbench: bench/bench_forward (fp32 activations, and int8 for decode: --decode-activations).
+# kvbench: bench/bench_forward (fp32 activations, and int8: --prefill-activations and
+# --decode-activations).
 # Its OpenMP threads wait as the environment says: unset, libgomp spins a while and then
 # sleeps, as llama.cpp's own thread pool spins; scripts/kvbench sets OMP_WAIT_POLICY=PASSIVE
 # for shared machines, which costs a quiet machine a third of its decode speed (docs/speed.md).
@@ -59,7 +60,7 @@ for name in ${models//,/ }; do
   echo "== $name: kvbench (bench_forward, $threads threads, OMP_WAIT_POLICY='${OMP_WAIT_POLICY:-}') ==" >&2
   KVBENCH_BENCH_CONTEXTS="$lengths" KVBENCH_MODEL="$gguf" OMP_NUM_THREADS="$threads" \
     "$build/bench/bench_forward" \
-    --benchmark_filter='^BM_Prefill/[0-9]+/iterations:1/|^BM_Decode(Int8)?/([0-9]+/iterations:4|0/iterations:8)/' \
+    --benchmark_filter='^BM_Prefill(Int8)?/[0-9]+/iterations:1/|^BM_Decode(Int8)?/([0-9]+/iterations:4|0/iterations:8)/' \
     --benchmark_repetitions="$reps" --benchmark_out="$out/kvbench-$tag.json" \
     --benchmark_out_format=json >&2
   echo "== $name: llama.cpp (llama-cpp-python, $threads threads) ==" >&2
@@ -74,7 +75,8 @@ for b in json.load(open(ours_file))["benchmarks"]:
     if b.get("run_type") == "aggregate" or "tok/s" not in b:
         continue
     parts = b["name"].split("/")
-    kind = {"BM_Prefill": ("prefill", "fp32"), "BM_Decode": ("decode", "fp32"),
+    kind = {"BM_Prefill": ("prefill", "fp32"), "BM_PrefillInt8": ("prefill", "int8"),
+            "BM_Decode": ("decode", "fp32"),
             "BM_DecodeInt8": ("decode", "int8")}[parts[0]]
     ours.setdefault((kind[0], int(parts[1]), kind[1]), []).append(b["tok/s"])
 theirs = {}

@@ -388,7 +388,8 @@ TEST_CASE("cli: a sweep into a db, its report, and the check against its own bas
   CHECK(first.output.find("sweep: 2 units written to " + db + " (shard 0/1; 0 already there)") !=
         std::string::npos);
   const Run again = run_kvbench("--model " + model + " --threads 1 sweep " + config + " --db " + db);
-  CHECK(again.output.find("sweep: 0 units written to " + db + " (shard 0/1; 2 already there)") !=
+  CHECK(again.output.find("sweep: 0 units written to " + db +
+                          " (shard 0/1; 2 already there; nothing to run, the model not loaded)") !=
         std::string::npos);
   // A run of one task stored in a db: the same tables, and resumable.
   const std::string run_db = testing::temp_path("cli_run.db");
@@ -479,11 +480,18 @@ TEST_CASE("cli: sweep --jobs runs worker processes into one db, as one process w
       CHECK(u.turns[t].first_token_kl == v.turns[t].first_token_kl);
     }
   }
-  // Resumed with workers: nothing left to run.
+  // Resumed with workers: nothing left to run, and neither worker loads the model for it.
   const Run again =
       run_kvbench("--model " + model + " --threads 1 sweep " + config + " --db " + two + " --jobs 2");
+  INFO(again.output);
   CHECK(again.exit_code == 0);
   CHECK(units_of(two).size() == 12);
+  int idle = 0;
+  for (size_t at = again.output.find("nothing to run, the model not loaded");
+       at != std::string::npos; at = again.output.find("nothing to run, the model not loaded", at + 1)) {
+    ++idle;
+  }
+  CHECK(idle == 2);
   require_clear_error(run_kvbench("--model " + model + " sweep " + config + " --db " + two +
                                   " --jobs 2 --shard 0/2"),
                       "--jobs or --shard");

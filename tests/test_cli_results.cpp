@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "cli_run.h"
+#include "common/sha256.h"
 #include "gguf_writer.h"
 #include "harness/calibration.h"
 #include "results/results_db.h"
@@ -180,6 +181,16 @@ TEST_CASE("results: inputs that are not regular files are refused, not waited on
   require_clear_error(run_kvbench("--model " + model + " calibrate --task retr_kv --lengths 64 "
                                   "--samples 1 --turns 1 -o " + zero, t),
                       "not a regular file");
+  // duo_attention's head-probe cache, outside --out under $XDG_CACHE_HOME: read as any input.
+  const std::string cache_home = temp_path("fifo_cache_home");
+  std::filesystem::create_directories(cache_home + "/kvbench/heads");
+  const std::string probe_cache =
+      cache_home + "/kvbench/heads/" + kvbench::sha256_file(model) + ".json";
+  std::remove(probe_cache.c_str());
+  REQUIRE(mkfifo(probe_cache.c_str(), 0644) == 0);
+  require_clear_error(run_kvbench("--model " + model + " generate --prompt hi --max-new 2 "
+                                  "--method duo_attention", "XDG_CACHE_HOME=" + cache_home + " " + t),
+                      "head-probe cache");
 }
 
 TEST_CASE("results: 16 concurrent calibrations of one model into one file keep every cell",

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -230,6 +231,27 @@ TEST_CASE("plugins: a sweep with a plugin method resumes, equals the built-in, a
   INFO(again.output);
   CHECK(again.exit_code == 0);
   CHECK(again.output.find("0 units written") != std::string::npos);
+
+  // The same bytes under another file name are the same method: nothing left to run.
+  const std::string renamed = temp_path("renamed_methods.so");
+  std::filesystem::copy_file(kExample, renamed, std::filesystem::copy_options::overwrite_existing);
+  const Run moved = run_kvbench("--plugin " + renamed + " --model " + model +
+                                " --threads 1 sweep " + bare + " --db " + db);
+  INFO(moved.output);
+  CHECK(moved.exit_code == 0);
+  CHECK(moved.output.find("0 units written") != std::string::npos);
+  // Other bytes (one appended: the same code still loads) are another method: refused, and
+  // the error names the plugin on both sides.
+  const std::string rebuilt = temp_path("rebuilt_methods.so");
+  std::filesystem::copy_file(kExample, rebuilt, std::filesystem::copy_options::overwrite_existing);
+  std::ofstream(rebuilt, std::ios::app | std::ios::binary) << '\0';
+  const Run other = run_kvbench("--plugin " + rebuilt + " --model " + model +
+                                " --threads 1 sweep " + bare + " --db " + db);
+  INFO(other.output);
+  CHECK(other.exit_code == 2);
+  CHECK(other.output.find("plugin (libexample_methods.so sha256 " +
+                          sha256_file(kExample).substr(0, 12) + " there, rebuilt_methods.so") !=
+        std::string::npos);
 
   // Workers of `sweep --jobs` get the command line's plugins too.
   const std::string jobs_db = temp_path("plugin_jobs.db");

@@ -23,11 +23,15 @@
 #include "harness/calibration.h"
 #include "harness/cli/commands.h"
 #include "harness/head_probe.h"
+#include "harness/model/gguf.h"
 #include "harness/model/known_models.h"
 #include "harness/model/llama_model.h"
+#include "harness/model/model_config.h"
+#include "harness/model/tokenizer.h"
 #include "harness/model_cache.h"
 #include "harness/sweep.h"
 #include "results/results_db.h"
+#include "results/run_identity.h"
 #include "results/writer_lock.h"
 
 namespace kvbench {
@@ -169,13 +173,15 @@ PreparedSweep prepare_sweep(const ModelOptions& model_options, SweepConfig confi
 // this config (or model) as if they were its own, and merge could never join it again.
 void check_db_holds_this_sweep(const ResultsDb& db, const RunRecord& run) {
   for (const RunRecord& old : db.runs()) {
-    const bool config_differs = old.config_json != run.config_json;
+    const std::string config_difference =
+        run_config_difference(old.config_json, run.config_json);
+    const bool config_differs = !config_difference.empty();
     const bool model_differs = old.model_sha256 != run.model_sha256;
     if (!config_differs && !model_differs) continue;
     throw InputError(
         one_line(db.path()) + ": holds run " + std::to_string(old.id) + " of another " +
-        (config_differs && model_differs ? "config and model"
-         : config_differs               ? "config"
+        (config_differs && model_differs ? config_difference + " and model"
+         : config_differs               ? config_difference
                                         : "model (sha256 " + old.model_sha256.substr(0, 12) +
                                               ", this one " + run.model_sha256.substr(0, 12) +
                                               ")") +
@@ -300,12 +306,22 @@ void run_prepared_sweep(const ModelOptions& model_options, const PreparedSweep& 
   auto db = ResultsDb::open(db_path);
   const WriterLock lock(db_path);
   check_db_holds_this_sweep(*db, run_record);
-  auto model = load_model(run_record.model_path, model_options);
-  std::vector<ResolvedSpec> specs;
-  for (const std::string& method : prepared.config.methods) {
-    specs.push_back(resolve_method_spec(method));
-  }
-  prepare_head_retrieval(*model, run_record.model_path, specs);  // duo_attention's probe
+  // The samples need the tokenizer and the window only; the weights (about 0.8 GB for
+  // Qwen2.5-0.5B) load when there is a unit to run.
+  const GgufFile file(run_record.model_path);
+  const Tokenizer tokenizer = Tokenizer::from_gguf(file);
+  std::unique_ptr<LlamaModel> model;
+  const SweepModel source{tokenizer, ModelConfig::from_gguf(file).context_length,
+                          [&]() -> const LlamaModel& {
+                            model = load_model(run_record.model_path, model_options);
+                            std::vector<ResolvedSpec> specs;
+                            for (const std::string& method : prepared.config.methods) {
+                              specs.push_back(resolve_method_spec(method));
+                            }
+                            // duo_attention's probe
+                            prepare_head_retrieval(*model, run_record.model_path, specs);
+                            return *model;
+                          }};
   RunRecord run = run_record;
   fill_provenance(run);
   // Timings of another model file would mislead: none then.
@@ -319,10 +335,11 @@ void run_prepared_sweep(const ModelOptions& model_options, const PreparedSweep& 
       print_progress(p);
     }
   };
-  const SweepProgress done = run_sweep(*model, prepared.config, shard, *db, run, progress, on_unit);
-  std::printf("sweep: %lld unit%s written to %s (shard %d/%d; %lld already there)\n",
+  const SweepProgress done = run_sweep(source, prepared.config, shard, *db, run, progress, on_unit);
+  std::printf("sweep: %lld unit%s written to %s (shard %d/%d; %lld already there%s)\n",
               static_cast<long long>(done.done), done.done == 1 ? "" : "s", db_path.c_str(),
-              shard.index, shard.count, static_cast<long long>(done.skipped));
+              shard.index, shard.count, static_cast<long long>(done.skipped),
+              model ? "" : "; nothing to run, the model not loaded");
   const PrefillCount& p = done.prefill;
   std::printf("sweep: %lld context tokens prefilled: %lld in %lld shared prefills, %lld by "
               "units on their own%s\n",
