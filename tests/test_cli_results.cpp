@@ -504,6 +504,16 @@ TEST_CASE("results: failed commands leave nothing behind, and check before worki
                                     "--samples 1 --turns 1 -o " + blocker + "/cal.json"),
                         "cannot write the calibration file");
   }
+  SECTION("calibrate --lengths past the model's window is refused before a sample is built") {
+    const std::string model = tiny_model("tiny_cal_long.gguf");
+    const std::string out = temp_path("cal_long.json");
+    std::remove(out.c_str());
+    // `timeout 60`: building the 16M-token sample first took 30 s and gigabytes.
+    require_clear_error(run_kvbench("--model " + model + " calibrate --task retr_kv --lengths "
+                                    "16777216 --samples 1 --turns 1 -o " + out, "timeout 60"),
+                        "--lengths 16777216: not shorter than the model's context window");
+    CHECK_FALSE(testing::path_exists(out));
+  }
   SECTION("a sweep refused over its calibration creates no db") {
     const std::string model = tiny_model("tiny_uncalibrated.gguf");
     const std::string config = write_text("needs_calibration.json", R"({"tasks": ["retr_kv"],

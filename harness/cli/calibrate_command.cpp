@@ -99,6 +99,14 @@ void run_calibrate(const ModelOptions& model_options, const CalibrateArgs& args)
     calibration.seed = args.seed;
   }
   auto model = load_model(model_path, model_options);
+  // Before any sample is built: a 16M-token context took 30 s and gigabytes to refuse after.
+  const int64_t window = model->config().context_length;
+  for (const int64_t length : args.lengths) {
+    if (length >= window) {
+      throw InputError("--lengths " + std::to_string(length) + ": not shorter than the model's "
+                       "context window of " + std::to_string(window) + " tokens");
+    }
+  }
 
   EvaluationOptions evaluation;  // multi-turn with gold answers appended: the sweeps' mode
   evaluation.session.max_new_tokens = 0;  // each task's decode budget, as sweeps use
