@@ -423,11 +423,16 @@ std::string join_set(const std::set<std::string>& s) {
 Coverage coverage(const std::vector<RunRecord>& runs) {
   Coverage c;
   c.runs = runs.size();
-  std::set<std::string> shas, versions, gits;
+  std::set<std::string> shas, versions;
+  // The commits of the runs that hold units (a resume with nothing to run records an empty
+  // run), or of every run when none does (a db of serving runs).
+  const bool any_units =
+      std::any_of(runs.begin(), runs.end(), [](const RunRecord& r) { return r.units > 0; });
+  std::map<std::string, int64_t> units_by_commit;
   for (const RunRecord& r : runs) {
     shas.insert(r.model_sha256.substr(0, 12));
     versions.insert(r.kvbench_version);
-    gits.insert(r.git_sha.substr(0, 12));
+    if (r.units > 0 || !any_units) units_by_commit[r.git_sha] += r.units;
     if (r.finished_at.empty()) ++c.unfinished;
     add_left_out(r.config_json, c.left_out);
     add_calibrated(r.config_json, c.calibrated);
@@ -438,7 +443,17 @@ Coverage coverage(const std::vector<RunRecord>& runs) {
   }
   c.model_sha = join_set(shas);
   c.version = join_set(versions);
-  c.git_sha = join_set(gits);
+  // One commit: its sha. Several (a merge --allow-mixed-commits): each with its units, so a
+  // reader sees that the table mixes codes.
+  std::set<std::string> commits;
+  for (const auto& [sha, units] : units_by_commit) {
+    commits.insert(units_by_commit.size() == 1
+                       ? sha
+                       : sha + " (" + std::to_string(units) + " unit" + (units == 1 ? "" : "s") +
+                             ")");
+  }
+  c.git_sha = join_set(commits);
+  if (units_by_commit.size() > 1) c.git_sha = "MIXED: " + c.git_sha;
   return c;
 }
 

@@ -691,7 +691,8 @@ std::vector<RunRecord> read_runs(sqlite3* db, const std::string& path,
                                  const Stmt::OnError& on_error) {
   Stmt s(db,
          "SELECT id, kvbench_version, git_sha, model_path, model_sha256, host, command_line, "
-         "config_json, started_at, finished_at FROM runs ORDER BY id",
+         "config_json, started_at, finished_at, "
+         "(SELECT count(*) FROM units WHERE units.run_id = runs.id) FROM runs ORDER BY id",
          on_error);
   std::vector<RunRecord> runs;
   while (s.step()) {
@@ -707,6 +708,7 @@ std::vector<RunRecord> read_runs(sqlite3* db, const std::string& path,
     r.config_json = row.text(7, "config_json");
     r.started_at = row.text(8, "started_at");
     r.finished_at = row.opt_text(9, "finished_at");  // NULL: unfinished
+    r.units = row.integer(10, "units", 0, CheckedRow::kMaxCount);
     runs.push_back(std::move(r));
   }
   return runs;
@@ -1207,7 +1209,8 @@ std::vector<ServingRow> ResultsDb::serving_rows() const {
 // -----------------------------------------------------------------------------------------
 // merge
 
-void merge_results(const std::vector<std::string>& inputs, const std::string& output) {
+void merge_results(const std::vector<std::string>& inputs, const std::string& output,
+                   bool allow_mixed_commits) {
   if (inputs.empty()) throw InputError(one_line(output) + ": merge needs at least one input db");
   if (path_exists(output)) {
     struct stat st {};
@@ -1285,6 +1288,29 @@ void merge_results(const std::vector<std::string>& inputs, const std::string& ou
       }
     }
     in.push_back(std::move(input));
+  }
+  // One code: the commits of the runs that hold units (a resume with nothing left to run
+  // records an empty run, whatever its commit).
+  if (!allow_mixed_commits) {
+    std::optional<std::pair<std::string, std::string>> first_commit;  // (git_sha, path)
+    for (const Input& input : in) {
+      for (const RunRecord& run : input.runs) {
+        const bool holds_units = std::any_of(input.units.begin(), input.units.end(),
+                                             [&run](const StoredUnit& su) {
+                                               return su.unit.run_id == run.id;
+                                             });
+        if (!holds_units) continue;
+        if (!first_commit) {
+          first_commit.emplace(run.git_sha, input.path);
+        } else if (run.git_sha != first_commit->first) {
+          throw InputError(one_line(input.path) + ": run " + std::to_string(run.id) +
+                           " was made by commit " + one_line(run.git_sha) + ", " +
+                           one_line(first_commit->second) + "'s by " +
+                           one_line(first_commit->first) + "; merge joins one commit's shards "
+                           "(--allow-mixed-commits merges them, and the report lists them)");
+        }
+      }
+    }
   }
 
   // Written under another name and renamed when whole: a merge killed midway leaves no db

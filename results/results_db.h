@@ -32,6 +32,7 @@ struct RunRecord {
   std::string config_json;   // the sweep's canonical config (no shard): merge compares it
   std::string started_at;    // ISO 8601 UTC, set by begin_run
   std::string finished_at;   // set by finish_run; empty while running or killed
+  int64_t units = 0;         // units the db holds under this run (read back, never written)
 };
 
 // One turn of one unit: every metric the session driver records.
@@ -167,7 +168,10 @@ class ResultsDb {
 // `kvbench merge`: copies the runs and units of every input into a new db at `output`
 // (which must not exist). Throws InputError naming the inputs that differ when their runs'
 // config_json or model_sha256 differ from the first input's, when a unit key occurs in two
-// inputs, or for any input that cannot be opened.
-void merge_results(const std::vector<std::string>& inputs, const std::string& output);
+// inputs, or for any input that cannot be opened; and, unless `allow_mixed_commits`, when
+// runs that hold units were made by different kvbench commits (git_sha): a table of one
+// sweep should be one code's.
+void merge_results(const std::vector<std::string>& inputs, const std::string& output,
+                   bool allow_mixed_commits = false);
 
 }  // namespace kvbench

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/input_error.h"
+#include "reports/leaderboard.h"
 #include "results/results_db.h"
 #include "tests/gguf_writer.h"
 
@@ -713,6 +714,39 @@ TEST_CASE("results db: merge refuses different configs or models, leaves no outp
   CHECK_FALSE(exists(out));
   CHECK_FALSE(exists(out + "-wal"));
   CHECK_FALSE(exists(out + "-shm"));
+}
+
+TEST_CASE("results db: merge refuses shards of two commits unless told, and the report lists them",
+          "[results]") {
+  const std::string a = temp_path("commit_a.db");
+  const std::string b = temp_path("commit_b.db");
+  make_shard(a, {"a1", "a2"});  // commit deadbeef
+  {
+    auto db = ResultsDb::open(b);
+    RunRecord run = make_run();
+    run.git_sha = "c0ffee123456-dirty";
+    const int64_t id = db->begin_run(run);
+    db->write_unit(id, make_unit("b1", "m-b1", 2));
+    db->finish_run(id);
+    // A later resume with nothing to run: an empty run of a third commit, which holds no
+    // unit and so does not count.
+    RunRecord later = make_run();
+    later.git_sha = "feedface";
+    db->finish_run(db->begin_run(later));
+  }
+  const std::string out = temp_path("commit_out.db");
+  require_merge_error({a, b}, out, {b + ": run 1", "c0ffee123456-dirty", a + "'s by deadbeef",
+                                    "--allow-mixed-commits"});
+  CHECK_FALSE(exists(out));
+  merge_results({a, b}, out, /*allow_mixed_commits=*/true);
+  const auto runs = ResultsDb::open(out, true)->runs();
+  REQUIRE(runs.size() == 3);
+  CHECK(runs[0].units == 2);
+  CHECK(runs[1].units == 1);
+  CHECK(runs[2].units == 0);
+  const std::string md = render_leaderboard_markdown(runs, {});
+  CHECK(md.find("- git sha: MIXED: c0ffee123456-dirty (1 unit), deadbeef (2 units)\n") !=
+        std::string::npos);
 }
 
 TEST_CASE("results db: merge refuses a unit key in two inputs", "[results]") {

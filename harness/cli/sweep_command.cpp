@@ -418,13 +418,17 @@ void add_sweep_command(CLI::App& app, ModelOptions& model) {
   struct MergeArgs {
     std::vector<std::string> inputs;
     std::string output;
+    bool allow_mixed_commits = false;
   };
   auto merge = std::make_shared<MergeArgs>();
   CLI::App* m = app.add_subcommand("merge", "Join the results dbs of a sweep's shards into one");
   m->add_option("inputs", merge->inputs, "Shard dbs")->required();
   m->add_option("-o,--output", merge->output, "The merged db (must not exist)")->required();
+  m->add_flag("--allow-mixed-commits", merge->allow_mixed_commits,
+              "Merge shards made by different kvbench commits (refused by default: one table, "
+              "one code); the report then lists each commit with its units");
   m->callback([merge] {
-    merge_results(merge->inputs, merge->output);
+    merge_results(merge->inputs, merge->output, merge->allow_mixed_commits);
     std::printf("merge: %zu dbs into %s\n", merge->inputs.size(), merge->output.c_str());
   });
 }
