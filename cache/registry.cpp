@@ -395,9 +395,17 @@ ResolvedSpec resolve_method_spec(const std::string& text) {
     const MethodInfo* info = find_method(component.name);
     if (!info) {
       std::vector<std::string> names;
-      for (const auto& m : method_registry()) names.push_back(m.name);
-      fail_spec(text,
-                "unknown method '" + component.name + "' (methods: " + join_names(names) + ")");
+      bool any_plugin = false;
+      for (const auto& m : method_registry()) {
+        names.push_back(m.name);
+        any_plugin = any_plugin || !m.plugin.empty();
+      }
+      // A method of the user's own is most often a plugin that was not given.
+      fail_spec(text, "unknown method '" + component.name + "': not built in" +
+                          (any_plugin ? " nor in the plugins loaded"
+                                      : ", and no plugin was loaded (--plugin FILE, or the "
+                                        "config's \"plugins\")") +
+                          " (methods: " + join_names(names) + ")");
     }
     MethodParams params;
     for (const auto& [key, value] : component.params) {

@@ -24,7 +24,7 @@ class ScorerPolicy : public TokenPolicy {
         allocation_(std::move(allocation)),
         limits_(budget_from(params), shape.n_layers),
         window_(params.get_int("window")),
-        sinks_(params.get_int("sinks")),
+        sinks_(params.get_int("sink")),
         n_layers_(shape.n_layers),
         windows_(shape.n_layers, window_) {}
 
@@ -112,10 +112,17 @@ MethodInfo scorer_method(ScorerMethod method) {
   info.params.push_back(int_param("window", method.window, 0, kMaxTokens,
                                   "the last context queries handed to the scorer; their own "
                                   "tokens are always kept"));
-  info.params.push_back(
-      int_param("sinks", 0, 0, kMaxTokens, "the first tokens of the context, always kept"));
+  info.params.push_back(int_param("sink", 0, 0, kMaxTokens,
+                                  "the first tokens of the context (attention sinks), always "
+                                  "kept; 0 by default, as kvpress's ScorerPress"));
   for (const ParamInfo& p : method.params) info.params.push_back(p);
-  info.check = check_window_in_budget;
+  // The budget checked as the built-ins check it (budget and ratio not both, the window
+  // inside the budget), then the method's own parameters.
+  info.check = [check = method.check](const MethodParams& params) {
+    check_budget(params);
+    check_window_in_budget(params);
+    if (check) check(params);
+  };
   auto shared = std::make_shared<const ScorerMethod>(std::move(method));
   info.make_policy = [shared](const MethodParams& params, const KvShape& shape) {
     return std::unique_ptr<TokenPolicy>(new ScorerPolicy(shared, params, shape, nullptr));

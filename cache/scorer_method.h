@@ -1,6 +1,6 @@
 // The short path to a method, as kvpress's ScorerPress: a function that scores every stored
 // token of a layer per KV head once the shared context is in. kvbench does the rest, as for
-// its own methods: the budget (budget= tokens or ratio=), the observation window and sinks
+// its own methods: the budget (budget= tokens or ratio=), the observation window and sink
 // kept whole, GQA (the scores are per KV head, what the cache stores), the retain plan,
 // per-head allocation in front (adakv+<name>), a storage method behind (<name>+kivi), the
 // shared prefill, the host wrapping on --device cuda, and the bytes. Knorm in this form:
@@ -23,7 +23,7 @@ struct ScorerInput {
   // The layer's whole context: keys (RoPE applied), values and positions of kv.n_tokens slots
   // per KV head, in position order.
   const DenseKv* kv = nullptr;
-  // The method's parameters: its own, and budget, ratio, window and sinks.
+  // The method's parameters: its own, and budget, ratio, window and sink.
   const MethodParams* params = nullptr;
   // The observation window's queries (the last `window` context rows, RoPE applied; no
   // output): n_queries 0 when the window is 0.
@@ -42,15 +42,19 @@ struct ScorerMethod {
   std::string summary;
   std::string paper;
   std::vector<std::string> choices;  // where it departs from its authors' code
-  std::vector<ParamInfo> params;     // its own; budget, ratio, window and sinks are added
+  std::vector<ParamInfo> params;     // its own; budget, ratio, window and sink are added
   int64_t window = 0;  // default of `window`: the last context queries handed to the scorer,
                        // whose own tokens are always kept (SnapKV's 32; 0: none)
   bool window_attention = false;  // hand the scorer the window's attention too
   TokenScorer score;
+  // Checks the method's own parameters when a spec is resolved, before any work (each given
+  // value is already in its ParamInfo's range): throw InputError for a combination it
+  // cannot run. Optional; budget and window are checked by kvbench.
+  std::function<void(const MethodParams& params)> check;
 };
 
 // The method's MethodInfo: an eviction method that compresses each layer once, at the end
-// of the shared context, keeping per KV head the `sinks` first and `window` last tokens and
+// of the shared context, keeping per KV head the `sink` first and `window` last tokens and
 // the best-scored rest up to the budget (tokens after the context are appended whole).
 MethodInfo scorer_method(ScorerMethod method);
 

@@ -6,14 +6,18 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "cache/plugin_api.h"
 #include "cache/registry.h"
 #include "cache_feed.h"
 #include "cli_run.h"
@@ -73,8 +77,10 @@ TEST_CASE("plugins: every bad plugin is one line naming it, exit 2, and no db", 
       {temp_path("no_such_plugin.so"), "no such file"},
       {not_so, "not a loadable shared object"},
       {test_plugin("no_entry"), "no entry point kvbench_plugin_register"},
-      {test_plugin("bad_version"), "built for plugin interface version 2, this kvbench has "
-                                   "version 1; rebuild it"},
+      {test_plugin("bad_version"),
+       "built for plugin interface version " + std::to_string(KVBENCH_PLUGIN_INTERFACE_VERSION + 1) +
+           ", this kvbench has version " + std::to_string(KVBENCH_PLUGIN_INTERFACE_VERSION) +
+           "; rebuild it"},
       {test_plugin("clash"), "method 'knorm' is already registered (built into kvbench)"},
       {test_plugin("throws"), "registration failed: out of coffee"},
   };
@@ -152,14 +158,20 @@ TEST_CASE("plugins: the example's Knorm keeps, scores and holds what the built-i
   }
 }
 
-TEST_CASE("plugins: a scorer method composes, keeps its window and sinks, and lists", "[unit]") {
+TEST_CASE("plugins: a scorer method composes, keeps its window and sink, and lists", "[unit]") {
   load_plugin(kExample);
   const KvShape shape{3, 2, 32};
   const int32_t n_heads = 4;
   std::mt19937 rng(7);
   const testing::Chunk context = testing::random_chunk(64, shape, n_heads, rng);
-  // value_attention: the last 8 (the window) and the first 4 (sinks) in every head.
-  KvCache cache = make_cache("value_attention:budget=24,window=8,sinks=4", shape);
+  // The budget is checked as a built-in method's: budget and ratio together are refused
+  // (the ratio won silently before), as is a window larger than the budget.
+  for (const char* bad : {"value_attention:budget=24,ratio=0.5", "value_attention:budget=4,window=8"}) {
+    INFO(bad);
+    CHECK_THROWS_AS(kvbench::resolve_method_spec(bad), kvbench::InputError);
+  }
+  // value_attention: the last 8 (the window) and the first 4 (sink) in every head.
+  KvCache cache = make_cache("value_attention:budget=24,window=8,sink=4", shape);
   testing::feed(cache, n_heads, context);
   cache.end_context();
   for (int32_t l = 0; l < shape.n_layers; ++l) {
@@ -218,7 +230,7 @@ TEST_CASE("plugins: a sweep with a plugin method resumes, equals the built-in, a
       sql_text(db, rows + "knorm:budget=48,skip=1' ORDER BY sample_id, turn)");
   CHECK_FALSE(builtin.empty());
   CHECK(builtin ==
-        sql_text(db, rows + "example_knorm:budget=48,window=0,sinks=0,skip=1' ORDER BY "
+        sql_text(db, rows + "example_knorm:budget=48,window=0,sink=0,skip=1' ORDER BY "
                             "sample_id, turn)"));
   CHECK(sql_text(db, "SELECT config_json FROM runs").find(
             "\"plugins\":[{\"file\":\"libexample_methods.so\",\"sha256\":\"" +
@@ -329,4 +341,71 @@ TEST_CASE("plugins: a plugin that fails inside a unit is named, exit 2, the unit
     CHECK(last.find("libtest_plugin_fails_in_unit.so") != std::string::npos);
     CHECK(sql_text(db, "SELECT count(*) FROM units WHERE method = 'failing_reader'") == "0");
   }
+}
+
+namespace {
+
+// A header's declarations as a plugin compiles them: comments dropped, whitespace runs made
+// one space, and the line that records the hash itself left out.
+std::string declarations(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size();) {
+    if (text.compare(i, 2, "//") == 0) {
+      i = text.find('\n', i);
+      if (i == std::string::npos) break;
+    } else if (text.compare(i, 2, "/*") == 0) {
+      const size_t end = text.find("*/", i + 2);
+      i = end == std::string::npos ? text.size() : end + 2;
+    } else if (std::isspace(static_cast<unsigned char>(text[i]))) {
+      if (!out.empty() && out.back() != ' ') out += ' ';
+      ++i;
+    } else {
+      out += text[i++];
+    }
+  }
+  const size_t at = out.find("#define KVBENCH_PLUGIN_INTERFACE_HASH");
+  if (at != std::string::npos) {
+    const size_t close = out.find('"', out.find('"', at) + 1);
+    out.erase(at, close + 1 - at);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("plugins: the interface version moves with the headers a plugin compiles against",
+          "[unit]") {
+  // Every header of the tree that cache/plugin_api.h includes, directly or not: what a plugin
+  // and the kvbench that loads it must agree on. Its hash is recorded beside the version.
+  const std::string root = KVBENCH_SOURCE_DIR;
+  std::set<std::string> seen;
+  std::vector<std::string> todo = {"cache/plugin_api.h"};
+  while (!todo.empty()) {
+    const std::string header = todo.back();
+    todo.pop_back();
+    if (!seen.insert(header).second) continue;
+    std::ifstream in(root + "/" + header);
+    REQUIRE(in.good());
+    for (std::string line; std::getline(in, line);) {
+      const size_t open = line.find("#include \"");
+      if (open == std::string::npos) continue;
+      const size_t start = open + 10, end = line.find('"', start);
+      const std::string included = line.substr(start, end - start);
+      if (std::ifstream(root + "/" + included).good()) todo.push_back(included);
+    }
+  }
+  kvbench::Sha256 hash;
+  for (const std::string& header : seen) {  // sorted: the same order on every machine
+    std::ifstream in(root + "/" + header);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string decl = header + "\n" + declarations(text) + "\n";
+    hash.update(decl.data(), decl.size());
+  }
+  const std::string recorded = KVBENCH_PLUGIN_INTERFACE_HASH;
+  const std::string now = std::to_string(KVBENCH_PLUGIN_INTERFACE_VERSION) + ":" + hash.hex_digest();
+  INFO("the " << seen.size() << " headers a plugin compiles against changed. If a declaration "
+       "a plugin sees changed (a virtual method, a struct's members, a signature), raise "
+       "KVBENCH_PLUGIN_INTERFACE_VERSION in cache/plugin_api.h; then record "
+       "KVBENCH_PLUGIN_INTERFACE_HASH as \"<version>:<the new hash>\" (now " << now << ")");
+  CHECK(recorded == now);
 }

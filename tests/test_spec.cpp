@@ -67,6 +67,7 @@ TEST_CASE("registry rejects unknown methods and parameters of full", "[unit]") {
   CHECK(resolve_method_spec("full").canonical == "full");
   const std::string unknown = error_of("nosuch:budget=3");
   CHECK(unknown.find("unknown method 'nosuch'") != std::string::npos);
+  CHECK(unknown.find("no plugin was loaded") != std::string::npos);
   CHECK(unknown.find("full") != std::string::npos);  // lists what exists
   CHECK(error_of("full:budget=1").find("method 'full' has no parameter 'budget' (it takes none)") !=
         std::string::npos);
