@@ -13,7 +13,9 @@
 #
 # Environment: MODEL (qwen2.5-0.5b), THREADS (2), TASK (retr_kv), CONTEXT (512), USERS (16),
 # TURNS (2), LEVELS ("1 2 4 8 16"), METHODS (the kvbench methods), POOL_MIB (384), POOL_CONTEXT
-# (3900), POOL_USERS (16), POOL_MODEL (MODEL), SKIP_POOL=1 to leave the pool experiment out,
+# (3900), POOL_USERS (16), POOL_MODEL (MODEL), POOL_FLAGS (kvbench model flags for the pool
+# runs, e.g. "--prefill-activations int8": the bytes held do not depend on them), SKIP_POOL=1
+# to leave the pool experiment out,
 # LLAMA_RUNS ("cache-prompt no-cache-prompt"; " " for none). A method written METHOD@int8
 # runs with --prefill-activations int8 --decode-activations int8 (llama.cpp's rounding).
 set -euo pipefail
@@ -119,8 +121,9 @@ if [ "${SKIP_POOL:-0}" != 1 ]; then
   for method in full kivi:bits=4; do
     has_label "pool $pool_mib MiB: kvbench serve $method" && continue
     port=$((port + 1))
-    "$kvbench" --model "$pool_gguf" --threads "$threads" serve --port "$port" --method "$method" \
-      --max-seqs 64 --kv-pool-mib "$pool_mib" > "$out/kvbench-serve-pool.log" 2>&1 &
+    read -r -a pool_flags <<< "${POOL_FLAGS:-}"
+    "$kvbench" --model "$pool_gguf" --threads "$threads" "${pool_flags[@]}" serve --port "$port" \
+      --method "$method" --max-seqs 64 --kv-pool-mib "$pool_mib" > "$out/kvbench-serve-pool.log" 2>&1 &
     server_pid=$!
     wait_ready
     "$kvbench" --model "$pool_gguf" load --endpoint "http://127.0.0.1:$port" \
