@@ -392,6 +392,58 @@ KVBENCH_PREFILL_GEMM(q6_k_896x4864, BlockFormat::Q6_K, 896, 4864);
 KVBENCH_PREFILL_GEMM(q4_k_896x4864, BlockFormat::Q4_K, 896, 4864);
 KVBENCH_PREFILL_GEMM(q4_1_1536x576, BlockFormat::Q4_1, 1536, 576);
 
+// Decode-shaped products, the weights streamed from DRAM (copies rotated past the L3): the
+// int8 row kernels on the GGUF blocks (arg 1 = 0, block_matmul_q8) against the int8 GEMM on
+// the repacked codes (1, gemm_q8: 1.25 bytes a weight where Q5_0 has 0.69), for n x rows
+// (arg 0: 1, one sequence; 8, a decode batch). GB/s counts the GGUF blocks' bytes for both,
+// so the two read as tokens per second would.
+void BM_DecodeGemm(benchmark::State& state, BlockFormat f, int64_t rows, int64_t cols) {
+  const int64_t n = state.range(0);
+  const bool packed = state.range(1) != 0;
+  const int64_t block_bytes = kvbench::block_format_bytes(f);
+  const int64_t row_bytes = cols / kvbench::block_format_elements(f) * block_bytes;
+  const int64_t bytes = rows * row_bytes;
+  const int64_t copies = copies_for(packed ? bytes * 2 : bytes);
+  std::vector<std::vector<uint8_t>> blocks(copies);
+  std::vector<kvbench::PackedQ8Matrix> packs;
+  std::mt19937 rng(5);
+  for (auto& w : blocks) {
+    w.resize(bytes);
+    for (auto& byte : w) byte = static_cast<uint8_t>(rng());
+    const uint16_t scale = 0x2C00;
+    for (int64_t b = 0; b < bytes / block_bytes; ++b) {
+      for (int64_t at : fp16_fields(f)) std::memcpy(w.data() + b * block_bytes + at, &scale, 2);
+    }
+    if (packed) packs.push_back(kvbench::pack_q8(BlockMatrix{w.data(), f, rows, cols, row_bytes}));
+  }
+  if (packed) blocks.clear();  // only the packed copies are read
+  const auto x = random_floats(n * cols, 7);
+  std::vector<float> y(n * rows);
+  kvbench::Q8Activations xq;
+  size_t c = 0;
+  for (auto _ : state) {
+    kvbench::quantize_activations_q8(x.data(), n, cols, &xq);
+    if (packed) {
+      kvbench::gemm_q8(packs[c], xq, y.data());
+    } else {
+      kvbench::block_matmul_q8(BlockMatrix{blocks[c].data(), f, rows, cols, row_bytes}, xq,
+                               y.data());
+    }
+    c = (c + 1) % static_cast<size_t>(copies);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(bytes) * state.iterations(),
+                                              benchmark::Counter::kIsRate,
+                                              benchmark::Counter::kIs1000);
+  state.SetLabel(packed ? "gemm_q8" : "block_matmul_q8");
+}
+BENCHMARK_CAPTURE(BM_DecodeGemm, q5_0_4864x896, BlockFormat::Q5_0, 4864, 896)
+    ->ArgsProduct({{1, 8}, {0, 1}})->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_DecodeGemm, q4_k_896x4864, BlockFormat::Q4_K, 896, 4864)
+    ->ArgsProduct({{1, 8}, {0, 1}})->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_DecodeGemm, q6_k_896x4864, BlockFormat::Q6_K, 896, 4864)
+    ->ArgsProduct({{1, 8}, {0, 1}})->UseRealTime()->Unit(benchmark::kMicrosecond);
+
 // ---- KIVI (issue 7) -----------------------------------------------------------------------
 
 // One layer of KIVI storage in SmolLM2's shape: n_blocks blocks of 32 slots at `bits`, then a

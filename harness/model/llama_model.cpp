@@ -573,6 +573,7 @@ HostWeights host_weights(const std::vector<Layer>& layers, const std::vector<flo
 
 std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, ModelDevice device,
                                              ModelDtype dtype) {
+  use_openmp_threads_only();
   if (dtype != ModelDtype::Fp32 && device != ModelDevice::Cuda) {
     throw InputError(std::string("--dtype ") + dtype_name(dtype) +
                      ": runs only with --device cuda (the CPU forward is fp32)");
@@ -684,7 +685,7 @@ void LlamaModel::set_prefill_activations(Activations activations) {
                      ": runs only on the CPU (the GPU forward rounds by --dtype)");
   }
   if (activations == Activations::Int8) {
-    // Repacked once, at about 1.1 bytes a weight beside the fp32 copy's 4.
+    // Repacked once: 1.25 bytes a weight (1.5 for Q6_K) beside the fp32 copy's 4.
     for (Layer& layer : impl_->layers) {
       for (Linear* linear : {&layer.q, &layer.k, &layer.v, &layer.o, &layer.gate, &layer.up,
                              &layer.down}) {

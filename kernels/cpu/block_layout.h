@@ -46,6 +46,21 @@ inline void q4_k_scale_min(int j, const uint8_t* s, int* scale, int* min) {
   }
 }
 
+// All eight (scale, min) pairs of a Q4_K super-block at once, as q4_k_scale_min gives them one
+// by one: byte j of *scales and *mins is sub-block j's. Word-wise on the 12 bytes (w0, w1,
+// w2 little-endian), for the decode kernels: scales 0-3 are w0's low six bits and mins 0-3
+// w1's; scales 4-7 are w2's low nibbles with w0's top two bits above them, mins 4-7 w2's
+// high nibbles with w1's top two bits.
+inline void q4_k_scales_mins(const uint8_t* s, uint64_t* scales, uint64_t* mins) {
+  uint32_t w[3];
+  std::memcpy(w, s, sizeof(w));
+  const uint32_t six = 0x3F3F3F3F, four = 0x0F0F0F0F, two = 0x03030303;
+  const uint32_t scales_hi = (w[2] & four) | (((w[0] >> 6) & two) << 4);
+  const uint32_t mins_hi = ((w[2] >> 4) & four) | (((w[1] >> 6) & two) << 4);
+  *scales = (w[0] & six) | (static_cast<uint64_t>(scales_hi) << 32);
+  *mins = (w[1] & six) | (static_cast<uint64_t>(mins_hi) << 32);
+}
+
 // Q6_K super-block layout (block_q6_K): 128 bytes ql, 64 bytes qh, 16 int8 scales, fp16 d.
 // Element 128 h + 32 g + l (g, l < 32) has low four bits in ql[64 h + 32 (g % 2) + l]
 // (low nibble for g < 2, high for g >= 2), top two bits at bit 2 g of qh[32 h + l], and

@@ -154,13 +154,15 @@ void row_dot_q4_k(const uint8_t* w, int64_t nb, const float* const* xs, const fl
     const uint8_t* blk = w + s * kQ4_KBytes;
     const float d = half_to_float(load_u16(blk));
     const float dmin = half_to_float(load_u16(blk + 2));
+    uint64_t scales, mins;
+    q4_k_scales_mins(blk + kQ4_KScales, &scales, &mins);
     for (int pair = 0; pair < kSuper / 64; ++pair) {
       const __m256i raw =
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ4_KQs + 32 * pair));
       for (int half = 0; half < 2; ++half) {
         const int j = 2 * pair + half;
-        int sc, mn;
-        q4_k_scale_min(j, blk + kQ4_KScales, &sc, &mn);
+        const auto sc = static_cast<int>((scales >> (8 * j)) & 0xFF);
+        const auto mn = static_cast<int>((mins >> (8 * j)) & 0xFF);
         const __m256 dv = _mm256_set1_ps(d * static_cast<float>(sc));
         const float offset = -dmin * static_cast<float>(mn);
         __m256 q[4];

@@ -55,12 +55,16 @@ inline __m256i dot_i8_i8(__m256i a, __m256i b) {
   return dot_u8_i8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
 }
 
-// The 32-element formats: value = code * d (+ m for Q4_1 and Q5_1, whose codes stay
-// unsigned), so a block contributes d dx sum(code * xcode) (+ m dx sum(xcode)).
+// The 32-element formats: value = code * d + m, the codes unsigned (m = -8 d for Q4_0 and
+// -16 d for Q5_0, whose codes are q - 8 and q - 16), so a block contributes
+// d dx sum(code * xcode) + m dx sum(xcode); Q8_0's codes are signed and have no m. Unsigned
+// codes go straight into the u8 x i8 dot product, without moving signs.
 template <BlockFormat F, int NX>
 void row_dot(const uint8_t* w, int64_t nb, const Q8Row* xs, float* y) {
   constexpr int64_t bytes = block_format_bytes(F);
   constexpr bool has_min = F == BlockFormat::Q4_1 || F == BlockFormat::Q5_1;
+  constexpr float zero = F == BlockFormat::Q4_0 ? 8.0f : F == BlockFormat::Q5_0 ? 16.0f : 0.0f;
+  constexpr bool unsigned_codes = F != BlockFormat::Q8_0;
   __m256 even[NX], odd[NX];
   float offset_sum[NX];
   for (int x = 0; x < NX; ++x) {
@@ -71,23 +75,21 @@ void row_dot(const uint8_t* w, int64_t nb, const Q8Row* xs, float* y) {
     const uint8_t* blk = w + b * bytes;
     prefetch_ahead(blk, bytes);
     const float d = half_to_float(load_u16(blk));
-    const float m = has_min ? half_to_float(load_u16(blk + 2)) : 0.0f;
-    __m256i codes;  // signed where the format has no min
+    const float m = has_min ? half_to_float(load_u16(blk + 2)) : -zero * d;
+    __m256i codes;
     if constexpr (F == BlockFormat::Q8_0) {
       codes = load_bytes(blk + 2);
     } else if constexpr (F == BlockFormat::Q4_0 || F == BlockFormat::Q4_1) {
       codes = q4_codes(blk + (has_min ? 4 : 2));
-      if constexpr (!has_min) codes = _mm256_sub_epi8(codes, _mm256_set1_epi8(8));
     } else {
       codes = q5_codes(blk + (has_min ? 4 : 2));
-      if constexpr (!has_min) codes = _mm256_sub_epi8(codes, _mm256_set1_epi8(16));
     }
     for (int x = 0; x < NX; ++x) {
       const __m256i xq = load_bytes(xs[x].codes + b * kBlock);
-      const __m256i dot = has_min ? dot_u8_i8(codes, xq) : dot_i8_i8(codes, xq);
+      const __m256i dot = unsigned_codes ? dot_u8_i8(codes, xq) : dot_i8_i8(codes, xq);
       const float dx = xs[x].scales[b];
       acc[x] = _mm256_fmadd_ps(_mm256_set1_ps(d * dx), _mm256_cvtepi32_ps(dot), acc[x]);
-      if constexpr (has_min) offset_sum[x] += m * dx * static_cast<float>(xs[x].sums[b]);
+      if constexpr (unsigned_codes) offset_sum[x] += m * dx * static_cast<float>(xs[x].sums[b]);
     }
   };
   // Two accumulator sets, named rather than indexed by b so that they stay in registers.
@@ -114,12 +116,13 @@ void row_dot_q4_k(const uint8_t* w, int64_t nb, const Q8Row* xs, float* y) {
     prefetch_ahead(blk, kQ4_KBytes);
     const __m256 d = _mm256_set1_ps(half_to_float(load_u16(blk)));
     const __m256 minus_dmin = _mm256_set1_ps(-half_to_float(load_u16(blk + 2)));
-    alignas(32) int32_t sc[kSubBlocks], mn[kSubBlocks];
-    for (int j = 0; j < kSubBlocks; ++j) q4_k_scale_min(j, blk + kQ4_KScales, &sc[j], &mn[j]);
-    const __m256 scales = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_load_si256(
-                                               reinterpret_cast<const __m256i*>(sc))));
-    const __m256 mins = _mm256_mul_ps(minus_dmin, _mm256_cvtepi32_ps(_mm256_load_si256(
-                                                      reinterpret_cast<const __m256i*>(mn))));
+    uint64_t sc, mn;
+    q4_k_scales_mins(blk + kQ4_KScales, &sc, &mn);
+    const auto widen = [](uint64_t bytes) {
+      return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(bytes))));
+    };
+    const __m256 scales = _mm256_mul_ps(d, widen(sc));
+    const __m256 mins = _mm256_mul_ps(minus_dmin, widen(mn));
     const int64_t b0 = s * kSubBlocks;
     alignas(32) float scale_x[NX][kSubBlocks];  // d * scale_j * dx_j
     for (int x = 0; x < NX; ++x) {
@@ -254,6 +257,10 @@ void block_matmul_q8_avx2(const BlockMatrix& w, const Q8Activations& x, float* y
 
 }  // namespace
 
+// GCC 12's AVX-512 intrinsics pass self-initialized "undefined" vectors that its own
+// -Wmaybe-uninitialized then reports.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 void quantize_activations_q8(const float* x, int64_t n, int64_t cols, Q8Activations* out) {
   assert(cols % kBlock == 0);
   const int64_t nb = n * cols / kBlock;
@@ -297,6 +304,7 @@ void quantize_activations_q8(const float* x, int64_t n, int64_t cols, Q8Activati
 #endif
   }
 }
+#pragma GCC diagnostic pop
 
 void block_matmul_q8(const BlockMatrix& w, const Q8Activations& x, float* y) {
   assert(w.format != BlockFormat::F32 && x.cols == w.cols);

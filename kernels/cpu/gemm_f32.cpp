@@ -7,7 +7,6 @@
 #include <algorithm>
 
 namespace kvbench {
-namespace {
 
 // One threading layer: OpenBLAS runs single-threaded and GEMMs are split over OpenMP
 // threads, like every other kernel: two pools (OpenBLAS pthreads and OpenMP) spinning in
@@ -23,8 +22,6 @@ void use_openmp_threads_only() {
   }();
   (void)done;
 }
-
-}  // namespace
 
 void gemm_f32(const float* x, int64_t n, const float* w, int64_t rows, int64_t cols, float* y) {
   use_openmp_threads_only();

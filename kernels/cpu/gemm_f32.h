@@ -7,6 +7,10 @@
 
 namespace kvbench {
 
+// OpenBLAS single-threaded, once per process: every BLAS call (this one, the emulated
+// cuBLAS's) runs inside OpenMP's threads instead of a second pool spinning beside them.
+void use_openmp_threads_only();
+
 // y [n, rows] = x [n, cols] times w [rows, cols]^T.
 void gemm_f32(const float* x, int64_t n, const float* w, int64_t rows, int64_t cols, float* y);
 

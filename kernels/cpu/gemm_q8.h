@@ -33,9 +33,6 @@ struct PackedQ8Matrix {
 
   bool empty() const { return rows == 0; }
   int64_t tiles() const { return (rows + kQ8TileRows - 1) / kQ8TileRows; }
-  int64_t bytes() const {
-    return static_cast<int64_t>(codes.size() + 4 * (scales.size() + offsets.size()));
-  }
 };
 
 // W's blocks repacked; every format but F32. Threads over tiles.
