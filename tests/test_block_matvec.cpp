@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "harness/model/dequant.h"
+#include "kernels/cpu/block_layout.h"
 #include "kernels/cpu/block_matvec.h"
 #include "kernels/cpu/block_matvec_q8.h"
 #include "kernels/cpu/gemm_q8.h"
@@ -425,6 +426,22 @@ TEST_CASE("gemm_q8 is W times x's int8 rounding, the same floats as its referenc
           }
         }
       }
+    }
+  }
+}
+
+TEST_CASE("q4_k_scales_mins unpacks every pair as q4_k_scale_min does", "[unit]") {
+  std::mt19937 rng(17);
+  for (int trial = 0; trial < 20000; ++trial) {
+    uint8_t s[12];
+    for (auto& b : s) b = static_cast<uint8_t>(rng());
+    uint64_t scales, mins;
+    kvbench::block_layout::q4_k_scales_mins(s, &scales, &mins);
+    for (int j = 0; j < 8; ++j) {
+      int scale, min;
+      kvbench::block_layout::q4_k_scale_min(j, s, &scale, &min);
+      CHECK(static_cast<int>((scales >> (8 * j)) & 0xFF) == scale);
+      CHECK(static_cast<int>((mins >> (8 * j)) & 0xFF) == min);
     }
   }
 }
