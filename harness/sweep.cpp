@@ -373,8 +373,9 @@ SweepProgress run_sweep(const SweepModel& source, const SweepConfig& config, con
 std::string run_config_json(const SweepConfig& config, ModelDtype dtype,
                             CpuActivations activations) {
   const std::string canonical = canonical_config_json(config);
-  // The plugins the sweep's methods come from, by file name and sha256: a rebuilt plugin
-  // is another method, so a db of the old one refuses to resume with it.
+  // The plugins the sweep's methods come from, by sha256 (the file name kept for the report;
+  // a resume or merge compares the bytes alone, results/run_identity.h): a rebuilt plugin is
+  // another method, so a db of the old one refuses to resume with it.
   std::map<std::string, std::string> plugins;  // sha256 -> file
   for (const SweepMethod& m : sweep_methods(config)) {
     for (const auto& [info, params] : resolve_method_spec(m.spec).components) {
