@@ -34,7 +34,7 @@ def rows(method):
         "first_token_kl, top1_agreement FROM results WHERE method = ? ORDER BY sample_id, turn",
         (method,)).fetchall()
 builtin = rows("knorm:ratio=0.5,skip=2")
-plugin = rows("example_knorm:ratio=0.5,window=0,sinks=0,skip=2")
+plugin = rows("example_knorm:ratio=0.5,window=0,sink=0,skip=2")
 if not builtin or builtin != plugin:
     sys.exit("plugin example: example_knorm's rows differ from knorm's:\n%r\n%r" % (builtin, plugin))
 print("plugin example: example_knorm equals the built-in knorm on %d turns "
