@@ -239,6 +239,25 @@ std::vector<int64_t> fp16_fields(BlockFormat f) {
   }
 }
 
+// A weight matrix [rows, cols] in format f: random bytes with fp16 0.0625 in every d (and
+// m, dmin) field, so every block decodes to finite values; F32 as random floats.
+std::vector<uint8_t> random_blocks(BlockFormat f, int64_t rows, int64_t cols, std::mt19937& rng) {
+  const int64_t block_bytes = kvbench::block_format_bytes(f);
+  const int64_t bytes = rows * (cols / kvbench::block_format_elements(f) * block_bytes);
+  std::vector<uint8_t> w(bytes);
+  if (f == BlockFormat::F32) {
+    const auto values = random_floats(rows * cols, static_cast<uint32_t>(rng()));
+    std::memcpy(w.data(), values.data(), bytes);
+    return w;
+  }
+  for (auto& byte : w) byte = static_cast<uint8_t>(rng());
+  const uint16_t scale = 0x2C00;
+  for (int64_t b = 0; b < bytes / block_bytes; ++b) {
+    for (int64_t at : fp16_fields(f)) std::memcpy(w.data() + b * block_bytes + at, &scale, 2);
+  }
+  return w;
+}
+
 // y[n, rows] = x[n, cols] W^T with W streamed from memory: GB/s of weight bytes.
 // Args: n (x rows), W streamed (1) or cache-resident (0), x as fp32 (0) or int8 (1).
 void BM_BlockMatmul(benchmark::State& state, BlockFormat f, int64_t rows, int64_t cols) {
@@ -249,19 +268,7 @@ void BM_BlockMatmul(benchmark::State& state, BlockFormat f, int64_t rows, int64_
   const int64_t n_copies = copies_for(bytes, state.range(1) != 0);
   std::vector<std::vector<uint8_t>> weights(n_copies);
   std::mt19937 rng(5);
-  for (auto& w : weights) {
-    w.resize(bytes);
-    if (f == BlockFormat::F32) {
-      const auto values = random_floats(rows * cols, static_cast<uint32_t>(rng()));
-      std::memcpy(w.data(), values.data(), bytes);
-      continue;
-    }
-    for (auto& byte : w) byte = static_cast<uint8_t>(rng());
-    const uint16_t scale = 0x2C00;  // fp16 0.0625 in every d (and m, dmin) field
-    for (int64_t b = 0; b < bytes / block_bytes; ++b) {
-      for (int64_t at : fp16_fields(f)) std::memcpy(w.data() + b * block_bytes + at, &scale, 2);
-    }
-  }
+  for (auto& w : weights) w = random_blocks(f, rows, cols, rng);
   const auto x = random_floats(n * cols, 7);
   std::vector<float> y(n * rows);
   const bool int8_activations = state.range(2) != 0;
@@ -351,13 +358,8 @@ void BM_PrefillGemm(benchmark::State& state, BlockFormat f, int64_t rows, int64_
   const bool int8 = state.range(1) != 0;
   const int64_t block_bytes = kvbench::block_format_bytes(f);
   const int64_t row_bytes = cols / kvbench::block_format_elements(f) * block_bytes;
-  std::vector<uint8_t> blocks(rows * row_bytes);
   std::mt19937 rng(5);
-  for (auto& byte : blocks) byte = static_cast<uint8_t>(rng());
-  const uint16_t scale = 0x2C00;  // fp16 0.0625 in every d (and m, dmin) field
-  for (int64_t b = 0; b < rows * row_bytes / block_bytes; ++b) {
-    for (int64_t at : fp16_fields(f)) std::memcpy(blocks.data() + b * block_bytes + at, &scale, 2);
-  }
+  const std::vector<uint8_t> blocks = random_blocks(f, rows, cols, rng);
   const kvbench::PackedQ8Matrix packed =
       int8 ? kvbench::pack_q8(BlockMatrix{blocks.data(), f, rows, cols, row_bytes})
            : kvbench::PackedQ8Matrix{};
@@ -408,12 +410,7 @@ void BM_DecodeGemm(benchmark::State& state, BlockFormat f, int64_t rows, int64_t
   std::vector<kvbench::PackedQ8Matrix> packs;
   std::mt19937 rng(5);
   for (auto& w : blocks) {
-    w.resize(bytes);
-    for (auto& byte : w) byte = static_cast<uint8_t>(rng());
-    const uint16_t scale = 0x2C00;
-    for (int64_t b = 0; b < bytes / block_bytes; ++b) {
-      for (int64_t at : fp16_fields(f)) std::memcpy(w.data() + b * block_bytes + at, &scale, 2);
-    }
+    w = random_blocks(f, rows, cols, rng);
     if (packed) packs.push_back(kvbench::pack_q8(BlockMatrix{w.data(), f, rows, cols, row_bytes}));
   }
   if (packed) blocks.clear();  // only the packed copies are read

@@ -1295,11 +1295,7 @@ void merge_results(const std::vector<std::string>& inputs, const std::string& ou
     std::optional<std::pair<std::string, std::string>> first_commit;  // (git_sha, path)
     for (const Input& input : in) {
       for (const RunRecord& run : input.runs) {
-        const bool holds_units = std::any_of(input.units.begin(), input.units.end(),
-                                             [&run](const StoredUnit& su) {
-                                               return su.unit.run_id == run.id;
-                                             });
-        if (!holds_units) continue;
+        if (run.units == 0) continue;
         if (!first_commit) {
           first_commit.emplace(run.git_sha, input.path);
         } else if (run.git_sha != first_commit->first) {

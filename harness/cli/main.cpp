@@ -110,8 +110,9 @@ void check_dtype_option(const ModelOptions& options) {
 
 std::unique_ptr<LlamaModel> load_model(const std::string& path, const ModelOptions& options) {
   auto model = LlamaModel::load(path, model_device(options), model_dtype(options));
-  model->set_decode_activations(cpu_activations(options).decode);
-  model->set_prefill_activations(cpu_activations(options).prefill);
+  const CpuActivations activations = cpu_activations(options);
+  model->set_decode_activations(activations.decode);
+  model->set_prefill_activations(activations.prefill);
   return model;
 }
 

@@ -669,21 +669,27 @@ void LlamaModel::set_head_retrieval(std::vector<float> scores) {
 ModelDevice LlamaModel::device() const { return impl_->device; }
 ModelDtype LlamaModel::dtype() const { return impl_->dtype; }
 
-void LlamaModel::set_decode_activations(Activations activations) {
-  if (activations != Activations::Fp32 && impl_->device != ModelDevice::Cpu) {
-    throw InputError(std::string("--decode-activations ") + activations_name(activations) +
+namespace {
+
+// int8 activations are a CPU path: the GPU forward rounds as --dtype says.
+void require_cpu_for(const char* flag, Activations activations, ModelDevice device) {
+  if (activations != Activations::Fp32 && device != ModelDevice::Cpu) {
+    throw InputError(std::string(flag) + " " + activations_name(activations) +
                      ": runs only on the CPU (the GPU forward rounds by --dtype)");
   }
+}
+
+}  // namespace
+
+void LlamaModel::set_decode_activations(Activations activations) {
+  require_cpu_for("--decode-activations", activations, impl_->device);
   impl_->activations.decode = activations;
 }
 
 Activations LlamaModel::decode_activations() const { return impl_->activations.decode; }
 
 void LlamaModel::set_prefill_activations(Activations activations) {
-  if (activations != Activations::Fp32 && impl_->device != ModelDevice::Cpu) {
-    throw InputError(std::string("--prefill-activations ") + activations_name(activations) +
-                     ": runs only on the CPU (the GPU forward rounds by --dtype)");
-  }
+  require_cpu_for("--prefill-activations", activations, impl_->device);
   if (activations == Activations::Int8) {
     // Repacked once: 1.25 bytes a weight (1.5 for Q6_K) beside the fp32 copy's 4.
     for (Layer& layer : impl_->layers) {
