@@ -57,6 +57,82 @@ std::string unit_key(const Group& group, const std::string& method) {
   return key;
 }
 
+// Every sample of every (task, seed), generated or loaded up front: cheap next to a run,
+// and every bad input fails before anything is written.
+struct TaskSamples {
+  const SweepTask* task;
+  uint64_t seed;
+  std::vector<Sample> samples;
+};
+
+std::vector<TaskSamples> load_task_samples(const SweepModel& source, const SweepConfig& config) {
+  const int64_t window = source.context_length;
+  std::vector<TaskSamples> all;
+  for (const SweepTask& task : config.tasks) {
+    const TaskFormat& format = task_format(task.name);
+    if (format.source == TaskSource::Scbench) {
+      std::vector<Sample> raw = load_samples_jsonl(task.data);
+      if (static_cast<size_t>(config.samples) < raw.size()) raw.resize(config.samples);
+      TaskSamples ts{&task, 0, {}};
+      for (const Sample& s : raw) ts.samples.push_back(format_scbench_sample(task.name, s));
+      all.push_back(std::move(ts));
+      continue;
+    }
+    if (config.context_tokens >= window) {
+      throw InputError("context_tokens " + std::to_string(config.context_tokens) +
+                       " is not shorter than the model's context window of " +
+                       std::to_string(window) + " tokens");
+    }
+    for (uint64_t seed : config.seeds) {
+      GeneratorOptions g;
+      g.task = task.name;
+      g.context_tokens = config.context_tokens;
+      g.turns = config.turns;
+      g.samples = config.samples;
+      g.seed = seed;
+      g.knobs = task.knobs;
+      all.push_back({&task, seed, generate_samples(g, source.tokenizer)});
+    }
+  }
+  return all;
+}
+
+// The sweep's groups in a fixed order: group g belongs to shard g % count.
+std::vector<Group> make_groups(const SweepConfig& config, const std::vector<TaskSamples>& all) {
+  std::vector<Group> groups;
+  for (const TaskSamples& ts : all) {
+    for (const Sample& sample : ts.samples) {
+      for (const std::string& mode : config.modes) {
+        // A multi-turn conversation keeps its cache in the session: no gap applies to it.
+        const std::vector<double> gaps =
+            mode == "multi-request" ? config.turn_gaps_s : std::vector<double>{0};
+        for (const std::string& query : config.query_settings) {
+          for (double gap : gaps) groups.push_back({ts.task, ts.seed, &sample, mode, query, gap});
+        }
+      }
+    }
+  }
+  return groups;
+}
+
+bool in_shard(size_t group, const Shard& shard) {
+  return static_cast<int32_t>(group % static_cast<size_t>(shard.count)) == shard.index;
+}
+
+// Adds n units of group's task to a plan's per-task counts.
+void add_planned(std::vector<PlannedUnits>& planned, const SweepConfig& config, const Group& group,
+                 int64_t n) {
+  const std::string label = group.task->label();
+  auto p = std::find_if(planned.begin(), planned.end(),
+                        [&](const PlannedUnits& u) { return u.task == label; });
+  if (p == planned.end()) {
+    planned.push_back({label, config.context_tokens, config.turns, 0, 0});
+    p = planned.end() - 1;
+  }
+  p->units += n;
+  p->groups += 1;
+}
+
 // CacheStats::tokens_per_head ([n_layers * n_kv_heads], by layer) as one row per layer.
 std::vector<std::vector<int64_t>> head_tokens_by_layer(const CacheStats& stats) {
   std::vector<std::vector<int64_t>> out;
@@ -200,62 +276,13 @@ SweepProgress run_sweep(const SweepModel& source, const SweepConfig& config, con
                         const std::function<void(const SweepProgress&)>& progress,
                         const UnitSink& on_unit) {
   const std::vector<SweepMethod> methods = sweep_methods(config);
-  const int64_t window = source.context_length;
-
-  // Every sample of every (task, seed), generated or loaded up front: cheap next to a run,
-  // and every bad input fails before anything is written.
-  struct TaskSamples {
-    const SweepTask* task;
-    uint64_t seed;
-    std::vector<Sample> samples;
-  };
-  std::vector<TaskSamples> all;
-  for (const SweepTask& task : config.tasks) {
-    const TaskFormat& format = task_format(task.name);
-    if (format.source == TaskSource::Scbench) {
-      std::vector<Sample> raw = load_samples_jsonl(task.data);
-      if (static_cast<size_t>(config.samples) < raw.size()) raw.resize(config.samples);
-      TaskSamples ts{&task, 0, {}};
-      for (const Sample& s : raw) ts.samples.push_back(format_scbench_sample(task.name, s));
-      all.push_back(std::move(ts));
-      continue;
-    }
-    if (config.context_tokens >= window) {
-      throw InputError("context_tokens " + std::to_string(config.context_tokens) +
-                       " is not shorter than the model's context window of " +
-                       std::to_string(window) + " tokens");
-    }
-    for (uint64_t seed : config.seeds) {
-      GeneratorOptions g;
-      g.task = task.name;
-      g.context_tokens = config.context_tokens;
-      g.turns = config.turns;
-      g.samples = config.samples;
-      g.seed = seed;
-      g.knobs = task.knobs;
-      all.push_back({&task, seed, generate_samples(g, source.tokenizer)});
-    }
-  }
-
-  // Groups in a fixed order; this shard's share round-robin.
-  std::vector<Group> groups;
-  for (const TaskSamples& ts : all) {
-    for (const Sample& sample : ts.samples) {
-      for (const std::string& mode : config.modes) {
-        // A multi-turn conversation keeps its cache in the session: no gap applies to it.
-        const std::vector<double> gaps =
-            mode == "multi-request" ? config.turn_gaps_s : std::vector<double>{0};
-        for (const std::string& query : config.query_settings) {
-          for (double gap : gaps) groups.push_back({ts.task, ts.seed, &sample, mode, query, gap});
-        }
-      }
-    }
-  }
+  const std::vector<TaskSamples> all = load_task_samples(source, config);
+  const std::vector<Group> groups = make_groups(config, all);
   const std::set<std::string> finished = db.finished_unit_keys();
   SweepProgress state;
   std::vector<std::pair<const Group*, std::vector<SweepMethod>>> todo;
   for (size_t g = 0; g < groups.size(); ++g) {
-    if (static_cast<int32_t>(g % static_cast<size_t>(shard.count)) != shard.index) continue;
+    if (!in_shard(g, shard)) continue;
     const Group& group = groups[g];
     std::vector<SweepMethod> left;
     for (const SweepMethod& m : methods) {
@@ -267,15 +294,7 @@ SweepProgress run_sweep(const SweepModel& source, const SweepConfig& config, con
     }
     if (!left.empty()) {
       state.total += static_cast<int64_t>(left.size());
-      const std::string label = group.task->label();
-      auto planned = std::find_if(state.planned.begin(), state.planned.end(),
-                                  [&](const PlannedUnits& p) { return p.task == label; });
-      if (planned == state.planned.end()) {
-        state.planned.push_back({label, config.context_tokens, config.turns, 0, 0});
-        planned = state.planned.end() - 1;
-      }
-      planned->units += static_cast<int64_t>(left.size());
-      planned->groups += 1;
+      add_planned(state.planned, config, group, static_cast<int64_t>(left.size()));
       todo.emplace_back(&group, std::move(left));
     }
   }
@@ -368,6 +387,20 @@ SweepProgress run_sweep(const SweepModel& source, const SweepConfig& config, con
   }
   db.finish_run(run_id);
   return state;
+}
+
+std::vector<ShardPlan> plan_shards(const SweepModel& source, const SweepConfig& config,
+                                   int32_t count) {
+  const std::vector<SweepMethod> methods = sweep_methods(config);
+  const std::vector<TaskSamples> all = load_task_samples(source, config);
+  const std::vector<Group> groups = make_groups(config, all);
+  std::vector<ShardPlan> plans(static_cast<size_t>(count));
+  for (size_t g = 0; g < groups.size(); ++g) {
+    ShardPlan& plan = plans[g % static_cast<size_t>(count)];
+    for (const SweepMethod& m : methods) plan.unit_keys.push_back(unit_key(groups[g], m.spec));
+    add_planned(plan.planned, config, groups[g], static_cast<int64_t>(methods.size()));
+  }
+  return plans;
 }
 
 std::string run_config_json(const SweepConfig& config, ModelDtype dtype,

@@ -57,6 +57,16 @@ struct SweepModel {
   std::function<const LlamaModel&()> load;  // called at most once, before the first unit
 };
 
+// What each of `count` shards of a sweep runs, made from the samples alone (no weights
+// loaded): its unit keys (a shard is finished when its db holds all of them) and its units
+// per task (for estimate_sweep). The split is run_sweep's.
+struct ShardPlan {
+  std::vector<std::string> unit_keys;
+  std::vector<PlannedUnits> planned;
+};
+std::vector<ShardPlan> plan_shards(const SweepModel& model, const SweepConfig& config,
+                                   int32_t count);
+
 // Runs the shard's units that the db does not have yet. Units are grouped by (task, seed,
 // sample, mode) so a sample's full reference runs once for all its methods; groups go to
 // shards round-robin in a fixed order. Each finished unit is committed to the db at once.

@@ -9,7 +9,8 @@ cd "$root"
 packages=(cmake g++ ccache pkg-config libtorch-dev libblas-dev libopenblas0-pthread nlohmann-json3-dev
           libcli11-dev catch2 libbenchmark-dev libsqlite3-dev libzstd-dev libxxhash-dev
           libhiredis-dev redis-server libcpp-httplib-dev sqlite3 python3 python3-pip unzip
-          clang libclang-rt-14-dev libomp-dev)  # clang, its OpenMP: the sanitizer build
+          clang libclang-rt-14-dev libomp-dev  # clang, its OpenMP: the sanitizer build
+          slurm-wlm munge)  # a one-node Slurm for the --slurm tests (scripts/slurm/local_cluster.sh)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,4 +1,4 @@
-// `kvbench sweep CONFIG --db DB [--shard i/n | --jobs N]` and `kvbench merge A.db B.db ... -o ALL.db`.
+// `kvbench sweep CONFIG --db DB [--shard i/n | --jobs N | --slurm DIR --shards N]` and `kvbench merge A.db B.db ... -o ALL.db`.
 #include <CLI/CLI.hpp>
 
 #include <sys/prctl.h>
@@ -22,6 +22,8 @@
 #include "common/sha256.h"
 #include "harness/calibration.h"
 #include "harness/cli/commands.h"
+#include "harness/cli/prepared_sweep.h"
+#include "harness/cli/slurm_sweep.h"
 #include "harness/head_probe.h"
 #include "harness/model/gguf.h"
 #include "harness/model/known_models.h"
@@ -54,17 +56,6 @@ std::string host_name() {
   return gethostname(name, sizeof name - 1) == 0 ? name : "unknown";
 }
 
-std::string duration_text(double seconds) {
-  const long s = static_cast<long>(seconds + 0.5);
-  char text[32];
-  if (s >= 3600) {
-    std::snprintf(text, sizeof text, "%ldh%02ldm", s / 3600, (s / 60) % 60);
-  } else {
-    std::snprintf(text, sizeof text, "%ldm%02lds", s / 60, s % 60);
-  }
-  return text;
-}
-
 // The plan, before the first unit: units per task and the time the calibration's
 // full-cache timings give them (harness/calibration.h, estimate_sweep).
 void print_plan(const SweepProgress& p, const Calibration* timings) {
@@ -78,7 +69,7 @@ void print_plan(const SweepProgress& p, const Calibration* timings) {
     std::printf("sweep: plan: no calibration of this model file: no time estimate\n");
   } else if (!p.planned.empty()) {
     const SweepEstimate e = estimate_sweep(p.planned, *timings);
-    std::printf("sweep: plan: about %s on one process for the %lld units with a calibration "
+    if (e.timed_units > 0) std::printf("sweep: plan: about %s on one process for the %lld units with a calibration "
                 "timing (the full cache's prefill per sample and time per turn; methods that "
                 "prefill on their own, score or rebuild the cache take longer)\n",
                 duration_text(e.seconds).c_str(), static_cast<long long>(e.timed_units));
@@ -110,63 +101,6 @@ void print_progress(const SweepProgress& p) {
                  p.last_unit.c_str());
   }
   std::fflush(stderr);
-}
-
-// A sweep's config and run record as they will be stored, before the model loads: the
-// model resolved and hashed, the calibration applied (its left-out tasks printed).
-struct PreparedSweep {
-  SweepConfig config;
-  RunRecord run;  // model path and sha256, config_json
-  std::optional<Calibration> calibration;
-};
-
-PreparedSweep prepare_sweep(const ModelOptions& model_options, SweepConfig config, bool print) {
-  ModelOptions options = model_options;
-  if (!config.model.empty()) {
-    if (!options.model_path.empty() &&
-        model_path_of(options.model_path) != model_path_of(config.model)) {
-      throw InputError("the sweep config runs model " + config.model + ", --model " +
-                       options.model_path + " another: give one of them");
-    }
-    options.model_path = config.model;
-  }
-  PreparedSweep p;
-  p.run.model_path = resolve_model_path(options);
-  for (const std::string& method : config.methods) {
-    check_runs_on(resolve_method_spec(method), model_device(options));
-  }
-  p.run.model_sha256 = sha256_file(p.run.model_path);
-  // The calibration: which tasks run (min_full_accuracy) and the plan's time estimate. A
-  // sweep that needs it fails on a bad file; one that only reads timings goes without.
-  const std::string calibration_file = calibration_path(p.run.model_path);
-  std::error_code exists_error;
-  if (config.min_full_accuracy > 0) {
-    p.calibration = load_calibration(calibration_file);
-  } else if (std::filesystem::exists(calibration_file, exists_error)) {
-    try {
-      p.calibration = load_calibration(calibration_file);
-    } catch (const InputError&) {
-      // no estimate
-    }
-  }
-  if (config.min_full_accuracy > 0) {
-    const std::string known = known_model_name(p.run.model_path);
-    const std::string name =
-        known.empty() ? std::filesystem::path(p.run.model_path).filename().string() : known;
-    if (p.calibration->model != name) {
-      throw InputError(calibration_file + ": a calibration of model '" + p.calibration->model +
-                       "', not of " + name + "; rerun kvbench calibrate");
-    }
-    apply_calibration(config, *p.calibration, p.run.model_sha256, calibration_file);
-    for (const ExcludedTask& t : config.excluded_tasks) {
-      if (print) std::printf("sweep: left out %s: %s\n", t.task.c_str(), t.reason.c_str());
-    }
-    std::fflush(stdout);
-  }
-  p.run.config_json =
-      run_config_json(config, model_dtype(options), cpu_activations(options));
-  p.config = std::move(config);
-  return p;
 }
 
 // A db that holds another sweep's runs is refused: resumed, its old units would sit under
@@ -231,13 +165,9 @@ void run_sweep_jobs(const ModelOptions& model, const std::string& config_path,
   const pid_t parent = getpid();
   for (int i = 0; i < jobs && g_stop_signal == 0; ++i) {
     const std::string shard = std::to_string(i) + "/" + std::to_string(jobs);
-    std::vector<std::string> args = {"kvbench", "--threads", std::to_string(threads),
-                                     "--device", model.device, "--dtype", model.dtype,
-                                     "--decode-activations", model.decode_activations,
-                                     "--prefill-activations", model.prefill_activations};
-    if (!model.model_path.empty()) args.insert(args.end(), {"--model", model.model_path});
-    for (const std::string& plugin : model.plugins) args.insert(args.end(), {"--plugin", plugin});
-    args.insert(args.end(), {"sweep", config_path, "--db", db_path, "--shard", shard});
+    ModelOptions worker = model;
+    worker.threads = threads;
+    std::vector<std::string> args = shard_command("kvbench", worker, config_path, db_path, shard);
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -284,6 +214,79 @@ void run_sweep_jobs(const ModelOptions& model, const std::string& config_path,
 }
 
 }  // namespace
+
+std::string duration_text(double seconds) {
+  const long s = static_cast<long>(seconds + 0.5);
+  char text[32];
+  if (s >= 3600) {
+    std::snprintf(text, sizeof text, "%ldh%02ldm", s / 3600, (s / 60) % 60);
+  } else {
+    std::snprintf(text, sizeof text, "%ldm%02lds", s / 60, s % 60);
+  }
+  return text;
+}
+
+PreparedSweep prepare_sweep(const ModelOptions& model_options, SweepConfig config, bool print) {
+  ModelOptions options = model_options;
+  if (!config.model.empty()) {
+    if (!options.model_path.empty() &&
+        model_path_of(options.model_path) != model_path_of(config.model)) {
+      throw InputError("the sweep config runs model " + config.model + ", --model " +
+                       options.model_path + " another: give one of them");
+    }
+    options.model_path = config.model;
+  }
+  PreparedSweep p;
+  p.run.model_path = resolve_model_path(options);
+  for (const std::string& method : config.methods) {
+    check_runs_on(resolve_method_spec(method), model_device(options));
+  }
+  p.run.model_sha256 = sha256_file(p.run.model_path);
+  // The calibration: which tasks run (min_full_accuracy) and the plan's time estimate. A
+  // sweep that needs it fails on a bad file; one that only reads timings goes without.
+  const std::string calibration_file = calibration_path(p.run.model_path);
+  std::error_code exists_error;
+  if (config.min_full_accuracy > 0) {
+    p.calibration = load_calibration(calibration_file);
+  } else if (std::filesystem::exists(calibration_file, exists_error)) {
+    try {
+      p.calibration = load_calibration(calibration_file);
+    } catch (const InputError&) {
+      // no estimate
+    }
+  }
+  if (config.min_full_accuracy > 0) {
+    const std::string known = known_model_name(p.run.model_path);
+    const std::string name =
+        known.empty() ? std::filesystem::path(p.run.model_path).filename().string() : known;
+    if (p.calibration->model != name) {
+      throw InputError(calibration_file + ": a calibration of model '" + p.calibration->model +
+                       "', not of " + name + "; rerun kvbench calibrate");
+    }
+    apply_calibration(config, *p.calibration, p.run.model_sha256, calibration_file);
+    for (const ExcludedTask& t : config.excluded_tasks) {
+      if (print) std::printf("sweep: left out %s: %s\n", t.task.c_str(), t.reason.c_str());
+    }
+    std::fflush(stdout);
+  }
+  p.run.config_json =
+      run_config_json(config, model_dtype(options), cpu_activations(options));
+  p.config = std::move(config);
+  return p;
+}
+
+std::vector<std::string> shard_command(const std::string& program, const ModelOptions& model,
+                                       const std::string& config_path, const std::string& db_path,
+                                       const std::string& shard) {
+  std::vector<std::string> args = {program, "--threads", std::to_string(model.threads),
+                                   "--device", model.device, "--dtype", model.dtype,
+                                   "--decode-activations", model.decode_activations,
+                                   "--prefill-activations", model.prefill_activations};
+  if (!model.model_path.empty()) args.insert(args.end(), {"--model", model.model_path});
+  for (const std::string& plugin : model.plugins) args.insert(args.end(), {"--plugin", plugin});
+  args.insert(args.end(), {"sweep", config_path, "--db", db_path, "--shard", shard});
+  return args;
+}
 
 void fill_provenance(RunRecord& run) {
   run.kvbench_version = KVBENCH_VERSION;
@@ -382,6 +385,7 @@ void add_sweep_command(CLI::App& app, ModelOptions& model) {
     std::string config, db = "results.db", shard;
     bool separate_prefill = false;
     int jobs = 1;
+    SlurmArgs slurm;
   };
   auto args = std::make_shared<SweepArgs>();
   CLI::App* cmd = app.add_subcommand(
@@ -399,8 +403,38 @@ void add_sweep_command(CLI::App& app, ModelOptions& model) {
                   "Worker processes, each running 1/N of the samples with its share of the "
                   "cores (default 1)")
       ->check(CLI::Range(1, 256));
-  cmd->callback([&model, args] {
+  CLI::Option* slurm = cmd->add_option(
+      "--slurm", args->slurm.dir,
+      "Submit to Slurm: a job array of --shards tasks (dbs and logs in DIR) and a merge-and-report "
+      "job after them; again: resubmits the shards not finished (docs/cluster.md)");
+  cmd->add_option("--shards", args->slurm.shards, "With --slurm: the array's tasks")
+      ->check(CLI::Range(1, 100000));
+  cmd->add_flag("--status", args->slurm.status,
+                "With --slurm: each shard's state and units, the merge's; submits nothing");
+  cmd->add_option("--time", args->slurm.time,
+                  "With --slurm: a shard's time limit, as sbatch takes it (default: from the "
+                  "calibration's estimate)");
+  cmd->add_option("--mem", args->slurm.mem,
+                  "With --slurm: a shard's memory, as sbatch takes it (default: from the model "
+                  "and the contexts)");
+  cmd->add_option("--sbatch-option", args->slurm.sbatch_options,
+                  "With --slurm: passed to sbatch, e.g. --sbatch-option=--partition=gpu "
+                  "(repeatable)");
+  cmd->callback([&model, args, slurm] {
     SweepConfig config = load_sweep_config(args->config);
+    const bool slurm_given = slurm->count() > 0;
+    if (!slurm_given && (args->slurm.status || args->slurm.shards > 0 || !args->slurm.time.empty() ||
+                         !args->slurm.mem.empty() || !args->slurm.sbatch_options.empty())) {
+      throw InputError("sweep: --shards, --status, --time, --mem and --sbatch-option go with --slurm DIR");
+    }
+    if (slurm_given) {
+      if (args->jobs > 1 || !args->shard.empty() || args->separate_prefill) {
+        throw InputError("sweep: --slurm runs the shards as Slurm tasks: no --jobs, --shard or "
+                         "--separate-prefill with it");
+      }
+      run_slurm_sweep(model, args->config, config, args->slurm);
+      return;
+    }
     if (args->jobs > 1) {
       if (!args->shard.empty()) throw InputError("sweep: give --jobs or --shard, not both");
       if (args->separate_prefill) {
