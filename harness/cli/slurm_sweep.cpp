@@ -267,21 +267,26 @@ std::string shard_time_limit(const std::vector<ShardPlan>& plans, const Prepared
   return slurm_time(static_cast<int64_t>(std::ceil(2 * longest / 60)) + 15);
 }
 
-// Memory of a shard's task, in MiB: the model file twice (its blocks, and what load adds:
-// fp32 norms and embeddings rows, int8 repacks), the fp32 cache of the longest conversation
-// four times (the shared prefill's, the full reference's, the method's, and a copy a method
-// may build), and 1 GiB for the process and the samples. The peak of a 4K unit of the 0.5B
-// model measured under 1.6 GiB against this rule's 2.3.
-std::string shard_memory(const PreparedSweep& p) {
+// Memory of a shard's task, in MiB: the model file, its weights again as fp32 (the prefill
+// GEMMs' dequantized copies) and as int8 packs when prefill runs on int8 activations, the
+// fp32 cache of the longest conversation four times (the shared prefill's, the full
+// reference's, the method's, and a copy a method may build), and 1 GiB for the process, the
+// samples and the scratch of a prefill. Measured (docs/cluster.md): Qwen2.5-0.5B at 4K
+// tokens with KVzip peaked at 2.86 GiB, against this rule's 4.2.
+std::string shard_memory(const PreparedSweep& p, const ModelOptions& model) {
   const GgufFile file(p.run.model_path);
   const ModelConfig c = ModelConfig::from_gguf(file);
   std::error_code ec;
-  const double model_bytes = static_cast<double>(fs::file_size(p.run.model_path, ec));
+  double weights = 0;
+  for (const GgufTensorInfo& t : file.tensors()) weights += static_cast<double>(t.n_elements());
+  const double file_bytes = static_cast<double>(fs::file_size(p.run.model_path, ec));
+  const double packs = model.prefill_activations == "int8" ? 1.25 * weights : 0;
   const double per_token = 2.0 * 4.0 * c.n_layers * c.n_kv_heads * c.head_dim;
   const int32_t max_new = p.config.max_new > 0 ? p.config.max_new : 256;
   const double tokens = static_cast<double>(p.config.context_tokens) +
                         static_cast<double>(p.config.turns) * (max_new + 128);
-  const double bytes = 2 * model_bytes + 4 * per_token * tokens + 1024.0 * 1024 * 1024;
+  const double bytes =
+      file_bytes + 4 * weights + packs + 4 * per_token * tokens + 1024.0 * 1024 * 1024;
   return std::to_string(static_cast<int64_t>(std::ceil(bytes / (1024.0 * 1024)))) + "M";
 }
 
@@ -487,7 +492,7 @@ void run_slurm_sweep(const ModelOptions& model_options, const std::string& confi
 
   std::string time_why = "--time";
   const std::string time = args.time.empty() ? shard_time_limit(plans, prepared, &time_why) : args.time;
-  const std::string mem = args.mem.empty() ? shard_memory(prepared) : args.mem;
+  const std::string mem = args.mem.empty() ? shard_memory(prepared, model) : args.mem;
   if (!to_submit.empty()) {
     std::vector<std::string> sbatch = {
         "sbatch", "--parsable", "--job-name=kvbench-sweep",

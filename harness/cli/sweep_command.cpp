@@ -19,6 +19,7 @@
 
 #include "cache/registry.h"
 #include "common/input_error.h"
+#include "git_sha.h"
 #include "common/sha256.h"
 #include "harness/calibration.h"
 #include "harness/cli/commands.h"
@@ -39,17 +40,6 @@
 namespace kvbench {
 
 namespace {
-
-std::string trimmed_output(const std::string& command) {
-  std::string out;
-  if (FILE* pipe = popen(command.c_str(), "r")) {
-    char buffer[256];
-    while (std::fgets(buffer, sizeof buffer, pipe)) out += buffer;
-    pclose(pipe);
-  }
-  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-  return out;
-}
 
 std::string host_name() {
   char name[256] = {};
@@ -290,9 +280,7 @@ std::vector<std::string> shard_command(const std::string& program, const ModelOp
 
 void fill_provenance(RunRecord& run) {
   run.kvbench_version = KVBENCH_VERSION;
-  run.git_sha = trimmed_output("git -C '" KVBENCH_SOURCE_DIR
-                               "' describe --always --dirty --abbrev=12 2>/dev/null");
-  if (run.git_sha.empty()) run.git_sha = "unknown";
+  run.git_sha = KVBENCH_GIT_SHA;  // the binary's commit (cmake/git_sha.cmake), not the tree's
   run.host = host_name();
   run.command_line = command_line();
 }
