@@ -396,12 +396,14 @@ KVBENCH_PREFILL_GEMM(q4_1_1536x576, BlockFormat::Q4_1, 1536, 576);
 
 // Decode-shaped products, the weights streamed from DRAM (copies rotated past the L3): the
 // int8 row kernels on the GGUF blocks (arg 1 = 0, block_matmul_q8) against the int8 GEMM on
-// the repacked codes (1, gemm_q8: 1.25 bytes a weight where Q5_0 has 0.69), for n x rows
-// (arg 0: 1, one sequence; 8, a decode batch). GB/s counts the GGUF blocks' bytes for both,
-// so the two read as tokens per second would.
+// the repacked codes, byte-wide (1, gemm_q8: 1.25 bytes a weight where Q5_0 has 0.69) and at
+// the format's own width (2: Q5_0's 0.69), for n x rows (arg 0: 1, one sequence; 8, a decode
+// batch). GB/s counts the GGUF blocks' bytes for all, so they read as tokens per second would.
 void BM_DecodeGemm(benchmark::State& state, BlockFormat f, int64_t rows, int64_t cols) {
   const int64_t n = state.range(0);
   const bool packed = state.range(1) != 0;
+  const kvbench::CodeWidth width =
+      state.range(1) == 2 ? kvbench::CodeWidth::Format : kvbench::CodeWidth::Byte;
   const int64_t block_bytes = kvbench::block_format_bytes(f);
   const int64_t row_bytes = cols / kvbench::block_format_elements(f) * block_bytes;
   const int64_t bytes = rows * row_bytes;
@@ -411,7 +413,9 @@ void BM_DecodeGemm(benchmark::State& state, BlockFormat f, int64_t rows, int64_t
   std::mt19937 rng(5);
   for (auto& w : blocks) {
     w = random_blocks(f, rows, cols, rng);
-    if (packed) packs.push_back(kvbench::pack_q8(BlockMatrix{w.data(), f, rows, cols, row_bytes}));
+    if (packed) {
+      packs.push_back(kvbench::pack_q8(BlockMatrix{w.data(), f, rows, cols, row_bytes}, width));
+    }
   }
   if (packed) blocks.clear();  // only the packed copies are read
   const auto x = random_floats(n * cols, 7);
@@ -432,14 +436,19 @@ void BM_DecodeGemm(benchmark::State& state, BlockFormat f, int64_t rows, int64_t
   state.counters["GB/s"] = benchmark::Counter(static_cast<double>(bytes) * state.iterations(),
                                               benchmark::Counter::kIsRate,
                                               benchmark::Counter::kIs1000);
-  state.SetLabel(packed ? "gemm_q8" : "block_matmul_q8");
+  state.SetLabel(!packed ? "block_matmul_q8"
+                 : width == kvbench::CodeWidth::Byte ? "gemm_q8 bytes" : "gemm_q8 format width");
 }
 BENCHMARK_CAPTURE(BM_DecodeGemm, q5_0_4864x896, BlockFormat::Q5_0, 4864, 896)
-    ->ArgsProduct({{1, 8}, {0, 1}})->UseRealTime()->Unit(benchmark::kMicrosecond);
+    ->ArgsProduct({{1, 8}, {0, 1, 2}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_DecodeGemm, q4_k_896x4864, BlockFormat::Q4_K, 896, 4864)
-    ->ArgsProduct({{1, 8}, {0, 1}})->UseRealTime()->Unit(benchmark::kMicrosecond);
+    ->ArgsProduct({{1, 8}, {0, 1, 2}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_DecodeGemm, q6_k_896x4864, BlockFormat::Q6_K, 896, 4864)
-    ->ArgsProduct({{1, 8}, {0, 1}})->UseRealTime()->Unit(benchmark::kMicrosecond);
+    ->ArgsProduct({{1, 8}, {0, 1, 2}})->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_DecodeGemm, q8_0_4864x896, BlockFormat::Q8_0, 4864, 896)
+    ->ArgsProduct({{1, 8}, {0, 1, 2}})->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_DecodeGemm, q4_1_1536x576, BlockFormat::Q4_1, 1536, 576)
+    ->ArgsProduct({{1, 8}, {0, 1, 2}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 // ---- KIVI (issue 7) -----------------------------------------------------------------------
 

@@ -430,6 +430,57 @@ TEST_CASE("gemm_q8 is W times x's int8 rounding, the same floats as its referenc
   }
 }
 
+TEST_CASE("pack_q8 at the format's width holds the same values in about the GGUF's bytes, and "
+          "gemm_q8 on it gives the byte packing's floats, each row as alone",
+          "[unit]") {
+  for (BlockFormat f : kAllFormats) {
+    if (f == BlockFormat::F32) continue;
+    for (int64_t rows : {1, 17, 48}) {
+      for (int64_t blocks : {1, 3}) {
+        const int64_t cols = blocks * kvbench::block_format_elements(f);
+        const Weights w = make_weights(f, rows, cols, static_cast<uint32_t>(rows * 3 + blocks));
+        const kvbench::PackedQ8Matrix bytes = kvbench::pack_q8(w.m);
+        const kvbench::PackedQ8Matrix narrow = kvbench::pack_q8(w.m, kvbench::CodeWidth::Format);
+        INFO(name(f) << " rows " << rows << " cols " << cols
+                     << (kvbench::gemm_q8_uses_vnni() ? " (VNNI)" : " (reference)"));
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t c = 0; c < cols; ++c) {
+            const float a = kvbench::packed_q8_value(bytes, r, c);
+            const float b = kvbench::packed_q8_value(narrow, r, c);
+            REQUIRE(std::memcmp(&a, &b, sizeof(float)) == 0);
+          }
+        }
+        // Per 16-row tile: the GGUF blocks' bytes, plus at most a third (Q4_K's scales and
+        // mins, which it keeps in 6 bits, kept as floats; Q6_K's scales the same).
+        const double gguf = static_cast<double>(kvbench::block_format_bytes(f)) * cols /
+                            kvbench::block_format_elements(f) * narrow.tiles() * 16;
+        CHECK(static_cast<double>(narrow.bytes()) <= 4.0 / 3.0 * gguf);
+        CHECK(narrow.bytes() < bytes.bytes());
+        for (int64_t n : {1, 2, 5, 8, 9}) {
+          std::mt19937 rng(static_cast<uint32_t>(cols * 11 + n));
+          std::uniform_real_distribution<float> uni(-2.0f, 2.0f);
+          std::vector<float> x(n * cols);
+          for (auto& e : x) e = uni(rng);
+          kvbench::Q8Activations q;
+          kvbench::quantize_activations_q8(x.data(), n, cols, &q);
+          std::vector<float> y(n * rows, std::nanf("")), reference(n * rows, std::nanf(""));
+          kvbench::gemm_q8(narrow, q, y.data());
+          kvbench::gemm_q8_reference(bytes, q, reference.data());
+          CHECK(std::memcmp(y.data(), reference.data(), y.size() * sizeof(float)) == 0);
+          // Each x row alone gives its row of the batch, bit for bit.
+          for (int64_t i = 0; i < n; ++i) {
+            kvbench::Q8Activations one;
+            kvbench::quantize_activations_q8(x.data() + i * cols, 1, cols, &one);
+            std::vector<float> alone(rows, std::nanf(""));
+            kvbench::gemm_q8(narrow, one, alone.data());
+            CHECK(std::memcmp(alone.data(), y.data() + i * rows, rows * sizeof(float)) == 0);
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("q4_k_scales_mins unpacks every pair as q4_k_scale_min does", "[unit]") {
   std::mt19937 rng(17);
   for (int trial = 0; trial < 20000; ++trial) {

@@ -78,14 +78,16 @@ struct Linear {
   BlockMatrix block{};
   std::vector<uint8_t> reordered_blocks;  // block's rows when they are not the file's order
   std::unique_ptr<float[]> dense;  // [rows, cols] fp32; not zero-filled (it is written whole)
-  PackedQ8Matrix packed;           // gemm_q8's layout of block, once pack() has run
+  PackedQ8Matrix packed;  // gemm_q8's byte-wide layout of block (prefill chunks on int8)
+  PackedQ8Matrix narrow;  // the same at the format's width (few rows on int8: decode)
   std::vector<float> bias;  // [rows], or empty
 
   bool quantized() const { return block.format != BlockFormat::F32; }
   // Without VNNI the int8 GEMM would be its scalar reference: the AVX2 row kernels
   // (block_matmul_q8) are faster there, so nothing is packed and apply() takes them.
-  void pack() {
-    if (quantized() && packed.empty() && gemm_q8_uses_vnni()) packed = pack_q8(block);
+  void pack(CodeWidth width) {
+    PackedQ8Matrix& p = width == CodeWidth::Byte ? packed : narrow;
+    if (quantized() && p.empty() && gemm_q8_uses_vnni()) p = pack_q8(block, width);
   }
 
   // y = x W^T + bias for the n rows of `in`. `decode_rows`: the rows are decode steps of
@@ -97,10 +99,13 @@ struct Linear {
     const bool few_rows = n <= kMaxBlockRows || decode_rows;
     const Activations rounding = few_rows ? activations.decode : activations.prefill;
     if (rounding == Activations::Int8 && quantized()) {
-      if (few_rows || packed.empty()) {
+      // Few rows read the narrow packing (about the GGUF's bytes), a prefill chunk the byte
+      // one (fewer instructions a block): the same values, so the same floats either way.
+      const PackedQ8Matrix& tiles = few_rows ? narrow : packed;
+      if (tiles.empty()) {
         block_matmul_q8(block, in.int8(), y);
       } else {
-        gemm_q8(packed, in.int8(), y);
+        gemm_q8(tiles, in.int8(), y);
       }
     } else if (few_rows) {
       block_matmul_cpu(block, in.x(), y, n);
@@ -266,6 +271,17 @@ struct LlamaModel::Impl {
   Linear lm_head;
   std::vector<float> head_retrieval;  // KvShape::head_retrieval, once a probe gave it
   std::shared_ptr<const std::vector<float>> value_out_gram;  // KvShape::value_out_gram
+
+  // Every linear layer repacked for the int8 GEMM at `width` (once; kept after).
+  void pack_linears(CodeWidth width) {
+    for (Layer& layer : layers) {
+      for (Linear* linear : {&layer.q, &layer.k, &layer.v, &layer.o, &layer.gate, &layer.up,
+                             &layer.down}) {
+        linear->pack(width);
+      }
+    }
+    lm_head.pack(width);
+  }
 
   void embed(const int32_t* tokens, int64_t n, float* x) const {
     const int64_t row_bytes = ggml_row_bytes(token_embd->type, config.n_embd);
@@ -683,6 +699,10 @@ void require_cpu_for(const char* flag, Activations activations, ModelDevice devi
 
 void LlamaModel::set_decode_activations(Activations activations) {
   require_cpu_for("--decode-activations", activations, impl_->device);
+  // Repacked once at the format's width: about the GGUF blocks' bytes again (a third more for
+  // Q4_K). One x row or a batch of them go through the same tiles, so a sequence's logits in
+  // a decode batch are the ones it gets alone.
+  if (activations == Activations::Int8) impl_->pack_linears(CodeWidth::Format);
   impl_->activations.decode = activations;
 }
 
@@ -690,16 +710,8 @@ Activations LlamaModel::decode_activations() const { return impl_->activations.d
 
 void LlamaModel::set_prefill_activations(Activations activations) {
   require_cpu_for("--prefill-activations", activations, impl_->device);
-  if (activations == Activations::Int8) {
-    // Repacked once: 1.25 bytes a weight (1.5 for Q6_K) beside the fp32 copy's 4.
-    for (Layer& layer : impl_->layers) {
-      for (Linear* linear : {&layer.q, &layer.k, &layer.v, &layer.o, &layer.gate, &layer.up,
-                             &layer.down}) {
-        linear->pack();
-      }
-    }
-    impl_->lm_head.pack();
-  }
+  // Repacked once: 1.25 bytes a weight (1.5 for Q6_K) beside the fp32 copy's 4.
+  if (activations == Activations::Int8) impl_->pack_linears(CodeWidth::Byte);
   impl_->activations.prefill = activations;
 }
 

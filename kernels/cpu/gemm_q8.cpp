@@ -25,6 +25,8 @@ constexpr int64_t kTileBlockCodes = kQ8TileRows * kBlock;
 
 // x rows a microkernel call carries (each with its accumulator registers).
 constexpr int kMaxRowsX = 8;
+// Weight bytes requested ahead of the stream by the narrow kernel (decode: bound by memory).
+constexpr int64_t kPrefetchBytes = 2048;
 // x rows per panel: a panel's codes stay in the L2 cache while every tile of weights passes.
 constexpr int64_t kPanelBytes = 256 * 1024;
 
@@ -143,6 +145,108 @@ std::vector<float> x_group_sums(const Q8Activations& x, int groups) {
   return out;
 }
 
+// The format's own code width and what its scales can be kept as (CodeWidth::Format).
+struct FormatTraits {
+  int bits;
+  float zero;    // c = -zero * d for every block (0: offsets of their own)
+  bool half;     // scales (and offsets) are the format's half-precision values
+};
+
+constexpr FormatTraits traits_of(BlockFormat f) {
+  switch (f) {
+    case BlockFormat::Q8_0: return {8, 128.0f, true};
+    case BlockFormat::Q4_0: return {4, 8.0f, true};
+    case BlockFormat::Q5_0: return {5, 16.0f, true};
+    case BlockFormat::Q4_1: return {4, 0.0f, true};
+    case BlockFormat::Q5_1: return {5, 0.0f, true};
+    case BlockFormat::Q4_K: return {4, 0.0f, false};
+    case BlockFormat::Q6_K: return {6, 32.0f, false};
+    case BlockFormat::F32: break;
+  }
+  return {8, 0.0f, false};
+}
+
+// f as binary16, for f that came from one (every value is exact).
+uint16_t exact_half(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000);
+  const int exp = static_cast<int>((bits >> 23) & 0xFF);
+  const uint32_t mant = bits & 0x7FFFFF;
+  if (exp == 0xFF) return static_cast<uint16_t>(sign | 0x7C00 | (mant >> 13));
+  if (exp == 0) return sign;
+  if (exp >= 113) return static_cast<uint16_t>(sign | ((exp - 112) << 10) | (mant >> 13));
+  return static_cast<uint16_t>(sign | ((0x800000 | mant) >> (126 - exp)));  // subnormal
+}
+
+constexpr int64_t kNibbleBytes = kTileBlockCodes / 2;  // 4 vectors of 64 bytes
+
+// Code e (0..31) of row i (0..15) of block b of a tile, in either width.
+uint8_t code_at(const PackedQ8Matrix& w, int64_t tile_block, int64_t i, int e) {
+  const int k = e / 4;
+  if (w.bits == 8) return w.codes[tile_block * kTileBlockCodes + (k * kQ8TileRows + i) * 4 + e % 4];
+  const uint8_t pair = w.codes[tile_block * kNibbleBytes + ((k % 4) * kQ8TileRows + i) * 4 + e % 4];
+  int u = k < 4 ? pair & 0x0F : pair >> 4;
+  for (int q = 0; q < w.bits - 4; ++q) {
+    const uint64_t mask = w.planes[(tile_block * (w.bits - 4) + q) * kGroupsOfFour + k];
+    u |= static_cast<int>((mask >> (4 * i + e % 4)) & 1) << (4 + q);
+  }
+  return static_cast<uint8_t>(u);
+}
+
+float scale_at(const PackedQ8Matrix& w, int64_t at) {
+  return w.scales.empty() ? half_to_float(w.half_scales[at]) : w.scales[at];
+}
+float offset_at(const PackedQ8Matrix& w, int64_t at) {
+  if (w.zero > 0) return -w.zero * scale_at(w, at);
+  return w.offsets.empty() ? half_to_float(w.half_offsets[at]) : w.offsets[at];
+}
+
+// The byte-wide packing narrowed to the format's own width (CodeWidth::Format).
+PackedQ8Matrix narrow(PackedQ8Matrix p) {
+  const FormatTraits t = traits_of(p.format);
+  p.width = CodeWidth::Format;
+  p.bits = t.bits;
+  p.zero = t.zero;
+  const int64_t tile_blocks = p.tiles() * (p.cols / kBlock);
+  if (t.bits < 8) {
+    std::vector<uint8_t> nibbles(static_cast<size_t>(tile_blocks * kNibbleBytes));
+    std::vector<uint64_t> planes(static_cast<size_t>(tile_blocks * (t.bits - 4) * kGroupsOfFour));
+    for (int64_t tb = 0; tb < tile_blocks; ++tb) {
+      const uint8_t* u = p.codes.data() + tb * kTileBlockCodes;
+      for (int j = 0; j < 4; ++j) {
+        for (int at = 0; at < kQ8TileRows * 4; ++at) {
+          const uint8_t low = u[j * 64 + at], high = u[(j + 4) * 64 + at];
+          nibbles[tb * kNibbleBytes + j * 64 + at] =
+              static_cast<uint8_t>((low & 0x0F) | ((high & 0x0F) << 4));
+        }
+      }
+      for (int q = 0; q < t.bits - 4; ++q) {
+        for (int k = 0; k < kGroupsOfFour; ++k) {
+          uint64_t mask = 0;
+          for (int at = 0; at < kQ8TileRows * 4; ++at) {
+            mask |= static_cast<uint64_t>((u[k * 64 + at] >> (4 + q)) & 1) << at;
+          }
+          planes[(tb * (t.bits - 4) + q) * kGroupsOfFour + k] = mask;
+        }
+      }
+    }
+    p.codes = std::move(nibbles);
+    p.planes = std::move(planes);
+  }
+  if (t.half) {
+    for (float d : p.scales) p.half_scales.push_back(exact_half(d));
+    if (t.zero == 0) {
+      for (float c : p.offsets) p.half_offsets.push_back(exact_half(c));
+    }
+    p.scales.clear();
+  }
+  if (t.half || t.zero > 0) p.offsets.clear();
+  p.scales.shrink_to_fit();
+  p.offsets.shrink_to_fit();
+  return p;
+}
+
 #if KVBENCH_VNNI
 // GCC 12's _mm512_cvtepi32_ps passes a self-initialized "undefined" vector that its own
 // -Wmaybe-uninitialized then reports.
@@ -187,6 +291,78 @@ void tile_kernel(const PackedQ8Matrix& w, int64_t tile, const int8_t* const* x_c
   }
   for (int m = 0; m < M; ++m) out[m] = acc[m];
 }
+
+// The same for CodeWidth::Format: each block's codes widened to bytes in registers (once per
+// tile and block, for all M x rows), then the byte kernel's arithmetic in its order.
+template <BlockFormat F, int M>
+void narrow_tile_kernel(const PackedQ8Matrix& w, int64_t tile, const int8_t* const* x_codes,
+                        const float* const* x_scales, const float* const* x_sums, __m512 out[M]) {
+  constexpr FormatTraits kT = traits_of(F);
+  constexpr int G = F == BlockFormat::Q6_K ? 2 : 1;
+  constexpr int kPlanes = kT.bits < 8 ? kT.bits - 4 : 0;
+  const int64_t nb = w.cols / kBlock;
+  const int64_t first = tile * nb;
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[M];
+  for (int m = 0; m < M; ++m) acc[m] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    __m512i sums[G][M];
+    for (int g = 0; g < G; ++g) {
+      for (int m = 0; m < M; ++m) sums[g][m] = _mm512_setzero_si512();
+    }
+    if constexpr (kT.bits == 8) {
+      const auto* codes = reinterpret_cast<const __m512i*>(w.codes.data() + (first + b) * kTileBlockCodes);
+      for (int k = 0; k < kGroupsOfFour; ++k) {
+        _mm_prefetch(reinterpret_cast<const char*>(codes + k) + kPrefetchBytes, _MM_HINT_T0);
+        const __m512i wk = _mm512_loadu_si512(codes + k);
+        for (int m = 0; m < M; ++m) {
+          sums[0][m] = dpbusd_broadcast(sums[0][m], wk, x_codes[m] + b * kBlock + 4 * k);
+        }
+      }
+    } else {
+      const uint8_t* nibbles = w.codes.data() + (first + b) * kNibbleBytes;
+      const uint64_t* planes = w.planes.data() + (first + b) * kPlanes * kGroupsOfFour;
+      for (int j = 0; j < 4; ++j) {
+        _mm_prefetch(reinterpret_cast<const char*>(nibbles + 64 * j) + kPrefetchBytes, _MM_HINT_T0);
+        const __m512i v = _mm512_loadu_si512(nibbles + 64 * j);
+        __m512i lo = _mm512_and_si512(v, low4);
+        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+        for (int q = 0; q < kPlanes; ++q) {
+          const __m512i bit = _mm512_set1_epi8(static_cast<char>(16 << q));
+          lo = _mm512_mask_add_epi8(lo, _cvtu64_mask64(planes[q * kGroupsOfFour + j]), lo, bit);
+          hi = _mm512_mask_add_epi8(hi, _cvtu64_mask64(planes[q * kGroupsOfFour + j + 4]), hi, bit);
+        }
+        for (int m = 0; m < M; ++m) {
+          const int8_t* xb = x_codes[m] + b * kBlock;
+          sums[0][m] = dpbusd_broadcast(sums[0][m], lo, xb + 4 * j);
+          sums[G - 1][m] = dpbusd_broadcast(sums[G - 1][m], hi, xb + 4 * (j + 4));
+        }
+      }
+    }
+    for (int g = 0; g < G; ++g) {
+      const int64_t at = ((first + b) * G + g) * kQ8TileRows;
+      __m512 d, c;
+      if constexpr (kT.half) {
+        d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.half_scales.data() + at)));
+      } else {
+        d = _mm512_loadu_ps(w.scales.data() + at);
+      }
+      if constexpr (kT.zero > 0) {
+        c = _mm512_mul_ps(_mm512_set1_ps(-kT.zero), d);
+      } else if constexpr (kT.half) {
+        c = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.half_offsets.data() + at)));
+      } else {
+        c = _mm512_loadu_ps(w.offsets.data() + at);
+      }
+      for (int m = 0; m < M; ++m) {
+        const __m512 d_dx = _mm512_mul_ps(d, _mm512_set1_ps(x_scales[m][b]));
+        acc[m] = _mm512_fmadd_ps(d_dx, _mm512_cvtepi32_ps(sums[g][m]), acc[m]);
+        acc[m] = _mm512_fmadd_ps(c, _mm512_set1_ps(x_sums[m][b * G + g]), acc[m]);
+      }
+    }
+  }
+  for (int m = 0; m < M; ++m) out[m] = acc[m];
+}
 #pragma GCC diagnostic pop
 
 using TileKernel = void (*)(const PackedQ8Matrix&, int64_t, const int8_t* const*,
@@ -196,11 +372,33 @@ constexpr TileKernel kTileKernels[kMaxRowsX] = {
     tile_kernel<1, G>, tile_kernel<2, G>, tile_kernel<3, G>, tile_kernel<4, G>,
     tile_kernel<5, G>, tile_kernel<6, G>, tile_kernel<7, G>, tile_kernel<8, G>};
 
+template <BlockFormat F>
+constexpr TileKernel kNarrowKernels[kMaxRowsX] = {
+    narrow_tile_kernel<F, 1>, narrow_tile_kernel<F, 2>, narrow_tile_kernel<F, 3>,
+    narrow_tile_kernel<F, 4>, narrow_tile_kernel<F, 5>, narrow_tile_kernel<F, 6>,
+    narrow_tile_kernel<F, 7>, narrow_tile_kernel<F, 8>};
+
+const TileKernel* tile_kernels(const PackedQ8Matrix& w) {
+  if (w.width == CodeWidth::Byte) return w.groups == 2 ? kTileKernels<2> : kTileKernels<1>;
+  switch (w.format) {
+    case BlockFormat::Q8_0: return kNarrowKernels<BlockFormat::Q8_0>;
+    case BlockFormat::Q4_0: return kNarrowKernels<BlockFormat::Q4_0>;
+    case BlockFormat::Q5_0: return kNarrowKernels<BlockFormat::Q5_0>;
+    case BlockFormat::Q4_1: return kNarrowKernels<BlockFormat::Q4_1>;
+    case BlockFormat::Q5_1: return kNarrowKernels<BlockFormat::Q5_1>;
+    case BlockFormat::Q4_K: return kNarrowKernels<BlockFormat::Q4_K>;
+    case BlockFormat::Q6_K: return kNarrowKernels<BlockFormat::Q6_K>;
+    case BlockFormat::F32: break;
+  }
+  assert(false);
+  return nullptr;
+}
+
 void gemm_q8_vnni(const PackedQ8Matrix& w, const Q8Activations& x, float* y) {
   const int64_t nb = w.cols / kBlock;
   const int G = w.groups;
   const std::vector<float> group_sums = x_group_sums(x, G);
-  const TileKernel* kernels = G == 2 ? kTileKernels<2> : kTileKernels<1>;
+  const TileKernel* kernels = tile_kernels(w);
   const int64_t tiles = w.tiles();
   const int64_t panel = std::max<int64_t>(kMaxRowsX, kPanelBytes / w.cols / kMaxRowsX * kMaxRowsX);
   const int threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), tiles));
@@ -238,11 +436,12 @@ void gemm_q8_vnni(const PackedQ8Matrix& w, const Q8Activations& x, float* y) {
 
 }  // namespace
 
-PackedQ8Matrix pack_q8(const BlockMatrix& w) {
+PackedQ8Matrix pack_q8(const BlockMatrix& w, CodeWidth width) {
   assert(w.format != BlockFormat::F32 && w.cols % kBlock == 0);
   PackedQ8Matrix p;
   p.rows = w.rows;
   p.cols = w.cols;
+  p.format = w.format;
   p.groups = w.format == BlockFormat::Q6_K ? 2 : 1;
   const int64_t nb = w.cols / kBlock, tiles = p.tiles();
   p.codes.assign(static_cast<size_t>(tiles * nb * kTileBlockCodes), 0);
@@ -267,15 +466,15 @@ PackedQ8Matrix pack_q8(const BlockMatrix& w) {
       }
     }
   }
-  return p;
+  return width == CodeWidth::Byte ? p : narrow(std::move(p));
 }
 
 float packed_q8_value(const PackedQ8Matrix& w, int64_t row, int64_t col) {
   const int64_t nb = w.cols / kBlock, tile = row / kQ8TileRows, i = row % kQ8TileRows;
   const int64_t b = col / kBlock, e = col % kBlock;
-  const uint8_t u = w.codes[(tile * nb + b) * kTileBlockCodes + (e / 4 * kQ8TileRows + i) * 4 + e % 4];
+  const uint8_t u = code_at(w, tile * nb + b, i, static_cast<int>(e));
   const int64_t at = ((tile * nb + b) * w.groups + e / (kBlock / w.groups)) * kQ8TileRows + i;
-  return w.scales[at] * static_cast<float>(u) + w.offsets[at];
+  return scale_at(w, at) * static_cast<float>(u) + offset_at(w, at);
 }
 
 void gemm_q8_reference(const PackedQ8Matrix& w, const Q8Activations& x, float* y) {
@@ -289,17 +488,15 @@ void gemm_q8_reference(const PackedQ8Matrix& w, const Q8Activations& x, float* y
       const int8_t* xc = x.codes.data() + n * w.cols;
       float acc = 0.0f;
       for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* codes = w.codes.data() + (tile * nb + b) * kTileBlockCodes;
         for (int g = 0; g < G; ++g) {
           int32_t sum = 0;
           for (int e = g * per_group; e < (g + 1) * per_group; ++e) {
-            sum += static_cast<int32_t>(codes[(e / 4 * kQ8TileRows + i) * 4 + e % 4]) *
-                   xc[b * kBlock + e];
+            sum += static_cast<int32_t>(code_at(w, tile * nb + b, i, e)) * xc[b * kBlock + e];
           }
           const int64_t at = ((tile * nb + b) * G + g) * kQ8TileRows + i;
-          const float d_dx = w.scales[at] * x.scales[n * nb + b];
+          const float d_dx = scale_at(w, at) * x.scales[n * nb + b];
           acc = std::fma(d_dx, static_cast<float>(sum), acc);
-          acc = std::fma(w.offsets[at], group_sums[(n * nb + b) * G + g], acc);
+          acc = std::fma(offset_at(w, at), group_sums[(n * nb + b) * G + g], acc);
         }
       }
       y[n * w.rows + r] = acc;

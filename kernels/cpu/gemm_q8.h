@@ -23,26 +23,49 @@ namespace kvbench {
 // vector per k), then `groups` scales d and offsets c for each of the 16 rows.
 constexpr int64_t kQ8TileRows = 16;
 
+// How wide the packed codes are. Byte: every code in a byte, scales and offsets as floats:
+// the layout above, 1.25 bytes a weight, the fewest instructions a block (prefill GEMMs).
+// Format: as narrow as the GGUF format's own codes, so that a product of few x rows (decode)
+// streams about the GGUF file's bytes: 4-bit codes two to a byte (vector j of a block holds
+// groups j and j + 4 in its low and high nibbles), a fifth and sixth bit as 64-bit masks per
+// group, and scales and offsets in half precision where the format's own are (Q4_0, Q4_1,
+// Q5_0, Q5_1, Q8_0) or left out where they are -zero * d (Q4_0, Q5_0, Q8_0, Q6_K). The
+// values, and so every product, are the same in both widths, bit for bit.
+enum class CodeWidth { Byte, Format };
+
 struct PackedQ8Matrix {
   int64_t rows = 0;
   int64_t cols = 0;     // a multiple of 32
   int groups = 1;       // scale groups per 32-element block: 2 for Q6_K, 1 otherwise
-  std::vector<uint8_t> codes;   // [tiles, cols / 32, 8, 16, 4]
-  std::vector<float> scales;    // [tiles, cols / 32, groups, 16]
-  std::vector<float> offsets;   // [tiles, cols / 32, groups, 16]
+  BlockFormat format = BlockFormat::F32;
+  CodeWidth width = CodeWidth::Byte;
+  int bits = 8;         // bits a code: 8 (Byte, Q8_0), else 4, 5 or 6
+  float zero = 0;       // when > 0: no offsets kept, c = -zero * d
+  std::vector<uint8_t> codes;     // Byte: [tiles, cols / 32, 8, 16, 4]; 4-6 bits: [.., 4, 16, 4]
+  std::vector<uint64_t> planes;   // 5-6 bits: [tiles, cols / 32, bits - 4, 8] masks, bit 4 i + e
+  std::vector<float> scales;      // [tiles, cols / 32, groups, 16], or empty for half_scales
+  std::vector<float> offsets;     // the same, or empty (half_offsets, or zero > 0)
+  std::vector<uint16_t> half_scales, half_offsets;  // the same in half precision
 
   bool empty() const { return rows == 0; }
   int64_t tiles() const { return (rows + kQ8TileRows - 1) / kQ8TileRows; }
+  int64_t bytes() const {
+    return static_cast<int64_t>(codes.size() + 8 * planes.size() + 4 * scales.size() +
+                                4 * offsets.size() + 2 * half_scales.size() +
+                                2 * half_offsets.size());
+  }
 };
 
 // W's blocks repacked; every format but F32. Threads over tiles.
-PackedQ8Matrix pack_q8(const BlockMatrix& w);
+PackedQ8Matrix pack_q8(const BlockMatrix& w, CodeWidth width = CodeWidth::Byte);
 
 // The value of element (row, col) as the packed matrix holds it: d * u + c (tests).
 float packed_q8_value(const PackedQ8Matrix& w, int64_t row, int64_t col);
 
 // y [x.n, w.rows] = x W^T. With AVX-512 VNNI the tiled kernel; without it, gemm_q8_reference.
-// Both compute every sum in the same order: the same floats, bit for bit.
+// Both compute every sum in the same order: the same floats, bit for bit, in either width; and
+// each x row's result is the same whatever the other rows are (a decode batch's row is the
+// row alone).
 void gemm_q8(const PackedQ8Matrix& w, const Q8Activations& x, float* y);
 
 // The portable loops that define gemm_q8's result.

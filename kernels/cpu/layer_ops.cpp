@@ -42,6 +42,9 @@ void rope_interleaved_cpu(float* x, const int32_t* positions, int64_t n_tokens, 
 }
 
 void silu_mul_cpu(const float* gate, const float* up, float* out, int64_t n) {
+  // Threads past one decode row's width (a batch, a prefill chunk): scalar expf stays the
+  // rounding every element gets, threaded or not.
+#pragma omp parallel for schedule(static) if (n >= 16384)
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.f + std::exp(-gate[i])) * up[i];
 }
 
