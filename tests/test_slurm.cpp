@@ -6,7 +6,6 @@
 // Without Slurm installed the file is skipped (exit 77), except under CI=true, where set-up
 // installs it and its absence is a failure.
 #include <catch2/catch.hpp>
-
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -142,7 +141,8 @@ TEST_CASE("slurm: a sweep as a 4-task array merges into what one process writes"
   const std::string config = sweep_config();
   const std::string one = one_process_db(model, config);
   const fs::path dir = cluster().dir() / "whole";
-  const Run submit = run_kvbench(sweep_args(model, config) + " --slurm " + dir.string() + " --shards 4");
+  const Run submit =
+      run_kvbench(sweep_args(model, config) + " --slurm " + dir.string() + " --shards 4");
   INFO(submit.output);
   REQUIRE(submit.exit_code == 0);
   CHECK(submit.output.find("shards 0-3 of 4 submitted as array job") != std::string::npos);
@@ -164,7 +164,8 @@ TEST_CASE("slurm: a sweep as a 4-task array merges into what one process writes"
   CHECK(listed.find("3      done           4/4") != std::string::npos);
   CHECK(listed.find("merge  done") != std::string::npos);
   // Again: nothing is left to submit.
-  const Run again = run_kvbench(sweep_args(model, config) + " --slurm " + dir.string() + " --shards 4");
+  const Run again =
+      run_kvbench(sweep_args(model, config) + " --slurm " + dir.string() + " --shards 4");
   INFO(again.output);
   CHECK(again.exit_code == 0);
   CHECK(again.output.find("nothing to submit") != std::string::npos);
@@ -176,7 +177,8 @@ TEST_CASE("slurm: a cancelled shard is resubmitted alone, resumes, and the merge
   const std::string config = sweep_config();
   const std::string one = one_process_db(model, config);
   const fs::path dir = cluster().dir() / "cancelled";
-  const Run submit = run_kvbench(sweep_args(model, config) + " --slurm " + dir.string() + " --shards 4");
+  const Run submit =
+      run_kvbench(sweep_args(model, config) + " --slurm " + dir.string() + " --shards 4");
   INFO(submit.output);
   REQUIRE(submit.exit_code == 0);
   const std::string job = submit.output.substr(submit.output.find("array job ") + 10);
@@ -190,9 +192,9 @@ TEST_CASE("slurm: a cancelled shard is resubmitted alone, resumes, and the merge
   REQUIRE(wait_for([&] { return written() >= 1; }, 300));
   REQUIRE(run_command("scancel " + array + "_1").exit_code == 0);
   // The others finish; the merge is cancelled by its dependency.
-  REQUIRE(wait_for([&] {
-    return status(model, config, dir).find("merge  cancelled") != std::string::npos;
-  }, 300));
+  REQUIRE(wait_for(
+      [&] { return status(model, config, dir).find("merge  cancelled") != std::string::npos; },
+      300));
   const int left = written();
   INFO("units of shard 1 before the rerun: " << left);
   REQUIRE(left < 4);
@@ -201,7 +203,8 @@ TEST_CASE("slurm: a cancelled shard is resubmitted alone, resumes, and the merge
   INFO(listed);
   CHECK(code == 1);
   CHECK(listed.find("1      failed") != std::string::npos);
-  const Run rerun = run_kvbench(sweep_args(model, config) + " --slurm " + dir.string() + " --shards 4");
+  const Run rerun =
+      run_kvbench(sweep_args(model, config) + " --slurm " + dir.string() + " --shards 4");
   INFO(rerun.output);
   REQUIRE(rerun.exit_code == 0);
   CHECK(rerun.output.find("shards 1 of 4 submitted") != std::string::npos);
@@ -218,12 +221,13 @@ TEST_CASE("slurm: a failing shard keeps the merge from running and is named by -
   const fs::path dir = cluster().dir() / "failing";
   fs::create_directories(dir);
   std::ofstream(dir / "shard-2.db") << "not a database, written over a shard's db";
-  const Run submit = run_kvbench(sweep_args(model, config) + " --slurm " + dir.string() + " --shards 4");
+  const Run submit =
+      run_kvbench(sweep_args(model, config) + " --slurm " + dir.string() + " --shards 4");
   INFO(submit.output);
   REQUIRE(submit.exit_code == 0);
-  REQUIRE(wait_for([&] {
-    return status(model, config, dir).find("merge  cancelled") != std::string::npos;
-  }, 300));
+  REQUIRE(wait_for(
+      [&] { return status(model, config, dir).find("merge  cancelled") != std::string::npos; },
+      300));
   int code = -1;
   const std::string listed = status(model, config, dir, &code);
   INFO(listed);

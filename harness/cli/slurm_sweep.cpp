@@ -34,7 +34,9 @@ struct SlurmDir {
   std::string shard_log(int i) const { return root + "/logs/shard-" + std::to_string(i) + ".log"; }
   // What a shard's task exited with, written by its script when it ends (Slurm forgets
   // finished jobs after MinJobAge; without accounting, this file remembers).
-  std::string shard_exit(int i) const { return root + "/status/shard-" + std::to_string(i) + ".exit"; }
+  std::string shard_exit(int i) const {
+    return root + "/status/shard-" + std::to_string(i) + ".exit";
+  }
   std::string shard_script() const { return root + "/shard.sh"; }
   std::string merge_script() const { return root + "/merge.sh"; }
   std::string merge_log() const { return root + "/logs/merge.log"; }
@@ -81,9 +83,9 @@ Submission read_submission(const std::string& path) {
 }
 
 void write_submission(const std::string& path, const Submission& s) {
-  const nlohmann::json j = {{"config", s.config_path},         {"shards", s.shards},
-                            {"run_config", s.run_config},      {"model_sha256", s.model_sha256},
-                            {"array_jobs", s.array_jobs},      {"merge_job", s.merge_job}};
+  const nlohmann::json j = {{"config", s.config_path},    {"shards", s.shards},
+                            {"run_config", s.run_config}, {"model_sha256", s.model_sha256},
+                            {"array_jobs", s.array_jobs}, {"merge_job", s.merge_job}};
   write_file_atomically(path, j.dump(2) + "\n", "Slurm submission");
 }
 
@@ -159,12 +161,18 @@ enum class ShardState { Done, Pending, Running, Failed, Stopped, NotSubmitted };
 
 const char* state_name(ShardState s) {
   switch (s) {
-    case ShardState::Done: return "done";
-    case ShardState::Pending: return "pending";
-    case ShardState::Running: return "running";
-    case ShardState::Failed: return "failed";
-    case ShardState::Stopped: return "stopped";
-    case ShardState::NotSubmitted: return "not submitted";
+    case ShardState::Done:
+      return "done";
+    case ShardState::Pending:
+      return "pending";
+    case ShardState::Running:
+      return "running";
+    case ShardState::Failed:
+      return "failed";
+    case ShardState::Stopped:
+      return "stopped";
+    case ShardState::NotSubmitted:
+      return "not submitted";
   }
   return "?";
 }
@@ -173,8 +181,8 @@ struct ShardStatus {
   ShardState state = ShardState::NotSubmitted;
   int64_t written = 0;  // units of its plan its db holds
   int64_t planned = 0;
-  std::string detail;   // why it failed or stopped
-  std::string task;     // "12_3", its latest array task Slurm still knows
+  std::string detail;  // why it failed or stopped
+  std::string task;    // "12_3", its latest array task Slurm still knows
 };
 
 ShardStatus shard_status(int i, const ShardPlan& plan, const SlurmDir& dir, const Submission& s,
@@ -184,7 +192,8 @@ ShardStatus shard_status(int i, const ShardPlan& plan, const SlurmDir& dir, cons
   std::error_code ec;
   if (fs::exists(dir.shard_db(i), ec)) {
     try {
-      const std::set<std::string> finished = ResultsDb::open(dir.shard_db(i), true)->finished_unit_keys();
+      const std::set<std::string> finished =
+          ResultsDb::open(dir.shard_db(i), true)->finished_unit_keys();
       for (const std::string& key : plan.unit_keys) st.written += finished.count(key);
     } catch (const InputError& e) {
       st.detail = e.what();
@@ -306,8 +315,7 @@ std::string array_list(const std::vector<int>& shards) {
 std::string submit(const std::vector<std::string>& argv, const char* what) {
   const ProcessResult r = run_slurm_tool(argv);
   std::string id = r.out.substr(0, r.out.find_first_of(";\n"));
-  if (r.exit_code != 0 || id.empty() ||
-      id.find_first_not_of("0123456789") != std::string::npos) {
+  if (r.exit_code != 0 || id.empty() || id.find_first_not_of("0123456789") != std::string::npos) {
     throw InputError(std::string("--slurm: sbatch refused the ") + what + ": " +
                      first_line(r.err.empty() ? r.out : r.err));
   }
@@ -343,7 +351,7 @@ bool print_status(const SlurmDir& dir, const Submission& s,
   const std::string merge_code = read_exit_file(dir.merge_exit());
   const auto q = queue.find(s.merge_job);
   if (q != queue.end()) {
-    merge = q->second == "PENDING"       ? "pending (waits for the shards)"
+    merge = q->second == "PENDING"         ? "pending (waits for the shards)"
             : queued_or_running(q->second) ? "running"
             : q->second == "COMPLETED"     ? "done"
             : q->second == "CANCELLED"     ? "cancelled (a shard did not succeed: run the same "
@@ -388,7 +396,8 @@ void run_slurm_sweep(const ModelOptions& model_options, const std::string& confi
   ModelOptions model = model_options;
   PreparedSweep prepared = prepare_sweep(model, config, /*print=*/!args.status);
   model.model_path = fs::absolute(prepared.run.model_path, ec).string();
-  if (model.threads <= 0) model.threads = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+  if (model.threads <= 0)
+    model.threads = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
   for (std::string& plugin : model.plugins) plugin = fs::absolute(plugin, ec).string();
   const GgufFile file(prepared.run.model_path);
   const Tokenizer tokenizer = Tokenizer::from_gguf(file);
@@ -403,12 +412,12 @@ void run_slurm_sweep(const ModelOptions& model_options, const std::string& confi
     s = *old;
     const std::string difference = run_config_difference(s.run_config, prepared.run.config_json);
     if (s.shards != shards || !difference.empty() || s.model_sha256 != prepared.run.model_sha256) {
-      throw InputError(
-          "--slurm " + args.dir + ": holds a submission of another sweep (" +
-          (s.shards != shards ? std::to_string(s.shards) + " shards, not " + std::to_string(shards)
-           : !difference.empty() ? difference
-                                 : std::string("model")) +
-          "); use another folder");
+      throw InputError("--slurm " + args.dir + ": holds a submission of another sweep (" +
+                       (s.shards != shards
+                            ? std::to_string(s.shards) + " shards, not " + std::to_string(shards)
+                        : !difference.empty() ? difference
+                                              : std::string("model")) +
+                       "); use another folder");
     }
   } else {
     s.config_path = fs::absolute(config_path, ec).string();
@@ -464,12 +473,21 @@ void run_slurm_sweep(const ModelOptions& model_options, const std::string& confi
       "# Written by kvbench sweep --slurm (again at every submission): shard $SLURM_ARRAY_TASK_ID\n"
       "# of the sweep into its own db, which a rerun resumes.\n"
       "i=\"$SLURM_ARRAY_TASK_ID\"\n"
-      "db=" + root + "\"/shard-$i.db\"\n"
-      "rm -f " + root + "\"/status/shard-$i.exit\"\n"
-      "echo \"kvbench: shard $i/" + std::to_string(shards) +
+      "db=" +
+      root +
+      "\"/shard-$i.db\"\n"
+      "rm -f " +
+      root +
+      "\"/status/shard-$i.exit\"\n"
+      "echo \"kvbench: shard $i/" +
+      std::to_string(shards) +
       ", task ${SLURM_ARRAY_JOB_ID}_$i on $(hostname) at $(date -u +%FT%TZ)\"\n"
-      "rc=0\n" + line + " || rc=$?\n"
-      "echo \"$rc\" > " + root + "\"/status/shard-$i.exit\"\n"
+      "rc=0\n" +
+      line +
+      " || rc=$?\n"
+      "echo \"$rc\" > " +
+      root +
+      "\"/status/shard-$i.exit\"\n"
       "exit \"$rc\"\n";
   std::vector<std::string> dbs;
   for (int i = 0; i < shards; ++i) dbs.push_back(dir.shard_db(i));
@@ -483,22 +501,30 @@ void run_slurm_sweep(const ModelOptions& model_options, const std::string& confi
       "#!/bin/bash\n"
       "# Written by kvbench sweep --slurm: the shards' dbs merged, the leaderboard written.\n"
       "set -euo pipefail\n"
-      "rm -f " + shell_quote(dir.merge_exit()) + " " + merged_files + "\n" +
-      shell_line(merge_command) + "\n" +
-      shell_line({program, "report", dir.merged_db(), "-o", dir.report()}) + "\n"
-      "echo 0 > " + shell_quote(dir.merge_exit()) + "\n";
+      "rm -f " +
+      shell_quote(dir.merge_exit()) + " " + merged_files + "\n" + shell_line(merge_command) + "\n" +
+      shell_line({program, "report", dir.merged_db(), "-o", dir.report()}) +
+      "\n"
+      "echo 0 > " +
+      shell_quote(dir.merge_exit()) + "\n";
   write_files_atomically({{dir.shard_script(), shard_script}, {dir.merge_script(), merge_script}},
                          "Slurm script");
 
   std::string time_why = "--time";
-  const std::string time = args.time.empty() ? shard_time_limit(plans, prepared, &time_why) : args.time;
+  const std::string time =
+      args.time.empty() ? shard_time_limit(plans, prepared, &time_why) : args.time;
   const std::string mem = args.mem.empty() ? shard_memory(prepared, model) : args.mem;
   if (!to_submit.empty()) {
-    std::vector<std::string> sbatch = {
-        "sbatch", "--parsable", "--job-name=kvbench-sweep",
-        "--array=" + array_list(to_submit), "--cpus-per-task=" + std::to_string(model.threads),
-        "--mem=" + mem, "--time=" + time, "--chdir=" + cwd,
-        "--output=" + dir.root + "/logs/shard-%a.log", "--open-mode=append"};
+    std::vector<std::string> sbatch = {"sbatch",
+                                       "--parsable",
+                                       "--job-name=kvbench-sweep",
+                                       "--array=" + array_list(to_submit),
+                                       "--cpus-per-task=" + std::to_string(model.threads),
+                                       "--mem=" + mem,
+                                       "--time=" + time,
+                                       "--chdir=" + cwd,
+                                       "--output=" + dir.root + "/logs/shard-%a.log",
+                                       "--open-mode=append"};
     sbatch.insert(sbatch.end(), args.sbatch_options.begin(), args.sbatch_options.end());
     sbatch.push_back(dir.shard_script());
     const std::string job = submit(sbatch, "shards' array");
@@ -511,10 +537,16 @@ void run_slurm_sweep(const ModelOptions& model_options, const std::string& confi
   }
   // The old merge job waits for tasks that will never succeed: replaced.
   if (merge_queued) run_slurm_tool({"scancel", s.merge_job});
-  std::vector<std::string> merge_sbatch = {
-      "sbatch", "--parsable", "--job-name=kvbench-merge", "--cpus-per-task=1",
-      "--mem=" + mem, "--time=01:00:00", "--chdir=" + cwd,
-      "--output=" + dir.merge_log(), "--open-mode=append", "--kill-on-invalid-dep=yes"};
+  std::vector<std::string> merge_sbatch = {"sbatch",
+                                           "--parsable",
+                                           "--job-name=kvbench-merge",
+                                           "--cpus-per-task=1",
+                                           "--mem=" + mem,
+                                           "--time=01:00:00",
+                                           "--chdir=" + cwd,
+                                           "--output=" + dir.merge_log(),
+                                           "--open-mode=append",
+                                           "--kill-on-invalid-dep=yes"};
   if (!still_queued.empty()) {
     std::string dependency = "--dependency=afterok";
     for (const std::string& task : still_queued) dependency += ":" + task;
@@ -522,7 +554,8 @@ void run_slurm_sweep(const ModelOptions& model_options, const std::string& confi
   }
   for (const std::string& option : args.sbatch_options) {
     // GPUs are for the shards; the merge reads dbs.
-    if (option.rfind("--gres", 0) != 0 && option.rfind("--gpus", 0) != 0) merge_sbatch.push_back(option);
+    if (option.rfind("--gres", 0) != 0 && option.rfind("--gpus", 0) != 0)
+      merge_sbatch.push_back(option);
   }
   merge_sbatch.push_back(dir.merge_script());
   s.merge_job = submit(merge_sbatch, "merge job");

@@ -1,4 +1,5 @@
-// `kvbench sweep CONFIG --db DB [--shard i/n | --jobs N | --slurm DIR --shards N]` and `kvbench merge A.db B.db ... -o ALL.db`.
+// `kvbench sweep CONFIG --db DB [--shard i/n | --jobs N | --slurm DIR --shards N]` and
+// `kvbench merge A.db B.db ... -o ALL.db`.
 #include <CLI/CLI.hpp>
 
 #include <sys/prctl.h>
@@ -19,7 +20,6 @@
 
 #include "cache/registry.h"
 #include "common/input_error.h"
-#include "git_sha.h"
 #include "common/sha256.h"
 #include "harness/calibration.h"
 #include "harness/cli/commands.h"
@@ -36,6 +36,8 @@
 #include "results/results_db.h"
 #include "results/run_identity.h"
 #include "results/writer_lock.h"
+
+#include "git_sha.h"  // generated at build time (cmake/git_sha.cmake)
 
 namespace kvbench {
 
@@ -59,10 +61,12 @@ void print_plan(const SweepProgress& p, const Calibration* timings) {
     std::printf("sweep: plan: no calibration of this model file: no time estimate\n");
   } else if (!p.planned.empty()) {
     const SweepEstimate e = estimate_sweep(p.planned, *timings);
-    if (e.timed_units > 0) std::printf("sweep: plan: about %s on one process for the %lld units with a calibration "
-                "timing (the full cache's prefill per sample and time per turn; methods that "
-                "prefill on their own, score or rebuild the cache take longer)\n",
-                duration_text(e.seconds).c_str(), static_cast<long long>(e.timed_units));
+    if (e.timed_units > 0) {
+      std::printf("sweep: plan: about %s on one process for the %lld units with a calibration "
+                  "timing (the full cache's prefill per sample and time per turn; methods that "
+                  "prefill on their own, score or rebuild the cache take longer)\n",
+                  duration_text(e.seconds).c_str(), static_cast<long long>(e.timed_units));
+    }
     for (const std::string& t : e.untimed) {
       std::printf("sweep: plan: no calibration timing for %s\n", t.c_str());
     }
@@ -411,9 +415,11 @@ void add_sweep_command(CLI::App& app, ModelOptions& model) {
   cmd->callback([&model, args, slurm] {
     SweepConfig config = load_sweep_config(args->config);
     const bool slurm_given = slurm->count() > 0;
-    if (!slurm_given && (args->slurm.status || args->slurm.shards > 0 || !args->slurm.time.empty() ||
-                         !args->slurm.mem.empty() || !args->slurm.sbatch_options.empty())) {
-      throw InputError("sweep: --shards, --status, --time, --mem and --sbatch-option go with --slurm DIR");
+    const SlurmArgs& s = args->slurm;
+    if (!slurm_given && (s.status || s.shards > 0 || !s.time.empty() || !s.mem.empty() ||
+                         !s.sbatch_options.empty())) {
+      throw InputError(
+          "sweep: --shards, --status, --time, --mem and --sbatch-option go with --slurm DIR");
     }
     if (slurm_given) {
       if (args->jobs > 1 || !args->shard.empty() || args->separate_prefill) {

@@ -292,6 +292,10 @@ void tile_kernel(const PackedQ8Matrix& w, int64_t tile, const int8_t* const* x_c
   for (int m = 0; m < M; ++m) out[m] = acc[m];
 }
 
+inline __m256i halves(const uint16_t* sixteen) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sixteen));
+}
+
 // The same for CodeWidth::Format: each block's codes widened to bytes in registers (once per
 // tile and block, for all M x rows), then the byte kernel's arithmetic in its order.
 template <BlockFormat F, int M>
@@ -311,7 +315,8 @@ void narrow_tile_kernel(const PackedQ8Matrix& w, int64_t tile, const int8_t* con
       for (int m = 0; m < M; ++m) sums[g][m] = _mm512_setzero_si512();
     }
     if constexpr (kT.bits == 8) {
-      const auto* codes = reinterpret_cast<const __m512i*>(w.codes.data() + (first + b) * kTileBlockCodes);
+      const auto* codes =
+          reinterpret_cast<const __m512i*>(w.codes.data() + (first + b) * kTileBlockCodes);
       for (int k = 0; k < kGroupsOfFour; ++k) {
         _mm_prefetch(reinterpret_cast<const char*>(codes + k) + kPrefetchBytes, _MM_HINT_T0);
         const __m512i wk = _mm512_loadu_si512(codes + k);
@@ -343,14 +348,14 @@ void narrow_tile_kernel(const PackedQ8Matrix& w, int64_t tile, const int8_t* con
       const int64_t at = ((first + b) * G + g) * kQ8TileRows;
       __m512 d, c;
       if constexpr (kT.half) {
-        d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.half_scales.data() + at)));
+        d = _mm512_cvtph_ps(halves(w.half_scales.data() + at));
       } else {
         d = _mm512_loadu_ps(w.scales.data() + at);
       }
       if constexpr (kT.zero > 0) {
         c = _mm512_mul_ps(_mm512_set1_ps(-kT.zero), d);
       } else if constexpr (kT.half) {
-        c = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.half_offsets.data() + at)));
+        c = _mm512_cvtph_ps(halves(w.half_offsets.data() + at));
       } else {
         c = _mm512_loadu_ps(w.offsets.data() + at);
       }
