@@ -282,9 +282,8 @@ std::string shard_time_limit(const std::vector<ShardPlan>& plans, const Prepared
 // reference's, the method's, and a copy a method may build), and 1 GiB for the process, the
 // samples and the scratch of a prefill. Measured (docs/cluster.md): Qwen2.5-0.5B at 4K
 // tokens with KVzip peaked at 2.86 GiB, against this rule's 4.2.
-std::string shard_memory(const PreparedSweep& p, const ModelOptions& model) {
-  const GgufFile file(p.run.model_path);
-  const ModelConfig c = ModelConfig::from_gguf(file);
+std::string shard_memory(const PreparedSweep& p, const ModelOptions& model, const GgufFile& file,
+                         const ModelConfig& c) {
   std::error_code ec;
   double weights = 0;
   for (const GgufTensorInfo& t : file.tensors()) weights += static_cast<double>(t.n_elements());
@@ -401,7 +400,8 @@ void run_slurm_sweep(const ModelOptions& model_options, const std::string& confi
   for (std::string& plugin : model.plugins) plugin = fs::absolute(plugin, ec).string();
   const GgufFile file(prepared.run.model_path);
   const Tokenizer tokenizer = Tokenizer::from_gguf(file);
-  const SweepModel source{tokenizer, ModelConfig::from_gguf(file).context_length,
+  const ModelConfig model_config = ModelConfig::from_gguf(file);
+  const SweepModel source{tokenizer, model_config.context_length,
                           []() -> const LlamaModel& {
                             throw InputError("--slurm: the submitting side loads no weights");
                           }};
@@ -513,7 +513,8 @@ void run_slurm_sweep(const ModelOptions& model_options, const std::string& confi
   std::string time_why = "--time";
   const std::string time =
       args.time.empty() ? shard_time_limit(plans, prepared, &time_why) : args.time;
-  const std::string mem = args.mem.empty() ? shard_memory(prepared, model) : args.mem;
+  const std::string mem = args.mem.empty() ? shard_memory(prepared, model, file, model_config)
+                                             : args.mem;
   if (!to_submit.empty()) {
     std::vector<std::string> sbatch = {"sbatch",
                                        "--parsable",

@@ -181,14 +181,20 @@ uint16_t exact_half(float f) {
 
 constexpr int64_t kNibbleBytes = kTileBlockCodes / 2;  // 4 vectors of 64 bytes
 
+// What the width leaves of the format's traits: Byte keeps every code in a byte, its offsets
+// stored.
+FormatTraits packed_traits(const PackedQ8Matrix& w) {
+  return w.width == CodeWidth::Byte ? FormatTraits{8, 0.0f, false} : traits_of(w.format);
+}
+
 // Code e (0..31) of row i (0..15) of block b of a tile, in either width.
 uint8_t code_at(const PackedQ8Matrix& w, int64_t tile_block, int64_t i, int e) {
-  const int k = e / 4;
-  if (w.bits == 8) return w.codes[tile_block * kTileBlockCodes + (k * kQ8TileRows + i) * 4 + e % 4];
+  const int k = e / 4, bits = packed_traits(w).bits;
+  if (bits == 8) return w.codes[tile_block * kTileBlockCodes + (k * kQ8TileRows + i) * 4 + e % 4];
   const uint8_t pair = w.codes[tile_block * kNibbleBytes + ((k % 4) * kQ8TileRows + i) * 4 + e % 4];
   int u = k < 4 ? pair & 0x0F : pair >> 4;
-  for (int q = 0; q < w.bits - 4; ++q) {
-    const uint64_t mask = w.planes[(tile_block * (w.bits - 4) + q) * kGroupsOfFour + k];
+  for (int q = 0; q < bits - 4; ++q) {
+    const uint64_t mask = w.planes[(tile_block * (bits - 4) + q) * kGroupsOfFour + k];
     u |= static_cast<int>((mask >> (4 * i + e % 4)) & 1) << (4 + q);
   }
   return static_cast<uint8_t>(u);
@@ -198,7 +204,8 @@ float scale_at(const PackedQ8Matrix& w, int64_t at) {
   return w.scales.empty() ? half_to_float(w.half_scales[at]) : w.scales[at];
 }
 float offset_at(const PackedQ8Matrix& w, int64_t at) {
-  if (w.zero > 0) return -w.zero * scale_at(w, at);
+  const float zero = packed_traits(w).zero;
+  if (zero > 0) return -zero * scale_at(w, at);
   return w.offsets.empty() ? half_to_float(w.half_offsets[at]) : w.offsets[at];
 }
 
@@ -206,12 +213,11 @@ float offset_at(const PackedQ8Matrix& w, int64_t at) {
 PackedQ8Matrix narrow(PackedQ8Matrix p) {
   const FormatTraits t = traits_of(p.format);
   p.width = CodeWidth::Format;
-  p.bits = t.bits;
-  p.zero = t.zero;
   const int64_t tile_blocks = p.tiles() * (p.cols / kBlock);
   if (t.bits < 8) {
     std::vector<uint8_t> nibbles(static_cast<size_t>(tile_blocks * kNibbleBytes));
     std::vector<uint64_t> planes(static_cast<size_t>(tile_blocks * (t.bits - 4) * kGroupsOfFour));
+#pragma omp parallel for schedule(static)
     for (int64_t tb = 0; tb < tile_blocks; ++tb) {
       const uint8_t* u = p.codes.data() + tb * kTileBlockCodes;
       for (int j = 0; j < 4; ++j) {

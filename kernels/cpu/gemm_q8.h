@@ -38,13 +38,11 @@ struct PackedQ8Matrix {
   int64_t cols = 0;     // a multiple of 32
   int groups = 1;       // scale groups per 32-element block: 2 for Q6_K, 1 otherwise
   BlockFormat format = BlockFormat::F32;
-  CodeWidth width = CodeWidth::Byte;
-  int bits = 8;         // bits a code: 8 (Byte, Q8_0), else 4, 5 or 6
-  float zero = 0;       // when > 0: no offsets kept, c = -zero * d
-  std::vector<uint8_t> codes;     // Byte: [tiles, cols / 32, 8, 16, 4]; 4-6 bits: [.., 4, 16, 4]
+  CodeWidth width = CodeWidth::Byte;  // Format: the code's bits and zero point the format's
+  std::vector<uint8_t> codes;     // 8 bits: [tiles, cols / 32, 8, 16, 4]; 4-6 bits: [.., 4, 16, 4]
   std::vector<uint64_t> planes;   // 5-6 bits: [tiles, cols / 32, bits - 4, 8] masks, bit 4 i + e
   std::vector<float> scales;      // [tiles, cols / 32, groups, 16], or empty for half_scales
-  std::vector<float> offsets;     // the same, or empty (half_offsets, or zero > 0)
+  std::vector<float> offsets;     // the same, or empty (half_offsets, or c = -zero * d)
   std::vector<uint16_t> half_scales, half_offsets;  // the same in half precision
 
   bool empty() const { return rows == 0; }
