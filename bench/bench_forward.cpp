@@ -119,6 +119,44 @@ void BM_DecodeBatch(benchmark::State& state) {
   model->set_decode_activations(Activations::Fp32);
 }
 
+// The pool experiment's decode (docs/serving.md): one batched step of `batch` sequences at
+// a 4K-token context, each cache of `spec` (compressed at the context's end), int8
+// activations, tok/s summed over the batch. One context prefilled and cloned: the step's cost
+// does not depend on which tokens the caches hold. Arg: the batch.
+void decode_batch_4k(benchmark::State& state, const char* spec) {
+  LlamaModel* model = model_or_skip(state, ModelDevice::Cpu);
+  if (!model) return;
+  constexpr int64_t kContext = 4096 - 64;
+  constexpr int kSteps = 8;
+  const int64_t batch = state.range(0);
+  if (kContext + kSteps * 8 > model->config().context_length) {
+    state.SkipWithError("the context and the decoded tokens exceed the model's context length");
+    return;
+  }
+  model->set_prefill_activations(Activations::Int8);
+  model->set_decode_activations(Activations::Int8);
+  KvCache first = new_cache(*model, resolve_method_spec(spec));
+  first.reserve(kContext);
+  model->forward(some_tokens(kContext, 2), first);
+  first.end_context();
+  std::vector<KvCache> caches;
+  for (int64_t i = 0; i < batch; ++i) caches.push_back(first.clone());
+  std::vector<KvCache*> rows;
+  for (KvCache& c : caches) rows.push_back(&c);
+  const auto next = some_tokens(kSteps * batch, 3);
+  for (auto _ : state) {
+    for (int s = 0; s < kSteps; ++s) {
+      const std::vector<int32_t> tokens(next.begin() + s * batch, next.begin() + (s + 1) * batch);
+      benchmark::DoNotOptimize(model->decode_batch(tokens, rows));
+    }
+  }
+  state.counters["tok/s"] = benchmark::Counter(static_cast<double>(kSteps * batch),
+                                               benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["KV_MiB"] = static_cast<double>(first.bytes_resident()) / (1 << 20);
+  model->set_prefill_activations(Activations::Fp32);
+  model->set_decode_activations(Activations::Fp32);
+}
+
 // The end-to-end set side by side, on the CPU and (in a CUDA build) on a GPU.
 void decode_method(benchmark::State& state, ModelDevice device, const char* spec) {
   decode(state, device, spec);
@@ -225,6 +263,10 @@ BENCHMARK(BM_DecodeBatch)
     ->Iterations(4)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+BENCHMARK_CAPTURE(decode_batch_4k, full, "full")
+    ->Arg(1)->Arg(4)->Arg(8)->Arg(16)->Iterations(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(decode_batch_4k, kivi4, "kivi:bits=4")
+    ->Arg(1)->Arg(4)->Arg(8)->Arg(16)->Iterations(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_DecodeInt8)->Arg(0)->Arg(2048)->Arg(4096)->Iterations(8)->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK_CAPTURE(decode_method, cpu_full, ModelDevice::Cpu, "full")

@@ -123,8 +123,18 @@ void KvCache::compress(CachePhase phase) {
       tokens_evicted_ += held - held_per_head(store, shape_.n_kv_heads);
       policy_->retained(l, plan);
     }
-    if (phase != CachePhase::ContextChunk) store.settle();
+    if (phase != CachePhase::ContextChunk || settle_chunks_) store.settle();
   }
+}
+
+bool KvCache::settle_context_chunks() {
+  assert(next_position_ == 0);
+  if (policy_) return false;
+  // Every layer holds the same kind of store: the first answers for all.
+  settle_chunks_ = std::all_of(layers_.begin(), layers_.end(),
+                               [](const auto& l) { return l->settle_each_chunk(); });
+  assert(settle_chunks_ || !layers_.front()->settle_each_chunk());
+  return settle_chunks_;
 }
 
 void KvCache::reserve(int64_t n_tokens) {
@@ -161,6 +171,7 @@ KvCache KvCache::clone() const {
                reader_ ? reader_->clone() : nullptr);
   copy.next_position_ = next_position_;
   copy.context_ended_ = context_ended_;
+  copy.settle_chunks_ = settle_chunks_;
   copy.bytes_peak_ = bytes_peak_;
   copy.tokens_evicted_ = tokens_evicted_;
   copy.bytes_read_forward_ = bytes_read_forward_;

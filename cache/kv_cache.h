@@ -118,6 +118,11 @@ class LayerKv {
   // The end of a forward, after the policy's plan: a store that packs what it holds (KIVI
   // quantizes full blocks past its fp32 residual) does it here.
   virtual void settle() {}
+  // Asks the store to settle after every chunk of the context too
+  // (KvCache::settle_context_chunks); returns whether it can: its settle() packs only what
+  // later tokens cannot change (KIVI's whole blocks). From then on reserve(n) makes room for
+  // n tokens as the store packs them, not for n at fp32 before the context's end.
+  virtual bool settle_each_chunk() { return false; }
   virtual std::unique_ptr<LayerKv> clone() const = 0;
   // Tokens the policy sees and plans over (view()).
   virtual int64_t n_tokens() const = 0;
@@ -191,6 +196,13 @@ class KvCache {
   // The shared context is all in: the policy compresses it (CachePhase::ContextEnd).
   void end_context();
   bool context_ended() const { return context_ended_; }
+  // Stores settle after every chunk of the context too, not only at its end: each later
+  // chunk attends over what the earlier ones packed, and a long prompt is never held whole
+  // at fp32 (a serving engine's quantized cache: serve/engine.h). Only where nothing plans
+  // on the context's fp32 KV (no policy) and every store settles by blocks; returns whether
+  // it took effect. Call on an empty cache; clones keep it.
+  bool settle_context_chunks();
+  bool settles_context_chunks() const { return settle_chunks_; }
 
   // Position of the next token fed to the model (tokens seen so far, evicted or not).
   int32_t next_position() const { return next_position_; }
@@ -250,6 +262,7 @@ class KvCache {
   int32_t next_position_ = 0;
   bool context_ended_ = false;
   bool decode_step_ = false;
+  bool settle_chunks_ = false;
   int64_t bytes_peak_ = 0;
   int64_t tokens_evicted_ = 0;
   int64_t bytes_read_forward_ = 0;  // this forward so far

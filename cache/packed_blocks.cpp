@@ -23,13 +23,27 @@ PackedBlocks::PackedBlocks(int32_t n_kv_heads, int32_t head_dim, int32_t group, 
 }
 
 void PackedBlocks::resize(int64_t n_blocks) {
-  if (n_blocks > capacity_ || n_blocks + 2 * block_slack(n_blocks) < capacity_) {
-    capacity_ = n_blocks > capacity_ ? n_blocks + block_slack(n_blocks) : n_blocks;
+  if (n_blocks > capacity_) {
+    capacity_ = n_blocks + block_slack(n_blocks);
+  } else if (n_blocks + 2 * block_slack(n_blocks) < capacity_) {
+    capacity_ = std::max(n_blocks, reserved_);
   }
+  fit_buffers(n_blocks);
+  n_blocks_ = n_blocks;
+}
+
+void PackedBlocks::reserve(int64_t n_blocks) {
+  reserved_ = n_blocks;
+  if (n_blocks <= capacity_) return;
+  capacity_ = n_blocks;
+  fit_buffers(n_blocks_);
+}
+
+void PackedBlocks::fit_buffers(int64_t used_blocks) {
   const size_t units = static_cast<size_t>(capacity_) * n_kv_heads_;
   const size_t g = group_, d = head_dim_;
   const size_t code_bytes = g * d * bits_ / 8;
-  const size_t used = static_cast<size_t>(n_blocks) * n_kv_heads_;
+  const size_t used = static_cast<size_t>(used_blocks) * n_kv_heads_;
   const auto fit = [&](auto& v, size_t per_unit) {
     if (v.capacity() != units * per_unit) {
       std::remove_reference_t<decltype(v)> copy;
@@ -46,7 +60,6 @@ void PackedBlocks::resize(int64_t n_blocks) {
   fit(v_scale_, d);  // group tokens x head_dim / group channel groups = head_dim per block
   fit(v_min_, d);
   fit(positions_, g);
-  n_blocks_ = n_blocks;
 }
 
 PackedBlocks PackedBlocks::head(int32_t head) const {

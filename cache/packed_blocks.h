@@ -19,6 +19,9 @@ class PackedBlocks {
   // Storage for n_blocks: capacity n_blocks plus slack when it must grow, exactly what is
   // used when most of it would sit idle. Blocks below n_blocks keep their contents.
   void resize(int64_t n_blocks);
+  // Room for n_blocks allocated now, exactly, and kept however few are used (resize never
+  // shrinks below it): a sequence whose length is known packs into it without growing.
+  void reserve(int64_t n_blocks);
   // Packs `group` rows of KV head `head` (k, v: rows of head_dim floats, consecutive) and
   // their positions into block b < n_blocks().
   void pack(int64_t b, int32_t head, const float* k, const float* v, const int32_t* positions);
@@ -39,6 +42,8 @@ class PackedBlocks {
   int64_t block_read_bytes() const;
 
  private:
+  // The buffers sized for capacity_ blocks, the first `used` blocks' contents kept.
+  void fit_buffers(int64_t used);
   QuantGroups key_groups(int64_t unit) const;
   QuantGroups value_groups(int64_t unit) const;
 
@@ -48,6 +53,7 @@ class PackedBlocks {
   int32_t bits_;
   int64_t n_blocks_ = 0;
   int64_t capacity_ = 0;  // blocks the buffers hold
+  int64_t reserved_ = 0;  // capacity_ never shrinks below it (reserve)
   // Block b of KV head h at unit b * n_kv_heads + h.
   std::vector<uint8_t> k_codes_, v_codes_;  // [units, group * head_dim * bits / 8]
   std::vector<float> k_scale_, k_min_;      // [units, head_dim] per channel

@@ -25,12 +25,13 @@
 
 // What a plugin and the kvbench that loads it must agree on: MethodInfo, the policy, store
 // and read-policy interfaces, ScorerMethod. Raised whenever one of them changes: 2 since
-// TokenPolicy::plans_on_kv and LayerKv::attend_scored (version 1 plugins crashed in them).
+// TokenPolicy::plans_on_kv and LayerKv::attend_scored (version 1 plugins crashed in them),
+// 3 since LayerKv::settle_each_chunk and KvCache::settle_context_chunks.
 // The hash is of every header this one includes, comments aside ("<version>:<sha256>"); a
 // test fails when they change and it is not recorded again (tests/test_plugins.cpp).
-#define KVBENCH_PLUGIN_INTERFACE_VERSION 2
+#define KVBENCH_PLUGIN_INTERFACE_VERSION 3
 #define KVBENCH_PLUGIN_INTERFACE_HASH \
-  "2:d662bd046a0fe2245e60ef538db58d29c879247c1899e0342b6c4ce6331b4ff4"
+  "3:ccac09ee26fc0fa55e05a1d1b55f8faa1ecc217f4a9f21e3cab7a9c65f814cbb"
 
 namespace kvbench {
 

@@ -48,6 +48,10 @@ KiviLayerKv::KiviLayerKv(int32_t n_kv_heads, int32_t head_dim, const KiviConfig&
 KiviKv KiviLayerKv::layout() const { return blocks_.layout(tail_.view()); }
 
 void KiviLayerKv::reserve(int64_t n_tokens) {
+  if (each_chunk_) {  // the tail stays near residual + group: the blocks take the tokens
+    blocks_.reserve((n_tokens + config_.group - 1) / config_.group);
+    return;
+  }
   const int64_t tail = n_tokens - blocks_.n_blocks() * config_.group;
   if (tail > tail_.capacity) tail_.reallocate(tail);
 }

@@ -52,6 +52,10 @@ class KiviLayerKv : public LayerKv {
   void retain(RetainPlan& plan) override;
   DenseKv view() const override;
   void settle() override;
+  bool settle_each_chunk() override {
+    each_chunk_ = true;
+    return true;
+  }
   std::unique_ptr<LayerKv> clone() const override;
   int64_t n_tokens() const override { return blocks_.n_blocks() * config_.group + tail_.n_tokens; }
   int64_t bytes_resident() const override;
@@ -68,6 +72,7 @@ class KiviLayerKv : public LayerKv {
   int32_t n_kv_heads_;
   int32_t head_dim_;
   KiviConfig config_;
+  bool each_chunk_ = false;  // settles after every context chunk (settle_each_chunk)
 
   PackedBlocks blocks_;  // the oldest tokens, packed
 

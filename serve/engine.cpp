@@ -77,6 +77,7 @@ struct ServingEngine::Sequence {
   std::optional<KvCache> cache;
   PrefixCache* prefix = nullptr;
   bool capturing = false;      // its prefix cache records this prompt's blocks (one at a time)
+  bool packs_chunks = false;   // its prompt's chunks settle as they come in
   ReuseTurn reuse;
   StoreCost cost;              // of its method's store (KvPool::store_cost)
   int64_t floor = 0;           // the reservation's floor (KvPool's rule)
@@ -89,10 +90,11 @@ struct ServingEngine::Sequence {
   uint64_t rng_state = 0;
   Clock::time_point arrived, admitted;
   double ttft_ms = 0;
+  int64_t eos_text_bytes = -1;  // SequenceEnd's
 };
 
 ServingEngine::ServingEngine(const LlamaModel& model, EngineOptions options)
-    : model_(model), options_(options), pool_(options.pool_bytes), started_(Clock::now()) {
+    : model_(model), options_(options), pool_(options.pool_bytes, options.prefill_chunk), started_(Clock::now()) {
   metrics_.pool_capacity = options.pool_bytes;
   const Tokenizer& tokenizer = model.tokenizer();
   for (int32_t t = 0; t < tokenizer.vocab_size(); ++t) {
@@ -103,6 +105,12 @@ ServingEngine::ServingEngine(const LlamaModel& model, EngineOptions options)
 int32_t ServingEngine::pick_token(Sequence& s, const float* logits) const {
   std::vector<float> row(logits, logits + model_.config().vocab_size);
   if (s.request.ignore_eos) {
+    if (s.eos_text_bytes < 0) {
+      const int32_t best = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+      if (std::binary_search(end_tokens_.begin(), end_tokens_.end(), best)) {
+        s.eos_text_bytes = static_cast<int64_t>(model_.tokenizer().decode(s.generated).size());
+      }
+    }
     for (int32_t t : end_tokens_) row[t] = -INFINITY;
   }
   return sample_token(row, s.request.temperature, s.rng_state);
@@ -110,9 +118,19 @@ int32_t ServingEngine::pick_token(Sequence& s, const float* logits) const {
 
 ServingEngine::~ServingEngine() = default;
 
+bool ServingEngine::packs_chunks(const GenerationRequest& request, const StoreCost& cost) const {
+  if (!options_.pack_prompt_chunks || !cost.settles_chunks || prefix_reuse_config(*request.method)) {
+    return false;
+  }
+  return new_cache(model_, *request.method).settle_context_chunks();  // no policy in front
+}
+
 int64_t ServingEngine::admission_bytes(const GenerationRequest& request) {
-  const int64_t tokens = static_cast<int64_t>(request.prompt.size()) + request.max_tokens;
-  return tokens * pool_.store_cost(model_, *request.method).prefill_token_bytes;
+  const StoreCost cost = pool_.store_cost(model_, *request.method);
+  const int64_t prompt = static_cast<int64_t>(request.prompt.size());
+  if (packs_chunks(request, cost)) return cost.whole.at(prompt + request.max_tokens);
+  // The prompt whole at prefill precision, and the answer at the same rate.
+  return ByteBound{0, cost.prompt_token_bytes}.at(prompt + request.max_tokens);
 }
 
 std::shared_ptr<SequenceChannel> ServingEngine::submit(GenerationRequest request) {
@@ -207,11 +225,17 @@ void ServingEngine::admit() {
       return;
     }
     s.cost = pool_.store_cost(model_, *s.request.method);
+    s.packs_chunks = packs_chunks(s.request, s.cost);
     s.floor = need;
     s.admitted = Clock::now();
     try {
       s.cache.emplace(new_cache(model_, *s.request.method));
-      s.cache->reserve(static_cast<int64_t>(s.request.prompt.size()));
+      if (s.packs_chunks) {  // room for all its tokens as the store packs them
+        s.cache->settle_context_chunks();
+        s.cache->reserve(static_cast<int64_t>(s.request.prompt.size()) + s.request.max_tokens);
+      } else {
+        s.cache->reserve(static_cast<int64_t>(s.request.prompt.size()));
+      }
       s.prefix = prefix_cache_for(*s.request.method);
     } catch (const std::exception& e) {  // a method or a tier that refuses: this request only
       finish(s, "error", e.what());
@@ -232,6 +256,7 @@ void ServingEngine::finish(Sequence& s, const std::string& reason, const std::st
   end.completion_tokens = static_cast<int64_t>(s.generated.size());
   end.cached_tokens = s.reuse.tokens_reused;
   end.ttft_ms = s.ttft_ms;
+  end.eos_text_bytes = s.eos_text_bytes;
   if (s.cache) {
     end.queue_ms = ms_between(s.arrived, s.admitted);
     end.kv_bytes_peak = s.cache->stats().bytes_peak;
@@ -407,11 +432,13 @@ void ServingEngine::prefill_step() {
     return;
   }
   // The compressed cache and the answer's room (KvPool's rule).
-  if (s.cost.reserve_answer) {
+  if (s.packs_chunks) {
+    s.floor = s.cache->bytes_resident() + s.cost.packed_answer.at(s.request.max_tokens);
+  } else if (s.cost.reserve_answer) {
     s.cache->reserve_more(s.request.max_tokens);
     s.floor = s.cache->bytes_resident();
   } else {
-    s.floor = s.cache->bytes_resident() + s.request.max_tokens * s.cost.decode_token_bytes;
+    s.floor = s.cache->bytes_resident() + s.cost.answer.at(s.request.max_tokens);
   }
   s.decoding = true;
   s.ttft_ms = ms_between(s.arrived, Clock::now());

@@ -50,6 +50,9 @@ struct SequenceEnd {
   double ttft_ms = 0;         // arrival -> first token chosen (queueing included)
   double queue_ms = 0;        // arrival -> admitted
   int64_t kv_bytes_peak = 0;  // the most its cache held
+  // ignore_eos: bytes of the text before the first step whose most likely token ended the
+  // turn (the answer as it would have ended, for scoring); -1: no step did
+  int64_t eos_text_bytes = -1;
   std::string error;          // non-empty: it failed (a message for the client)
 };
 
@@ -88,6 +91,11 @@ struct EngineOptions {
   int32_t max_seqs = 16;          // sequences running at once, whatever the pool holds
   int32_t max_waiting = 1024;     // queued beyond that: refused (503)
   int32_t prefill_chunk = 256;    // prompt tokens one iteration feeds
+  // A store that packs by blocks (KIVI) packs each prompt chunk as it comes in, the later
+  // chunks attending over the packed ones, as a serving engine's quantized cache does
+  // (KvCache::settle_context_chunks); false: the prompt attends over itself at fp32 and is
+  // packed at its end, as KIVI's code and the sweeps do, held whole at fp32 meanwhile.
+  bool pack_prompt_chunks = true;
 };
 
 // What /metrics prints: counters since start and the state now.
@@ -152,6 +160,10 @@ class ServingEngine {
   void finish(Sequence& s, const std::string& reason, const std::string& error = "");
   bool emit_token(Sequence& s, int32_t token);  // false: the sequence ended
   int32_t pick_token(Sequence& s, const float* logits) const;
+  // Whether `request`'s prompt chunks settle as they come in (pack_prompt_chunks, a store
+  // that packs by blocks, no policy planning on the prompt's fp32 KV, no prefix reuse
+  // loading whole blocks at once).
+  bool packs_chunks(const GenerationRequest& request, const StoreCost& cost) const;
   void update_reservation(Sequence& s);
   int64_t reserved_bytes() const;
   PrefixCache* prefix_cache_for(const ResolvedSpec& spec);
@@ -172,7 +184,8 @@ class ServingEngine {
   EngineMetrics metrics_;
   std::deque<std::pair<double, int64_t>> recent_tokens_;  // (seconds since start, tokens)
   int64_t next_id_ = 0;
-  std::vector<int32_t> end_tokens_;  // end of sequence and control tokens (ignore_eos masks them)
+  std::vector<int32_t> end_tokens_;  // end of sequence and control tokens, ascending
+                                     // (ignore_eos masks them)
 };
 
 }  // namespace kvbench

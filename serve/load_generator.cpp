@@ -44,6 +44,7 @@ struct Streamed {
   std::string text;
   int64_t prompt_tokens = 0, output_tokens = 0, cached_tokens = 0;
   int64_t chunks = 0;  // chunks that carried text
+  int64_t eos_text_bytes = -1;  // kvbench serve's, under ignore_eos
   double ttft_ms = 0, last_ms = 0, e2e_ms = 0;
   std::string error;
 };
@@ -77,6 +78,12 @@ Streamed stream_chat(const std::string& host, int port, const json& body, double
       out.output_tokens = u.value("completion_tokens", int64_t{0});
       if (u.contains("prompt_tokens_details") && u["prompt_tokens_details"].is_object()) {
         out.cached_tokens = u["prompt_tokens_details"].value("cached_tokens", int64_t{0});
+      }
+    }
+    if (e.contains("kvbench") && e["kvbench"].is_object()) {
+      const json& k = e["kvbench"];
+      if (k.contains("eos_text_bytes") && k["eos_text_bytes"].is_number_integer()) {
+        out.eos_text_bytes = k["eos_text_bytes"].get<int64_t>();
       }
     }
     if (e.contains("choices") && e["choices"].is_array() && !e["choices"].empty()) {
@@ -199,6 +206,7 @@ std::vector<ServingRow> run_load(const std::vector<Sample>& samples, const LoadO
                      {"stream", true},
                      {"stream_options", {{"include_usage", true}}}};
         if (!options.method.empty()) body["kvbench"] = {{"method", options.method}};
+        if (options.ignore_eos) body["ignore_eos"] = true;
         ServingRow row;
         row.label = options.label;
         row.endpoint = options.endpoint;
@@ -219,7 +227,13 @@ std::vector<ServingRow> run_load(const std::vector<Sample>& samples, const LoadO
         row.cached_tokens = s.cached_tokens;
         row.prediction = s.text;
         row.error = s.error;
-        if (s.error.empty()) row.score = score_turn(sample, sample.turns[t], s.text);
+        if (s.error.empty()) {
+          const bool cut = options.ignore_eos && s.eos_text_bytes >= 0;
+          row.score = score_turn(sample, sample.turns[t],
+                                 cut ? s.text.substr(0, static_cast<size_t>(std::min<int64_t>(
+                                                            s.eos_text_bytes, s.text.size())))
+                                     : s.text);
+        }
         if (progress) {
           std::lock_guard<std::mutex> lock(progress_mutex);
           progress(row);

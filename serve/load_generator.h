@@ -24,6 +24,10 @@ struct LoadOptions {
   std::string label;          // the serving row's label
   int32_t concurrency = 1;
   int32_t max_tokens = 0;     // 0: each task's decode budget, as the sweeps use
+  // Sends ignore_eos (vLLM's and llama.cpp's field): every answer runs to max_tokens, a
+  // load of fixed output lengths. The score reads the text up to where kvbench serve says
+  // the answer would have ended (its eos_text_bytes), the whole text from another server.
+  bool ignore_eos = false;
   int64_t pool_bytes = 0;     // what the endpoint said of its pool (0: not known)
   double timeout_s = 600;     // a request's read timeout
 };

@@ -222,11 +222,14 @@ json base(const ResponseHead& head, bool chunk) {
 }
 
 // What kvbench adds to a finished response: the method, the cache's peak bytes, the times.
+// With ignore_eos, where the answer would have ended (SequenceEnd::eos_text_bytes).
 json kvbench_json(const SequenceEnd& end, const std::string& method) {
-  return {{"method", method},
-          {"kv_bytes_peak", end.kv_bytes_peak},
-          {"ttft_ms", end.ttft_ms},
-          {"queue_ms", end.queue_ms}};
+  json j = {{"method", method},
+            {"kv_bytes_peak", end.kv_bytes_peak},
+            {"ttft_ms", end.ttft_ms},
+            {"queue_ms", end.queue_ms}};
+  if (end.eos_text_bytes >= 0) j["eos_text_bytes"] = end.eos_text_bytes;
+  return j;
 }
 
 }  // namespace

@@ -22,10 +22,15 @@
 #include "cache/registry.h"
 #include "gguf_writer.h"
 #include "harness/model/llama_model.h"
+#include "serve/kv_pool.h"
 #include "serve/openai_api.h"
+#include "serve_process.h"
 
 using namespace kvbench;
 using nlohmann::json;
+using kvbench::testing::post;
+using kvbench::testing::Reply;
+using kvbench::testing::ServerProcess;
 
 namespace {
 
@@ -96,63 +101,6 @@ void check_batch_equals_alone(LlamaModel& model) {
 }
 
 // `kvbench serve` on a free port, its output read until it says where it listens.
-struct ServerProcess {
-  pid_t pid = -1;
-  int port = 0;
-  FILE* output = nullptr;
-  std::string log;
-
-  explicit ServerProcess(const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> args = {KVBENCH_BINARY, "--model", serving_model_path(), "--threads",
-                                     "1", "serve", "--port", "0", "--served-model-name", "tiny"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    int fds[2];
-    REQUIRE(pipe(fds) == 0);
-    pid = fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      dup2(fds[1], 1);
-      dup2(fds[1], 2);
-      close(fds[0]);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    close(fds[1]);
-    output = fdopen(fds[0], "r");
-    char line[4096];
-    const std::string mark = "listening on http://127.0.0.1:";
-    while (fgets(line, sizeof line, output)) {
-      log += line;
-      const size_t at = std::string(line).find(mark);
-      if (at != std::string::npos) {
-        port = std::atoi(line + at + mark.size());
-        break;
-      }
-    }
-    INFO(log);
-    REQUIRE(port > 0);
-  }
-  // The exit status once it ends (waits).
-  int wait_exit() {
-    int status = 0;
-    REQUIRE(waitpid(pid, &status, 0) == pid);
-    pid = -1;
-    char line[4096];
-    while (fgets(line, sizeof line, output)) log += line;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-  ~ServerProcess() {
-    if (pid > 0) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-    if (output) fclose(output);
-  }
-};
-
 }  // namespace
 
 TEST_CASE("serve: a batched decode step gives each sequence the logits it gets alone", "[unit]") {
@@ -182,29 +130,52 @@ TEST_CASE("serve: forward_part in chunks leaves the cache forward() leaves", "[u
   CHECK(model->decode(5, whole) == model->decode(5, parts));
 }
 
-namespace {
+TEST_CASE("serve: a KIVI sequence packed chunk by chunk stays within the bound admission reserves",
+          "[unit]") {
+  auto model = LlamaModel::load(serving_model_path());
+  model->prefill_chunk = 64;
+  constexpr int64_t kChunk = 128;
+  KvPool pool(int64_t{1} << 30, kChunk);
+  const StoreCost kivi = pool.store_cost(*model, resolve_method_spec("kivi:bits=4"));
+  CHECK(kivi.settles_chunks);
+  CHECK_FALSE(pool.store_cost(*model, resolve_method_spec("full")).settles_chunks);
+  // Only with nothing planning on the prompt's fp32 KV.
+  CHECK(make_cache("kivi:bits=4", model->kv_shape()).settle_context_chunks());
+  CHECK_FALSE(make_cache("full", model->kv_shape()).settle_context_chunks());
+  CHECK_FALSE(make_cache("snapkv:ratio=0.5+kivi:bits=4", model->kv_shape()).settle_context_chunks());
 
-// A request's status and body.
-struct Reply {
-  int status = 0;
-  std::string body;
-};
-
-// No Catch2 assertion inside: clients call it from their own threads (Catch2 v2's
-// assertions are not thread-safe). Status 0: no response.
-Reply post(int port, const std::string& path, const std::string& body,
-           const std::string& type = "application/json") {
-  httplib::Client client("127.0.0.1", port);
-  client.set_read_timeout(60, 0);
-  const auto start = std::chrono::steady_clock::now();
-  const auto res = client.Post(path.c_str(), body, type.c_str());
-  if (!res) {
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                        std::chrono::steady_clock::now() - start).count();
-    return {0, "no response after " + std::to_string(ms) + " ms: " + httplib::to_string(res.error())};
+  for (const int64_t n : {300, 1500, 3000}) {  // past the probe's 16 chunks too
+    const auto prompt = random_tokens(n, 4000, 11);
+    constexpr int32_t kAnswer = 300;
+    KvCache packed = make_cache("kivi:bits=4", model->kv_shape());
+    REQUIRE(packed.settle_context_chunks());
+    packed.reserve(n + kAnswer);  // as the engine admits it
+    KvCache at_end = make_cache("kivi:bits=4", model->kv_shape());
+    const int64_t bound = kivi.whole.at(n + kAnswer);
+    for (int64_t begin = 0; begin < n; begin += kChunk) {
+      const int64_t end = std::min(n, begin + kChunk);
+      model->forward_part(prompt, begin, end, packed);
+      model->forward_part(prompt, begin, end, at_end);
+    }
+    INFO(n << " prompt tokens: peak " << packed.stats().bytes_peak << ", bound " << bound);
+    CHECK(packed.stats().bytes_peak <= bound);  // the peak: before each chunk settled
+    // Held at fp32 until the end, a long prompt takes over 3x the bytes (4 bits; the fp32
+    // residual and the chunk in flight weigh on short ones).
+    INFO("fp32 until the end " << at_end.bytes_resident() << ", packed "
+                               << packed.bytes_resident());
+    if (n >= 1500) CHECK(at_end.bytes_resident() > 3 * packed.bytes_resident());
+    packed.end_context();
+    at_end.end_context();
+    // Packed the same blocks either way.
+    CHECK(packed.layer(0).n_tokens() == at_end.layer(0).n_tokens());
+    for (int32_t t = 1; t <= kAnswer; ++t) model->decode(5 + t, packed);
+    CHECK(packed.stats().bytes_peak <= bound);
+    // The bound is tight enough to admit by: within a quarter of what the sequence held.
+    CHECK(bound < packed.stats().bytes_peak * 5 / 4 + 64 * 1024);
   }
-  return {res->status, res->body};
 }
+
+namespace {
 
 // A metric's value from /metrics.
 double metric(int port, const std::string& name) {
@@ -298,7 +269,7 @@ TEST_CASE("serve: requests are read as OpenAI's API says, bad ones refused namin
 }
 
 TEST_CASE("serve: four concurrent streams, a client that leaves, bad requests, SIGTERM", "[unit]") {
-  ServerProcess server({"--kv-pool-mib", "64", "--max-seqs", "8", "--grace", "30"});
+  ServerProcess server(serving_model_path(), {"--kv-pool-mib", "64", "--max-seqs", "8", "--grace", "30"});
   const int port = server.port;
   {
     httplib::Client client("127.0.0.1", port);
@@ -433,7 +404,7 @@ TEST_CASE("serve: four concurrent streams, a client that leaves, bad requests, S
 
 TEST_CASE("serve: SIGTERM with no grace ends a running stream with an error event, exit 0",
           "[unit]") {
-  ServerProcess server({"--grace", "0"});
+  ServerProcess server(serving_model_path(), {"--grace", "0"});
   std::string body;
   std::thread stream([&] {
     httplib::Client client("127.0.0.1", server.port);
@@ -457,17 +428,20 @@ TEST_CASE("serve: SIGTERM with no grace ends a running stream with an error even
 
 TEST_CASE("serve: admission by real bytes: a pool admits more 4-bit caches than fp32 ones",
           "[unit]") {
-  // Prompts of 1000 tokens and answers of 32: an fp32 cache of 1032 tokens is 4 MiB here
-  // (4 layers, 2 KV heads of 64: 4 KiB a token); the pool holds four of them.
-  const auto most_running = [](const std::string& method) {
-    ServerProcess server({"--kv-pool-mib", "17", "--max-seqs", "16", "--method", method});
+  // Prompts of 2000 tokens and answers of 256 (long enough to outlast the next prefills, so
+  // that the pool, not the prefill queue, bounds how many run): an fp32 cache of 2256 tokens
+  // is 8.8 MiB here (4 layers, 2 KV heads of 64: 4 KiB a token); the pool holds four.
+  const auto most_running = [](const std::string& method, const std::string& packing) {
+    ServerProcess server(serving_model_path(),
+                         {"--kv-pool-mib", "36", "--max-seqs", "16", "--method", method,
+                          "--prompt-packing", packing});
     std::vector<std::thread> clients;
     std::vector<Reply> replies(16);
     for (int i = 0; i < 16; ++i) {
       clients.emplace_back([&, i] {
         replies[i] = post(server.port, "/v1/completions",
-                          json{{"prompt", random_tokens(1000, 4000, 100 + i)},
-                               {"max_tokens", 32},
+                          json{{"prompt", random_tokens(2000, 4000, 100 + i)},
+                               {"max_tokens", 256},
                                {"ignore_eos", true}}
                               .dump());
       });
@@ -481,18 +455,24 @@ TEST_CASE("serve: admission by real bytes: a pool admits more 4-bit caches than 
     CHECK(metric_reaches(server.port, "kv_pool_reserved_bytes", 0));
     return metric(server.port, "most_running_sequences");
   };
-  const double full = most_running("full");
-  const double kivi = most_running("kivi:bits=4");
-  INFO("full " << full << ", kivi " << kivi);
+  const double full = most_running("full", "chunk");
+  // Each prompt chunk packed as it comes in, the room of its 4-bit blocks reserved.
+  const double kivi = most_running("kivi:bits=4", "chunk");
+  // Held at fp32 until the prompt's end: one such prompt at a time beside the packed others.
+  const double kivi_at_end = most_running("kivi:bits=4", "end");
+  INFO("full " << full << ", kivi " << kivi << ", kivi packed at the prompt's end "
+               << kivi_at_end);
   CHECK(full == 4);
-  CHECK(kivi >= 2 * full);
+  CHECK(kivi >= 3 * full);  // 14 here
+  CHECK(kivi_at_end >= 2 * full);  // 9 here
+  CHECK(kivi > kivi_at_end);
 }
 
 TEST_CASE("serve: prefix reuse shared by concurrent requests: each answered, later ones reuse",
           "[unit]") {
   // Eight requests at once whose prompts share a long prefix: prefills run one after the
   // other, each capturing its own blocks (two captures at once crashed the server before).
-  ServerProcess server({"--method", "prefix:block=16+tiers:device=8MB", "--max-seqs", "8"});
+  ServerProcess server(serving_model_path(), {"--method", "prefix:block=16+tiers:device=8MB", "--max-seqs", "8"});
   const std::vector<int32_t> shared = random_tokens(200, 4000, 9);
   std::vector<Reply> replies(8);
   std::vector<std::thread> clients;

@@ -40,6 +40,7 @@ struct LoadArgs {
   uint64_t seed = 0;
   std::vector<int32_t> concurrency = {1, 2, 4, 8};
   int32_t max_new = 0;
+  bool ignore_eos = false;
   double timeout_s = 600;
   std::string db = "kvbench-out/serving.db";
 };
@@ -80,6 +81,7 @@ void run_load_command(const ModelOptions& model_options, const LoadArgs& args) {
                   : args.method.empty()           ? "kvbench serve " + info.method
                                                   : "kvbench serve " + args.method;
   options.max_tokens = args.max_new;
+  options.ignore_eos = args.ignore_eos;
   options.pool_bytes = info.pool_bytes;
   options.timeout_s = args.timeout_s;
 
@@ -87,7 +89,7 @@ void run_load_command(const ModelOptions& model_options, const LoadArgs& args) {
   const std::string name = known_model_name(model_path);
   run.model_path = name.empty() ? model_path : name;
   run.model_sha256 = sha256_file(model_path);
-  run.config_json = nlohmann::json{{"serving",
+  nlohmann::json config{{"serving",
                                     {{"endpoint", args.endpoint},
                                      {"label", options.label},
                                      {"method", args.method},
@@ -99,8 +101,9 @@ void run_load_command(const ModelOptions& model_options, const LoadArgs& args) {
                                      {"turns", args.turns},
                                      {"seed", args.seed},
                                      {"max_new", args.max_new},
-                                     {"concurrency", levels}}}}
-                        .dump();
+                                     {"concurrency", levels}}}};
+  if (args.ignore_eos) config["serving"]["ignore_eos"] = true;
+  run.config_json = config.dump();
   fill_provenance(run);
   const int64_t run_id = db->begin_run(run);
   std::printf("load: %s (%s), %d users x %d turns of %s at %lld tokens; into %s\n",
@@ -159,6 +162,10 @@ void add_load_command(CLI::App& app, ModelOptions& model) {
   cmd->add_option("--max-new", args->max_new,
                   "Most tokens per answer (default: each task's decode budget)")
       ->check(CLI::Range(1, 1 << 20));
+  cmd->add_flag("--ignore-eos", args->ignore_eos,
+                "Every answer runs to --max-new (ignore_eos sent): fixed output lengths; the "
+                "score reads the text up to where kvbench serve says the answer would have "
+                "ended");
   cmd->add_option("--timeout", args->timeout_s, "A request's read timeout in seconds (600)")
       ->check(CLI::Range(1.0, 86400.0));
   cmd->add_option("--db", args->db, "Results db (default kvbench-out/serving.db)");

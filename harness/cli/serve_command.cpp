@@ -31,6 +31,7 @@ struct ServeArgs {
   int32_t max_seqs = 16;
   int32_t max_queue = 1024;
   int32_t prefill_chunk = 256;
+  std::string prompt_packing = "chunk";
   double grace_s = 30;
 };
 
@@ -59,6 +60,7 @@ void run_serve(const ModelOptions& model_options, ServeArgs args) {
   engine_options.max_seqs = args.max_seqs;
   engine_options.max_waiting = args.max_queue;
   engine_options.prefill_chunk = args.prefill_chunk;
+  engine_options.pack_prompt_chunks = args.prompt_packing == "chunk";
   ServingEngine engine(*model, engine_options);
   HttpServer server(*model, engine, args.server);
 
@@ -129,6 +131,13 @@ void add_serve_command(CLI::App& app, ModelOptions& model) {
   cmd->add_option("--prefill-chunk", args->prefill_chunk,
                   "Prompt tokens prefilled between two decode steps (default 256)")
       ->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--prompt-packing", args->prompt_packing,
+                  "chunk (default): a store that packs by blocks (KIVI) packs each prompt chunk "
+                  "as it comes in, later chunks attending over the packed ones, as a serving "
+                  "engine's quantized cache does; end: the prompt attends over itself at fp32 "
+                  "and is packed at its end, as KIVI's code and the sweeps do (held whole at "
+                  "fp32 meanwhile)")
+      ->check(CLI::IsMember({"chunk", "end"}));
   cmd->add_option("--host", args->server.host, "Address to listen on (default 127.0.0.1)");
   cmd->add_option("--port", args->server.port, "Port (default 8080; 0: any free port, printed)")
       ->check(CLI::Range(0, 65535));
