@@ -13,9 +13,12 @@
 #
 # Environment: MODEL (qwen2.5-0.5b), THREADS (2), TASK (retr_kv), CONTEXT (512), USERS (16),
 # TURNS (2), LEVELS ("1 2 4 8 16"), METHODS (the kvbench methods), POOL_MIB (384), POOL_CONTEXT
-# (3900), POOL_USERS (16), POOL_MODEL (MODEL), POOL_FLAGS (kvbench model flags for the pool
-# runs, e.g. "--prefill-activations int8": the bytes held do not depend on them), SKIP_POOL=1
-# to leave the pool experiment out,
+# (3072), POOL_MAX_NEW (1024: prompt and answer fill the 4096 tokens a full cache of the pool
+# holds), POOL_IGNORE_EOS (1: every answer runs to POOL_MAX_NEW, so answers outlast the next
+# prompts' prefills and the pool, not the prefill queue, bounds how many run; 0: answers end
+# where the model ends them), POOL_USERS (16), POOL_MODEL (MODEL), POOL_FLAGS (kvbench model
+# flags for the pool runs, e.g. "--prefill-activations int8": the bytes held do not depend on
+# them), SKIP_POOL=1 to leave the pool experiment out,
 # LLAMA_RUNS ("cache-prompt no-cache-prompt"; " " for none). A method written METHOD@int8
 # runs with --prefill-activations int8 --decode-activations int8 (llama.cpp's rounding).
 set -euo pipefail
@@ -112,7 +115,9 @@ done
 if [ "${SKIP_POOL:-0}" != 1 ]; then
   # POOL_MIB: four full fp32 caches of 4096 tokens; for Qwen2.5-0.5B (24 layers, 2 KV heads of
   # 64) a token is 24 KiB, so 4 x 4096 x 24 KiB = 384 MiB. The requests: a context of
-  # POOL_CONTEXT tokens, its question and answer within 4096.
+  # POOL_CONTEXT tokens, its question and an answer of up to POOL_MAX_NEW tokens within 4096.
+  pool_load=(--max-new "${POOL_MAX_NEW:-1024}")
+  [ "${POOL_IGNORE_EOS:-1}" = 1 ] && pool_load+=(--ignore-eos)
   pool_mib="${POOL_MIB:-384}"
   pool_gguf="$gguf"
   if [ -n "${POOL_MODEL:-}" ]; then
@@ -128,8 +133,8 @@ if [ "${SKIP_POOL:-0}" != 1 ]; then
     wait_ready
     "$kvbench" --model "$pool_gguf" load --endpoint "http://127.0.0.1:$port" \
       --label "pool $pool_mib MiB: kvbench serve $method" --task "$task" \
-      --context-tokens "${POOL_CONTEXT:-3900}" --users "${POOL_USERS:-16}" --turns 1 \
-      --concurrency "${POOL_USERS:-16}" --db "$db"
+      --context-tokens "${POOL_CONTEXT:-3072}" --users "${POOL_USERS:-16}" --turns 1 \
+      --concurrency "${POOL_USERS:-16}" "${pool_load[@]}" --db "$db"
     echo "pool $pool_mib MiB, $method: $(curl -s "http://127.0.0.1:$port/metrics" |
       grep '^kvbench_most_running_sequences')" | tee -a "$out/pool.txt"
     stop_server

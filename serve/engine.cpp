@@ -76,17 +76,17 @@ struct ServingEngine::Sequence {
   std::shared_ptr<SequenceChannel> channel;
   std::optional<KvCache> cache;
   PrefixCache* prefix = nullptr;
-  bool capturing = false;      // its prefix cache records this prompt's blocks (one at a time)
-  bool packs_chunks = false;   // its prompt's chunks settle as they come in
+  bool capturing = false;     // its prefix cache records this prompt's blocks (one at a time)
+  bool packs_chunks = false;  // its prompt's chunks settle as they come in
   ReuseTurn reuse;
-  StoreCost cost;              // of its method's store (KvPool::store_cost)
-  int64_t floor = 0;           // the reservation's floor (KvPool's rule)
+  StoreCost cost;     // of its method's store (KvPool::store_cost)
+  int64_t floor = 0;  // the reservation's floor (KvPool's rule)
   int64_t reserved = 0;
-  int64_t fed = 0;             // prompt tokens in the cache, loaded or prefilled
+  int64_t fed = 0;  // prompt tokens in the cache, loaded or prefilled
   bool decoding = false;
-  int32_t next_token = -1;     // chosen, not yet fed
+  int32_t next_token = -1;  // chosen, not yet fed
   std::vector<int32_t> generated;
-  size_t text_sent = 0;        // bytes of the decoded text the channel has
+  size_t text_sent = 0;  // bytes of the decoded text the channel has
   uint64_t rng_state = 0;
   Clock::time_point arrived, admitted;
   double ttft_ms = 0;
@@ -94,7 +94,10 @@ struct ServingEngine::Sequence {
 };
 
 ServingEngine::ServingEngine(const LlamaModel& model, EngineOptions options)
-    : model_(model), options_(options), pool_(options.pool_bytes, options.prefill_chunk), started_(Clock::now()) {
+    : model_(model),
+      options_(options),
+      pool_(options.pool_bytes, options.prefill_chunk),
+      started_(Clock::now()) {
   metrics_.pool_capacity = options.pool_bytes;
   const Tokenizer& tokenizer = model.tokenizer();
   for (int32_t t = 0; t < tokenizer.vocab_size(); ++t) {
@@ -106,7 +109,8 @@ int32_t ServingEngine::pick_token(Sequence& s, const float* logits) const {
   std::vector<float> row(logits, logits + model_.config().vocab_size);
   if (s.request.ignore_eos) {
     if (s.eos_text_bytes < 0) {
-      const int32_t best = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+      const int32_t best =
+          static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
       if (std::binary_search(end_tokens_.begin(), end_tokens_.end(), best)) {
         s.eos_text_bytes = static_cast<int64_t>(model_.tokenizer().decode(s.generated).size());
       }
@@ -119,7 +123,8 @@ int32_t ServingEngine::pick_token(Sequence& s, const float* logits) const {
 ServingEngine::~ServingEngine() = default;
 
 bool ServingEngine::packs_chunks(const GenerationRequest& request, const StoreCost& cost) const {
-  if (!options_.pack_prompt_chunks || !cost.settles_chunks || prefix_reuse_config(*request.method)) {
+  if (!options_.pack_prompt_chunks || !cost.settles_chunks ||
+      prefix_reuse_config(*request.method)) {
     return false;
   }
   return new_cache(model_, *request.method).settle_context_chunks();  // no policy in front

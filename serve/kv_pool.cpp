@@ -32,8 +32,8 @@ void feed(KvCache& cache, const ProbeRows& rows, int64_t width, int64_t first, i
   std::vector<int32_t> positions(n);
   for (int64_t i = 0; i < n; ++i) positions[i] = cache.next_position() + static_cast<int32_t>(i);
   for (int32_t l = 0; l < cache.shape().n_layers; ++l) {
-    cache.append(l, rows.k.data() + first * width, rows.v.data() + first * width,
-                 positions.data(), n);
+    cache.append(l, rows.k.data() + first * width, rows.v.data() + first * width, positions.data(),
+                 n);
   }
   cache.advance(static_cast<int32_t>(n));
 }
@@ -131,8 +131,8 @@ StoreCost KvPool::store_cost(const LlamaModel& model, const ResolvedSpec& spec) 
   tokens.insert(tokens.begin(), 0);
   grown.insert(grown.begin(), 0);
   cost.answer = bound_of(tokens, grown);
-  cost.reserve_answer = *std::max_element(up_front.begin(), up_front.end()) <=
-                        cost.answer.at(kProbeTokens);
+  cost.reserve_answer =
+      *std::max_element(up_front.begin(), up_front.end()) <= cost.answer.at(kProbeTokens);
   costs_[storage] = cost;
   return cost;
 }

@@ -1,13 +1,12 @@
 // `kvbench serve` as a test runs it: a child process on a free port, and a client's POST.
 #pragma once
 
-#include <catch2/catch.hpp>
-
 #include <httplib.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -25,8 +24,9 @@ struct ServerProcess {
   std::string log;
 
   ServerProcess(const std::string& model, const std::vector<std::string>& extra) {
-    std::vector<std::string> args = {KVBENCH_BINARY, "--model", model, "--threads",
-                                     "1", "serve", "--port", "0", "--served-model-name", "tiny"};
+    std::vector<std::string> args = {
+        KVBENCH_BINARY, "--model", model, "--threads",           "1",
+        "serve",        "--port",  "0",   "--served-model-name", "tiny"};
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
@@ -75,7 +75,6 @@ struct ServerProcess {
   }
 };
 
-
 // A request's status and body.
 struct Reply {
   int status = 0;
@@ -85,15 +84,17 @@ struct Reply {
 // No Catch2 assertion inside: clients call it from their own threads (Catch2 v2's
 // assertions are not thread-safe). Status 0: no response.
 inline Reply post(int port, const std::string& path, const std::string& body,
-           const std::string& type = "application/json") {
+                  const std::string& type = "application/json") {
   httplib::Client client("127.0.0.1", port);
   client.set_read_timeout(60, 0);
   const auto start = std::chrono::steady_clock::now();
   const auto res = client.Post(path.c_str(), body, type.c_str());
   if (!res) {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                        std::chrono::steady_clock::now() - start).count();
-    return {0, "no response after " + std::to_string(ms) + " ms: " + httplib::to_string(res.error())};
+                        std::chrono::steady_clock::now() - start)
+                        .count();
+    return {0,
+            "no response after " + std::to_string(ms) + " ms: " + httplib::to_string(res.error())};
   }
   return {res->status, res->body};
 }
