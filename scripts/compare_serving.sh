@@ -135,8 +135,11 @@ if [ "${SKIP_POOL:-0}" != 1 ]; then
       --label "pool $pool_mib MiB: kvbench serve $method" --task "$task" \
       --context-tokens "${POOL_CONTEXT:-3072}" --users "${POOL_USERS:-16}" --turns 1 \
       --concurrency "${POOL_USERS:-16}" "${pool_load[@]}" --db "$db"
-    echo "pool $pool_mib MiB, $method: $(curl -s "http://127.0.0.1:$port/metrics" |
-      grep '^kvbench_most_running_sequences')" | tee -a "$out/pool.txt"
+    # The most sequences the pool held at once is the server's (/metrics), not the client's:
+    # kept beside the db, with the whole metrics text.
+    curl -s "http://127.0.0.1:$port/metrics" > "$out/metrics-pool-${method//[^a-z0-9]/_}.txt"
+    echo "pool $pool_mib MiB, $method: $(grep '^kvbench_most_running_sequences' \
+      "$out/metrics-pool-${method//[^a-z0-9]/_}.txt")" | tee -a "$out/pool.txt"
     stop_server
   done
 fi
