@@ -2,9 +2,22 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 
 namespace kvbench {
+
+std::string percent_with_interval(double value, const Interval& ci) {
+  const auto text = [](double fraction) {
+    const double percent = std::fabs(fraction) < 5e-4 ? 0.0 : fraction * 100;  // no "-0.0"
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f", percent);
+    return std::string(buf);
+  };
+  const std::string above = text(ci.high - value), below = text(value - ci.low);
+  if (above == below) return text(value) + " ±" + above;
+  return text(value) + " [" + text(ci.low) + ", " + text(ci.high) + "]";
+}
 
 namespace {
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace kvbench {
@@ -15,6 +16,12 @@ struct Interval {
   int64_t n = 0;    // scored turns
   double half_width() const { return (high - low) / 2; }
 };
+
+// An accuracy in percent with its interval, to one decimal: "52.0 ±19.1" where the interval
+// is symmetric about `value` as shown, else its ends, "0.0 [0.0, 7.1]" (Wilson's and the
+// bootstrap's intervals are lopsided near 0 and 100%, where a "±" would claim what they
+// do not).
+std::string percent_with_interval(double value, const Interval& ci);
 
 // Wilson's interval of `successes` of `n` trials (z = 1.96); {0, 0, 1, 0} for n = 0.
 Interval wilson_interval(int64_t successes, int64_t n);

@@ -154,13 +154,14 @@ std::string budget_cell(const std::string& budget) {
   return budget;
 }
 
-// "85.0 ±9.1": an accuracy in percent and half its 95% interval's width, in points.
+// "85.0 ±9.1" or "0.0 [0.0, 7.1]": an accuracy in percent and its 95% interval
+// (percent_with_interval).
 std::string accuracy_cell(const std::optional<double>& value, const Interval* ci) {
   if (!value) return kMissing;
-  return fmt(*value * 100, 1) + (ci ? " ±" + fmt(ci->half_width() * 100, 1) : std::string());
+  return ci ? percent_with_interval(*value, *ci) : fmt(*value * 100, 1);
 }
 
-// "52.0 ±19.1" from an interval, the missing mark without one.
+// "52.0 ±19.1" or its ends from an interval, the missing mark without one.
 std::string interval_cell(const std::optional<Interval>& ci) {
   return ci ? accuracy_cell(ci->mean, &*ci) : std::string(kMissing);
 }
@@ -180,7 +181,8 @@ const char* const kModesNote =
     "while those that keep O(n) memory (sparse prefill, retrieval) stay level. Each method at "
     "its budget in every way the sweep drove it: multi-turn (one cache through the session), "
     "multi-request (each query re-sends the context), query-aware (the first query inside the "
-    "span compressed). Accuracy ± half its 95% interval, pooled over the tasks' scored turns.";
+    "span compressed). Accuracy with its 95% interval (± half of it where it is symmetric, "
+    "else its ends), pooled over the tasks' scored turns.";
 
 std::optional<double> mean_of(const std::vector<double>& v) {
   if (v.empty()) return std::nullopt;
@@ -492,8 +494,9 @@ std::string render_leaderboard_markdown(const std::vector<RunRecord>& runs,
   o << "- Units: " << b.units << ", turns: " << b.turns << "\n\n";
 
   o << "## Accuracy (%)\n\n";
-  o << "Mean score of the scored turns of each task, ± half its 95% interval (Wilson's over "
-       "turns, or a bootstrap over samples where a task gives partial credit); average: the "
+  o << "Mean score of the scored turns of each task with its 95% interval (± half of it where "
+       "it is symmetric, else its ends; Wilson's over turns, or a bootstrap over samples where "
+       "a task gives partial credit); average: the "
        "mean of the task columns that have a value, its interval a bootstrap over each task's "
        "samples. The full cache first, then by average, best first.\n\n";
   {
@@ -931,10 +934,10 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
 
   // Accuracy table.
   o << "<h2>Accuracy (%)</h2>\n<p class=\"note\">Mean score of the scored turns of each task, "
-       "± half its 95% interval (Wilson's over turns, or a bootstrap over samples where a task "
-       "gives partial credit); average: the mean of the task columns that have a value, its "
-       "interval a bootstrap over each task's samples. The full cache first (shaded), then by "
-       "average, best first.</p>\n";
+       "with its 95% interval (± half of it where it is symmetric, else its ends; Wilson's over "
+       "turns, or a bootstrap over samples where a task gives partial credit); average: the "
+       "mean of the task columns that have a value, its interval a bootstrap over each task's "
+       "samples. The full cache first (shaded), then by average, best first.</p>\n";
   o << "<table>\n<tr>" << th("method") << th("budget") << th("mode");
   for (const std::string& t : b.tasks) o << th(t, true);
   o << th("average", true) << "</tr>\n";

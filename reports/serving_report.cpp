@@ -164,7 +164,8 @@ std::string render_serving_markdown(const std::vector<ServingPoint>& points) {
     << "Each user is one sample's multi-turn session sent to the server as chat requests "
        "(`kvbench load`); concurrency is the sessions in flight at once. Throughput is output "
        "tokens per second of wall time; TTFT and ITL as the client measured them; accuracy "
-       "with half its 95% interval (a failed request scores 0).\n\n"
+       "with its 95% interval (± half of it where it is symmetric, else its ends; a failed "
+       "request scores 0).\n\n"
     << "| server / method | run | pool MiB | concurrency | requests | failed | out tok/s | "
        "req/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | cached % | accuracy % |\n"
     << "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
@@ -175,8 +176,7 @@ std::string render_serving_markdown(const std::vector<ServingPoint>& points) {
       << " | " << fixed(p.requests_per_s, 2) << " | " << fixed(p.ttft_p50_ms, 0) << " | "
       << fixed(p.ttft_p99_ms, 0) << " | " << fixed(p.itl_p50_ms, 1) << " | "
       << fixed(p.prompt_tokens > 0 ? 100.0 * p.cached_tokens / p.prompt_tokens : 0, 0) << " | "
-      << fixed(100 * p.accuracy.mean, 1) << " ±" << fixed(100 * p.accuracy.half_width(), 1)
-      << " |\n";
+      << percent_with_interval(p.accuracy.mean, p.accuracy) << " |\n";
   }
   return o.str();
 }
@@ -229,8 +229,8 @@ std::string render_serving_html(const std::vector<ServingPoint>& points) {
       << p.failed << "</td><td class=\"num\">" << fixed(p.output_tokens_per_s, 1)
       << "</td><td class=\"num\">" << fixed(p.ttft_p50_ms, 0) << "</td><td class=\"num\">"
       << fixed(p.ttft_p99_ms, 0) << "</td><td class=\"num\">" << fixed(p.itl_p50_ms, 1)
-      << "</td><td class=\"num\">" << fixed(100 * p.accuracy.mean, 1) << " ±"
-      << fixed(100 * p.accuracy.half_width(), 1) << "</td></tr>\n";
+      << "</td><td class=\"num\">" << percent_with_interval(p.accuracy.mean, p.accuracy)
+      << "</td></tr>\n";
   }
   o << "</table>\n";
   return o.str();

@@ -88,3 +88,13 @@ TEST_CASE("intervals: the average over tasks resamples within each task", "[unit
   CHECK(average_interval({good, {}}).mean == Approx(5.0 / 6));
   CHECK(average_interval({}).n == 0);
 }
+
+TEST_CASE("intervals: shown as ± where symmetric, else as their ends", "[unit]") {
+  // Wilson's interval is symmetric at one half, lopsided near 0 and 100%.
+  CHECK(percent_with_interval(0.5, wilson_interval(25, 50)) == "50.0 ±13.4");
+  CHECK(percent_with_interval(0.0, wilson_interval(0, 50)) == "0.0 [0.0, 7.1]");
+  CHECK(percent_with_interval(0.8, wilson_interval(16, 20)) == "80.0 [58.4, 91.9]");
+  CHECK(percent_with_interval(1.0, wilson_interval(20, 20)) == "100.0 [83.9, 100.0]");
+  // Equal to the shown decimal counts as symmetric.
+  CHECK(percent_with_interval(0.5, Interval{0.5, 0.41, 0.5904, 10}) == "50.0 ±9.0");
+}

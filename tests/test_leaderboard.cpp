@@ -515,7 +515,8 @@ TEST_CASE("write_reports: a results db to leaderboard.md and leaderboard.html", 
     CHECK(html.find("task multihop_vt, sample s, multi-turn") != std::string::npos);
     CHECK(html.find("layer 0, KV head 0: 192 of 1000 tokens (19.2%)") != std::string::npos);
   }
-  CHECK(md.find("| full | – | multi-turn | 83.3 ±25.0 | 100.0 ±28.1 | 91.7 ±12.5 |") != std::string::npos);
+  CHECK(md.find("| full | – | multi-turn | 83.3 [50.0, 100.0] | 100.0 [43.9, 100.0] | 91.7 [75.0, 100.0] |") !=
+        std::string::npos);
   for (const auto& entry : fs::directory_iterator(out)) {  // no temporary left beside them
     CHECK(entry.path().filename().string().find(".tmp") == std::string::npos);
   }
@@ -562,7 +563,8 @@ TEST_CASE("leaderboard: left-out tasks, intervals and the memory axis", "[report
   const std::string html = render_leaderboard_html(runs, rows);
   CHECK(html.find("<b>Left out</b>") != std::string::npos);
   CHECK(html.find("<li>&lt;b&gt;x&lt;/b&gt;: not calibrated</li>") != std::string::npos);
-  // Accuracy cells carry ±, the chart error bars, its x axis the memory relative to full.
+  // Accuracy cells carry their intervals, the chart error bars, its x axis the memory
+  // relative to full.
   CHECK(html.find(" ±") != std::string::npos);
   CHECK(html.find("class=\"err\"") != std::string::npos);
   CHECK(html.find("KV bytes relative to the full cache") != std::string::npos);
