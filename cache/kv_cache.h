@@ -202,7 +202,6 @@ class KvCache {
   // on the context's fp32 KV (no policy) and every store settles by blocks; returns whether
   // it took effect. Call on an empty cache; clones keep it.
   bool settle_context_chunks();
-  bool settles_context_chunks() const { return settle_chunks_; }
 
   // Position of the next token fed to the model (tokens seen so far, evicted or not).
   int32_t next_position() const { return next_position_; }

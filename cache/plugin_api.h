@@ -31,7 +31,7 @@
 // test fails when they change and it is not recorded again (tests/test_plugins.cpp).
 #define KVBENCH_PLUGIN_INTERFACE_VERSION 3
 #define KVBENCH_PLUGIN_INTERFACE_HASH \
-  "3:ccac09ee26fc0fa55e05a1d1b55f8faa1ecc217f4a9f21e3cab7a9c65f814cbb"
+  "3:57b1215b21158bf6ee1f530e2dfe7b7f91f44562622d01e9e114c6fa4ef0dd10"
 
 namespace kvbench {
 
