@@ -578,7 +578,7 @@ DbPtr open_connection(const std::string& path, bool read_only) {
   sqlite3_busy_timeout(db.get(), kBusyTimeoutMs);
 
   sqlite3* handle = db.get();
-  const Stmt::OnError on_open_error = [&path, read_only, handle](int code, const std::string&) {
+  const Stmt::OnError on_open_error = [&path, read_only, &handle](int code, const std::string&) {
     throw_open_error(path, read_only, handle, code);
   };
   exec(handle, "PRAGMA foreign_keys = ON", on_open_error);
@@ -602,10 +602,23 @@ DbPtr open_connection(const std::string& path, bool read_only) {
       throw InputError(one_line(path) + ": not a kvbench results db (an empty database)");
     }
     if (version < kResultsSchemaVersion) {
-      throw InputError(one_line(path) + ": results db schema version " +
-                       std::to_string(version) + " is older than this kvbench's (" +
-                       std::to_string(kResultsSchemaVersion) +
-                       "); open it once for writing to migrate it");
+      // An older db is read through a copy in memory migrated there: the file stays as it
+      // is (a committed db, a shard on read-only media).
+      sqlite3* raw_copy = nullptr;
+      const int open_rc = sqlite3_open_v2(":memory:", &raw_copy,
+                                          SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr);
+      DbPtr copy(raw_copy);
+      if (open_rc != SQLITE_OK) throw_open_error(path, read_only, copy.get(), open_rc);
+      sqlite3_backup* backup = sqlite3_backup_init(copy.get(), "main", handle, "main");
+      if (!backup) throw_open_error(path, read_only, copy.get(), sqlite3_errcode(copy.get()));
+      sqlite3_backup_step(backup, -1);
+      const int copy_rc = sqlite3_backup_finish(backup);
+      if (copy_rc != SQLITE_OK) throw_open_error(path, read_only, copy.get(), copy_rc);
+      db = std::move(copy);
+      handle = db.get();
+      sqlite3_extended_result_codes(handle, 1);
+      exec(handle, "PRAGMA foreign_keys = ON", on_open_error);
+      migrate(handle, path, on_open_error);
     }
   } else if (version < kResultsSchemaVersion) {
     migrate(handle, path, on_open_error);  // one transaction: all of it or nothing
