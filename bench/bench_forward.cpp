@@ -89,6 +89,24 @@ void decode(benchmark::State& state, ModelDevice device, const char* spec = "ful
   model->set_decode_activations(Activations::Fp32);
 }
 
+// `steps` batched decode steps of every cache per iteration, reported as tokens/s summed over
+// the batch.
+void time_batched_steps(benchmark::State& state, const LlamaModel& model,
+                        std::vector<KvCache>& caches, int steps) {
+  const int64_t batch = static_cast<int64_t>(caches.size());
+  std::vector<KvCache*> rows;
+  for (KvCache& c : caches) rows.push_back(&c);
+  const auto next = some_tokens(steps * batch, 3);
+  for (auto _ : state) {
+    for (int s = 0; s < steps; ++s) {
+      const std::vector<int32_t> tokens(next.begin() + s * batch, next.begin() + (s + 1) * batch);
+      benchmark::DoNotOptimize(model.decode_batch(tokens, rows));
+    }
+  }
+  state.counters["tok/s"] = benchmark::Counter(static_cast<double>(steps * batch),
+                                               benchmark::Counter::kIsIterationInvariantRate);
+}
+
 // One batched decode step of `batch` sequences, each after 128 tokens of context and each
 // with its own full cache (serve/: continuous batching), reported as tokens/s summed over the
 // batch: against batch 1, what batching buys. Arg 0: the batch, arg 1: 1 for int8 activations.
@@ -105,17 +123,7 @@ void BM_DecodeBatch(benchmark::State& state) {
     model->forward(some_tokens(128, 10 + static_cast<int>(i)), caches.back());
     caches.back().end_context();
   }
-  std::vector<KvCache*> rows;
-  for (KvCache& c : caches) rows.push_back(&c);
-  const auto next = some_tokens(kSteps * batch, 3);
-  for (auto _ : state) {
-    for (int s = 0; s < kSteps; ++s) {
-      const std::vector<int32_t> tokens(next.begin() + s * batch, next.begin() + (s + 1) * batch);
-      benchmark::DoNotOptimize(model->decode_batch(tokens, rows));
-    }
-  }
-  state.counters["tok/s"] = benchmark::Counter(static_cast<double>(kSteps * batch),
-                                               benchmark::Counter::kIsIterationInvariantRate);
+  time_batched_steps(state, *model, caches, kSteps);
   model->set_decode_activations(Activations::Fp32);
 }
 
@@ -141,17 +149,7 @@ void decode_batch_4k(benchmark::State& state, const char* spec) {
   first.end_context();
   std::vector<KvCache> caches;
   for (int64_t i = 0; i < batch; ++i) caches.push_back(first.clone());
-  std::vector<KvCache*> rows;
-  for (KvCache& c : caches) rows.push_back(&c);
-  const auto next = some_tokens(kSteps * batch, 3);
-  for (auto _ : state) {
-    for (int s = 0; s < kSteps; ++s) {
-      const std::vector<int32_t> tokens(next.begin() + s * batch, next.begin() + (s + 1) * batch);
-      benchmark::DoNotOptimize(model->decode_batch(tokens, rows));
-    }
-  }
-  state.counters["tok/s"] = benchmark::Counter(static_cast<double>(kSteps * batch),
-                                               benchmark::Counter::kIsIterationInvariantRate);
+  time_batched_steps(state, *model, caches, kSteps);
   state.counters["KV_MiB"] = static_cast<double>(first.bytes_resident()) / (1 << 20);
   model->set_prefill_activations(Activations::Fp32);
   model->set_decode_activations(Activations::Fp32);

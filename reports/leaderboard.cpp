@@ -496,9 +496,9 @@ std::string render_leaderboard_markdown(const std::vector<RunRecord>& runs,
   o << "## Accuracy (%)\n\n";
   o << "Mean score of the scored turns of each task with its 95% interval (± half of it where "
        "it is symmetric, else its ends; Wilson's over turns, or a bootstrap over samples where "
-       "a task gives partial credit); average: the "
-       "mean of the task columns that have a value, its interval a bootstrap over each task's "
-       "samples. The full cache first, then by average, best first.\n\n";
+       "a task gives partial credit); average: the mean of the task columns that have a value, "
+       "its interval a bootstrap over each task's samples. The full cache first, then by "
+       "average, best first.\n\n";
   {
     std::vector<std::string> head = {"method", "budget", "mode"};
     for (const std::string& t : b.tasks) head.push_back(md_escape(t));

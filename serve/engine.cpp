@@ -91,6 +91,7 @@ struct ServingEngine::Sequence {
   Clock::time_point arrived, admitted;
   double ttft_ms = 0;
   int64_t eos_text_bytes = -1;  // SequenceEnd's
+  int64_t need = -1;            // what it reserves when admitted (priced once: price())
 };
 
 ServingEngine::ServingEngine(const LlamaModel& model, EngineOptions options)
@@ -130,12 +131,26 @@ bool ServingEngine::packs_chunks(const GenerationRequest& request, const StoreCo
   return new_cache(model_, *request.method).settle_context_chunks();  // no policy in front
 }
 
+namespace {
+// What a request reserves when admitted, by its store's cost (KvPool's rule).
+int64_t bytes_needed(const GenerationRequest& request, const StoreCost& cost, bool packs_chunks) {
+  const int64_t tokens = static_cast<int64_t>(request.prompt.size()) + request.max_tokens;
+  if (packs_chunks) return cost.whole.at(tokens);
+  // The prompt whole at prefill precision, and the answer at the same rate.
+  return ByteBound{0, cost.prompt_token_bytes}.at(tokens);
+}
+}  // namespace
+
 int64_t ServingEngine::admission_bytes(const GenerationRequest& request) {
   const StoreCost cost = pool_.store_cost(model_, *request.method);
-  const int64_t prompt = static_cast<int64_t>(request.prompt.size());
-  if (packs_chunks(request, cost)) return cost.whole.at(prompt + request.max_tokens);
-  // The prompt whole at prefill precision, and the answer at the same rate.
-  return ByteBound{0, cost.prompt_token_bytes}.at(prompt + request.max_tokens);
+  return bytes_needed(request, cost, packs_chunks(request, cost));
+}
+
+void ServingEngine::price(Sequence& s) {
+  if (s.need >= 0) return;
+  s.cost = pool_.store_cost(model_, *s.request.method);
+  s.packs_chunks = packs_chunks(s.request, s.cost);
+  s.need = bytes_needed(s.request, s.cost, s.packs_chunks);
 }
 
 std::shared_ptr<SequenceChannel> ServingEngine::submit(GenerationRequest request) {
@@ -216,7 +231,8 @@ void ServingEngine::admit() {
   while (!waiting_.empty() && static_cast<int32_t>(running_.size()) < options_.max_seqs &&
          !prefilling()) {
     Sequence& s = *waiting_.front();
-    const int64_t need = admission_bytes(s.request);
+    price(s);  // once, not at every step it waits
+    const int64_t need = s.need;
     if (reserved_bytes() + need > pool_.capacity()) {
       // First come, first served: a later, smaller request does not pass it. One that can
       // never fit (the pool emptied and still too small) is refused.
@@ -229,8 +245,6 @@ void ServingEngine::admit() {
       }
       return;
     }
-    s.cost = pool_.store_cost(model_, *s.request.method);
-    s.packs_chunks = packs_chunks(s.request, s.cost);
     s.floor = need;
     s.admitted = Clock::now();
     try {

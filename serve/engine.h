@@ -164,6 +164,8 @@ class ServingEngine {
   // that packs by blocks, no policy planning on the prompt's fp32 KV, no prefix reuse
   // loading whole blocks at once).
   bool packs_chunks(const GenerationRequest& request, const StoreCost& cost) const;
+  // Fills s.cost, s.packs_chunks and s.need (admission_bytes) the first time it is called.
+  void price(Sequence& s);
   void update_reservation(Sequence& s);
   int64_t reserved_bytes() const;
   PrefixCache* prefix_cache_for(const ResolvedSpec& spec);

@@ -227,12 +227,11 @@ std::vector<ServingRow> run_load(const std::vector<Sample>& samples, const LoadO
         row.cached_tokens = s.cached_tokens;
         row.prediction = s.text;
         row.error = s.error;
-        if (s.error.empty()) {
-          const bool cut = options.ignore_eos && s.eos_text_bytes >= 0;
-          row.score = score_turn(sample, sample.turns[t],
-                                 cut ? s.text.substr(0, static_cast<size_t>(std::min<int64_t>(
-                                                            s.eos_text_bytes, s.text.size())))
-                                     : s.text);
+        if (s.error.empty()) {  // the answer up to where it would have ended (substr clamps)
+          const size_t kept = options.ignore_eos && s.eos_text_bytes >= 0
+                                  ? static_cast<size_t>(s.eos_text_bytes)
+                                  : std::string::npos;
+          row.score = score_turn(sample, sample.turns[t], s.text.substr(0, kept));
         }
         if (progress) {
           std::lock_guard<std::mutex> lock(progress_mutex);
