@@ -503,7 +503,8 @@ struct KiviLayer {
 };
 
 // One decode query over 8192 slots of KIVI KV (128 in the fp32 tail), range(0) bits, range(1)
-// cold as above: GB/s of what it must read (codes, scales and minimums, positions, the tail).
+// cold as above, range(2) query heads per KV head (3: SmolLM2, 7: Qwen2.5-0.5B's GQA group):
+// GB/s of what it must read (codes, scales and minimums, positions, the tail).
 void BM_KiviDecode(benchmark::State& state) {
   const int bits = static_cast<int>(state.range(0));
   const int64_t n_tokens = 8192, n_tail = 128, n_blocks = (n_tokens - n_tail) / 32;
@@ -516,10 +517,11 @@ void BM_KiviDecode(benchmark::State& state) {
   for (int64_t l = 0; l < n_copies; ++l) {
     layers.emplace_back(n_blocks, n_tail, bits, static_cast<uint32_t>(3 * l));
   }
-  const auto q = random_floats(kHeads * kHeadDim, 99);
+  const int heads = kKvHeads * static_cast<int>(state.range(2));
+  const auto q = random_floats(heads * kHeadDim, 99);
   std::vector<float> out(q.size());
   const int32_t q_pos = static_cast<int32_t>(n_tokens);
-  const AttentionQuery query{q.data(), &q_pos, out.data(), 1, kHeads, 0.125f};
+  const AttentionQuery query{q.data(), &q_pos, out.data(), 1, heads, 0.125f};
   size_t l = 0;
   for (auto _ : state) {
     kvbench::attention_kivi_cpu(query, layers[l].kv);
@@ -531,8 +533,8 @@ void BM_KiviDecode(benchmark::State& state) {
                          benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_KiviDecode)
-    ->ArgsProduct({{2, 4}, {1}})
-    ->Args({2, 0})
+    ->ArgsProduct({{2, 4}, {1}, {3, 7}})
+    ->Args({2, 0, 3})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 

@@ -42,7 +42,7 @@ TEST_CASE("attention_kivi_cpu matches the dequantizing reference", "[unit]") {
   const float tol = kTol;
   for (int bits : {2, 4}) {
     for (int head_dim : {64, 128}) {
-      for (auto [n_heads, n_kv_heads] : {std::pair{9, 3}, std::pair{4, 4}}) {
+      for (auto [n_heads, n_kv_heads] : {std::pair{9, 3}, std::pair{4, 4}, std::pair{14, 2}}) {
         for (auto [n_blocks, n_tail] : kSplits) {
           for (int n_queries : {1, 7}) {
             const KiviProblem p(
@@ -60,10 +60,12 @@ TEST_CASE("attention_kivi_cpu matches the dequantizing reference", "[unit]") {
 
 TEST_CASE("attention_kivi_cpu: decode sees every slot, and prefill chunks of many rows", "[unit]") {
   // Long caches with split-K: one query of 9/3, 8/4 (3 and 2 rows per KV head: codes read into
-  // registers) and 8/1 (8 rows: fp32 tiles), and a 64-query chunk (tiles). 2e-5 as above.
+  // registers), 14/2 and 8/1 (7 and 8 rows: registers with AVX-512, fp32 tiles with AVX2 only),
+  // 18/2 (9 rows: tiles), and a 64-query chunk (tiles). 2e-5 as above.
   for (int bits : {2, 4}) {
     for (auto [n_heads, n_kv_heads, n_queries] :
-         {std::tuple{9, 3, 1}, std::tuple{8, 4, 1}, std::tuple{8, 1, 1}, std::tuple{9, 3, 64}}) {
+         {std::tuple{9, 3, 1}, std::tuple{8, 4, 1}, std::tuple{14, 2, 1}, std::tuple{8, 1, 1},
+          std::tuple{18, 2, 1}, std::tuple{9, 3, 64}}) {
       KiviProblem p(KiviCase{n_heads, n_kv_heads, 64, bits, 252, 128, n_queries}, 3);
       if (n_queries == 1) p.q_positions[0] = std::numeric_limits<int32_t>::max();
       INFO("bits " << bits << " heads " << n_heads << "/" << n_kv_heads << " queries "

@@ -21,8 +21,9 @@
 //  - keys: s_t = sum_d (q_d scale_d) c_dt + sum_d q_d min_d, then put in token order;
 //    values: o_d += sum_t (p_t scale_t) c_td + sum_t p_t min_t, the output kept in the unpacked
 //    channel order while a work item reads blocks and put back before the fp32 tail;
-//  - few query rows (decode: one GQA group) read the codes straight into registers; more rows
-//    (prefill chunks) unpack the block once into fp32 tiles in L1 shared by all rows (GEMM).
+//  - few query rows (decode: one GQA group; up to 3 with AVX2, 8 with AVX-512) read the codes
+//    straight into registers; more rows (prefill chunks) unpack the block once into fp32 tiles
+//    in L1 shared by all rows (GEMM).
 // Softmax is online (FlashAttention) over blocks, then tail tiles; split-K partials are merged
 // as in attention_dense_cpu.
 
@@ -34,7 +35,14 @@ using namespace tile;
 constexpr int kGroup = 32;           // KIVI's group: tokens per block, channels per value group
 constexpr int kTileRows = 192;       // target query rows (query x head) per work item
 constexpr int kMinSplitSlots = 512;  // split-K never makes a split shorter than this
-constexpr int kCodeRows = 3;         // up to this many rows read codes straight into registers
+// Up to this many rows read codes straight into registers: AVX-512's 32 registers hold 8 rows'
+// accumulators (a GQA group of 7, Qwen2.5's, among them), AVX2's 16 hold 3.
+#if defined(__AVX512F__) && KVBENCH_AVX2
+#define KVBENCH_KIVI_ZMM 1
+constexpr int kCodeRows = 8;
+#else
+constexpr int kCodeRows = 3;
+#endif
 constexpr uint32_t kAllSlots = 0xFFFFFFFFu;
 constexpr int kMaxItemHeads = 64;  // KV heads a work item may hold
 
@@ -232,11 +240,11 @@ void unpack_value_tile(const BlockView& b, int dim, float* vt) {
 #if KVBENCH_AVX2
 // s[r][t] = q_r . k_t for the block's 32 tokens, in order (q rows dim apart, s rows kGroup
 // apart): sum_d (q_r,d scale_d) c_dt + sum_d q_r,d min_d. qs: [R, dim] scratch.
-template <int R, int BITS>
-void key_scores_from_codes(const float* __restrict q, int dim, const BlockView& b,
-                           float* __restrict qs, float* __restrict s) {
-  constexpr int kGroupBytes = 4 * BITS;
-  float bias[R];
+// qs[r][d] = q_r,d scale_d and bias[r] = sum_d q_r,d min_d: what the codes are multiplied by,
+// and the minimums' share of every score.
+template <int R>
+void scaled_queries(const float* __restrict q, int dim, const BlockView& b, float* __restrict qs,
+                    float bias[R]) {
   for (int r = 0; r < R; ++r) {
     __m256 acc = _mm256_setzero_ps();
     for (int d = 0; d < dim; d += 8) {
@@ -246,6 +254,14 @@ void key_scores_from_codes(const float* __restrict q, int dim, const BlockView& 
     }
     bias[r] = hsum(acc);
   }
+}
+
+template <int R, int BITS>
+void key_scores_from_codes(const float* __restrict q, int dim, const BlockView& b,
+                           float* __restrict qs, float* __restrict s) {
+  constexpr int kGroupBytes = 4 * BITS;
+  float bias[R];
+  scaled_queries<R>(q, dim, b, qs, bias);
   __m256 acc[R][4];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
@@ -297,15 +313,14 @@ constexpr ExpandTable kExpand = make_expand_table();
 // o[r][32 h + 8 j + i] += sum_t p[r][t] v_t,(32 h + element(j, i)), p rows kGroup apart.
 // Needs G = head_dim / 32 in {1, 2, 4, 8}. w: [R, 32 G] scratch for the weights
 // p[r][t] * scale_th, laid out as v_scale.
-template <int R, int BITS>
-void values_from_codes(const float* __restrict p, int dim, const BlockView& b, float* __restrict w,
-                       float* __restrict o) {
-  constexpr int kGroupBytes = 4 * BITS;
+//
+// weighted_probs: w[r] = p[r][t] * scale_th (laid out as v_scale) and bias[r][h] =
+// sum_t p[r][t] min_th, the minimums' share, added to every channel of group h.
+template <int R>
+void weighted_probs(const float* __restrict p, int dim, const BlockView& b, float* __restrict w,
+                    float bias[R][8]) {
   const int n_groups = dim / kGroup;
   const int log2_groups = n_groups == 1 ? 0 : n_groups == 2 ? 1 : n_groups == 4 ? 2 : 3;
-  const int row_bytes = n_groups * kGroupBytes;
-  // bias[r][h] = sum_t p[r][t] min_th, the minimums' share, added to every channel of group h.
-  float bias[R][8];
   for (int r = 0; r < R; ++r) {
     __m256 acc = _mm256_setzero_ps();
     for (int n = 0; n < 4 * n_groups; ++n) {
@@ -323,6 +338,16 @@ void values_from_codes(const float* __restrict p, int dim, const BlockView& b, f
       for (int l = h; l < 8; l += n_groups) bias[r][h] += lanes[l];
     }
   }
+}
+
+template <int R, int BITS>
+void values_from_codes(const float* __restrict p, int dim, const BlockView& b, float* __restrict w,
+                       float* __restrict o) {
+  constexpr int kGroupBytes = 4 * BITS;
+  const int n_groups = dim / kGroup;
+  const int row_bytes = n_groups * kGroupBytes;
+  float bias[R][8];
+  weighted_probs<R>(p, dim, b, w, bias);
   for (int h = 0; h < n_groups; ++h) {
     __m256 acc[R][4];
 #pragma GCC unroll 4
@@ -357,16 +382,156 @@ void values_from_codes(const float* __restrict p, int dim, const BlockView& b, f
   }
 }
 
+#if KVBENCH_KIVI_ZMM
+// GCC 12's _mm512_cvtepu8_epi32 and _mm512_cvtepi32_ps pass a self-initialized "undefined"
+// vector that its own -Wmaybe-uninitialized then reports.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+// The same two loops on 16-lane vectors: vector J of a group's codes is the AVX2 loops' vectors
+// 2J and 2J + 1 side by side (lane l holds element(2J + l / 8, l % 8)), and every lane runs the
+// AVX2 lane's float operations in its order, so the outputs equal the AVX2 kernels' bit for bit
+// (with 8 rows' 16 accumulators in 32 registers where AVX2 fits 3 rows' 12 in 16).
+
+// Bytes [0, 8) of a group (4 bits: [8 J, 8 J + 8)) in both halves, a byte per lane.
+inline __m512i load_bytes_twice(const uint8_t* codes) {
+  const __m128i x = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes));
+  return _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(x, x));
+}
+
+// Per-lane mask and unit of vector J: AVX2 vector 2J's in lanes [0, 8), 2J + 1's in [8, 16).
+template <int BITS>
+inline __m512i lane_masks(int J) {
+  const auto mask = [](int j) { return BITS == 2 ? 3 << (2 * j) : j % 2 == 0 ? 15 : 240; };
+  return _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(mask(2 * J)),
+                                 _mm512_set1_epi32(mask(2 * J + 1)));
+}
+template <int BITS>
+inline __m512 lane_units(int J) {
+  return _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(unit_of<BITS>(2 * J)),
+                              _mm512_set1_ps(unit_of<BITS>(2 * J + 1)));
+}
+
+// Index tables for _mm512_permutex2var_ps: output vector O's lane m is token 16 O + m, found in
+// vector J = j / 2, lane 8 (j % 2) + i where element(j, i) = 16 O + m (bit 4 picks J = 1).
+struct OrderTable {
+  int32_t idx[2][2][16];  // [bits == 4][O][m]
+};
+constexpr OrderTable make_order_table() {
+  OrderTable t{};
+  for (int b4 = 0; b4 < 2; ++b4) {
+    for (int j = 0; j < 4; ++j) {
+      for (int i = 0; i < 8; ++i) {
+        const int e = b4 ? 16 * (j / 2) + 2 * i + (j % 2) : 4 * i + j;
+        t.idx[b4][e / 16][e % 16] = 16 * (j / 2) + 8 * (j % 2) + i;
+      }
+    }
+  }
+  return t;
+}
+constexpr OrderTable kOrder = make_order_table();
+
+template <int R, int BITS>
+void key_scores_from_codes_zmm(const float* __restrict q, int dim, const BlockView& b,
+                               float* __restrict qs, float* __restrict s) {
+  constexpr int kGroupBytes = 4 * BITS;
+  float bias[R];
+  scaled_queries<R>(q, dim, b, qs, bias);
+  const __m512i mask[2] = {lane_masks<BITS>(0), lane_masks<BITS>(1)};
+  __m512 acc[R][2];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (int d = 0; d < dim; ++d) {
+    const uint8_t* codes = b.k_codes + d * kGroupBytes;
+    const __m512i x0 = load_bytes_twice(codes);
+    const __m512i x1 = BITS == 4 ? load_bytes_twice(codes + 8) : x0;
+#pragma GCC unroll 2
+    for (int J = 0; J < 2; ++J) {
+      const __m512 c = _mm512_cvtepi32_ps(_mm512_and_si512(J == 0 ? x0 : x1, mask[J]));
+      const float* qd = opaque(qs + d);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        acc[r][J] = _mm512_fmadd_ps(_mm512_set1_ps(qd[r * dim]), c, acc[r][J]);
+      }
+    }
+  }
+  const __m512 unit[2] = {lane_units<BITS>(0), lane_units<BITS>(1)};
+  const __m512i order0 = _mm512_loadu_si512(kOrder.idx[BITS == 4][0]);
+  const __m512i order1 = _mm512_loadu_si512(kOrder.idx[BITS == 4][1]);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    const __m512 bv = _mm512_set1_ps(bias[r]);
+    const __m512 v0 = _mm512_fmadd_ps(acc[r][0], unit[0], bv);
+    const __m512 v1 = _mm512_fmadd_ps(acc[r][1], unit[1], bv);
+    _mm512_storeu_ps(s + r * kGroup, _mm512_permutex2var_ps(v0, order0, v1));
+    _mm512_storeu_ps(s + r * kGroup + 16, _mm512_permutex2var_ps(v0, order1, v1));
+  }
+}
+
+template <int R, int BITS>
+void values_from_codes_zmm(const float* __restrict p, int dim, const BlockView& b,
+                           float* __restrict w, float* __restrict o) {
+  constexpr int kGroupBytes = 4 * BITS;
+  const int n_groups = dim / kGroup;
+  const int row_bytes = n_groups * kGroupBytes;
+  float bias[R][8];
+  weighted_probs<R>(p, dim, b, w, bias);
+  const __m512i mask[2] = {lane_masks<BITS>(0), lane_masks<BITS>(1)};
+  const __m512 unit[2] = {lane_units<BITS>(0), lane_units<BITS>(1)};
+  for (int h = 0; h < n_groups; ++h) {
+    __m512 acc[R][2];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    for (int t = 0; t < kGroup; ++t) {
+      const uint8_t* codes = b.v_codes + t * row_bytes + h * kGroupBytes;
+      const __m512i x0 = load_bytes_twice(codes);
+      const __m512i x1 = BITS == 4 ? load_bytes_twice(codes + 8) : x0;
+#pragma GCC unroll 2
+      for (int J = 0; J < 2; ++J) {
+        const __m512 c = _mm512_cvtepi32_ps(_mm512_and_si512(J == 0 ? x0 : x1, mask[J]));
+        const float* wt = opaque(w + t * n_groups + h);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          acc[r][J] = _mm512_fmadd_ps(_mm512_set1_ps(wt[r * dim]), c, acc[r][J]);
+        }
+      }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512 bv = _mm512_set1_ps(bias[r][h]);
+#pragma GCC unroll 2
+      for (int J = 0; J < 2; ++J) {
+        float* dst = o + r * dim + h * kGroup + 16 * J;
+        const __m512 add = _mm512_fmadd_ps(acc[r][J], unit[J], bv);
+        _mm512_storeu_ps(dst, _mm512_add_ps(_mm512_loadu_ps(dst), add));
+      }
+    }
+  }
+}
+#pragma GCC diagnostic pop
+#endif
+
 using ScoresKernel = void (*)(const float*, int, const BlockView&, float*, float*);
 using ValuesKernel = void (*)(const float*, int, const BlockView&, float*, float*);
 
 // [bits == 4][rows - 1]
+#if KVBENCH_KIVI_ZMM
+#define KIVI_ROWS(kernel, bits)                                                              \
+  {kernel<1, bits>, kernel<2, bits>, kernel<3, bits>, kernel<4, bits>, kernel<5, bits>, \
+   kernel<6, bits>, kernel<7, bits>, kernel<8, bits>}
+constexpr ScoresKernel kScoresFromCodes[2][kCodeRows] = {
+    KIVI_ROWS(key_scores_from_codes_zmm, 2), KIVI_ROWS(key_scores_from_codes_zmm, 4)};
+constexpr ValuesKernel kValuesFromCodes[2][kCodeRows] = {KIVI_ROWS(values_from_codes_zmm, 2),
+                                                         KIVI_ROWS(values_from_codes_zmm, 4)};
+#undef KIVI_ROWS
+#else
 constexpr ScoresKernel kScoresFromCodes[2][kCodeRows] = {
     {key_scores_from_codes<1, 2>, key_scores_from_codes<2, 2>, key_scores_from_codes<3, 2>},
     {key_scores_from_codes<1, 4>, key_scores_from_codes<2, 4>, key_scores_from_codes<3, 4>}};
 constexpr ValuesKernel kValuesFromCodes[2][kCodeRows] = {
     {values_from_codes<1, 2>, values_from_codes<2, 2>, values_from_codes<3, 2>},
     {values_from_codes<1, 4>, values_from_codes<2, 4>, values_from_codes<3, 4>}};
+#endif
 #endif
 
 // Whether the register path applies: AVX2, few rows, head_dim / 32 dividing 8.
