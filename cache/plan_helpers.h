@@ -82,6 +82,22 @@ int64_t vector_bytes(const std::vector<T>& v) {
   return static_cast<int64_t>(v.capacity() * sizeof(T));
 }
 
+// A vector whose copy holds a buffer as large as the original's. bytes_resident counts
+// capacity, and a policy forked from the shared prefill's (harness/shared_prefill.h) is a
+// copy: with this, it grows and counts its bytes as the policy of its own prefill would.
+template <typename T>
+class HeldVector : public std::vector<T> {
+ public:
+  HeldVector() = default;
+  HeldVector(const HeldVector& other) : std::vector<T>() {
+    this->reserve(other.capacity());
+    this->assign(other.begin(), other.end());
+  }
+  HeldVector(HeldVector&&) noexcept = default;
+  HeldVector& operator=(const HeldVector&) = default;
+  HeldVector& operator=(HeldVector&&) noexcept = default;
+};
+
 // One slot selection shared by groups of `group` consecutive layers (ChunkKV's layer-wise
 // index reuse, WindowKV's layer groups): a group's first layer selects, the others reuse its
 // slots while they see the same context length and limit (a context never evicted before

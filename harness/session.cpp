@@ -243,6 +243,50 @@ KvCache context_cache(const LlamaModel& model, const ResolvedSpec& spec,
   return cache;
 }
 
+// The span compressed before turn 1 (or request t): the context, and query-aware its query.
+std::vector<int32_t> compressed_span(const SessionTokens& tokens, const SessionOptions& options,
+                                     size_t turn) {
+  std::vector<int32_t> span = tokens.context;
+  if (options.query == QuerySetting::Aware && turn < tokens.turns.size()) {
+    span.insert(span.end(), tokens.turns[turn].query.begin(), tokens.turns[turn].query.end());
+  }
+  return span;
+}
+
+// Query-aware: the context and request t's query (the first turn's, multi-turn), compressed
+// after both; *logits are the query's. A method whose prefill is dense takes them as two
+// forwards, as an engine that found the context cached would, so that its context comes from
+// the sample's shared prefill where there is one, for every request: the same KV and
+// observations, bit for bit, as the context forward of its own. Other methods prefill the
+// span as one context.
+KvCache aware_cache(const LlamaModel& model, const ResolvedSpec& spec, const SessionTokens& tokens,
+                    const SessionOptions& options, size_t t, const SharedPrefill* shared,
+                    SessionResult& result, double* elsewhere_ms, std::vector<float>* logits) {
+  const std::vector<int32_t> span = compressed_span(tokens, options, t);
+  if (!SharedPrefill::can_share(spec, model)) {
+    return context_cache(model, spec, span, nullptr, result, elsewhere_ms, logits);
+  }
+  const std::vector<int32_t>& query = tokens.turns[t].query;
+  std::optional<KvCache> cache;
+  if (shared && shared->serves(spec.canonical)) {
+    double shared_ms = 0;
+    cache.emplace(shared->fork(spec.canonical, &shared_ms));
+    *elsewhere_ms += shared_ms;
+    result.shared_prefill = true;
+  } else {
+    cache.emplace(new_cache(model, spec));
+    cache->reserve_more(static_cast<int64_t>(tokens.context.size()));
+    model.forward(tokens.context, *cache);
+    result.prefilled_tokens += static_cast<int64_t>(tokens.context.size());
+  }
+  cache->reserve_more(static_cast<int64_t>(query.size()));
+  *logits = model.forward(query, *cache);
+  show_context_text(model.tokenizer(), *cache, span);
+  reconstruct_context(model, *cache, span);
+  cache->end_context();
+  return std::move(*cache);
+}
+
 // Teacher forcing on the reference answer, one decode step per token as in decoding (so
 // decode-time evictors evict per token, and Quest reads the pages it selects). top1[0] is the argmax of the query's logits,
 // top1[i] the argmax after answer[i - 1]. With feed_all the last answer token and `tail`
@@ -493,19 +537,9 @@ int64_t note_tiers(std::vector<TierStats> now_tiers, const std::vector<TierStats
 
 }  // namespace
 
-// The span compressed before turn 1 (or request t): the context, and query-aware its query.
-std::vector<int32_t> compressed_span(const SessionTokens& tokens, const SessionOptions& options,
-                                     size_t turn) {
-  std::vector<int32_t> span = tokens.context;
-  if (options.query == QuerySetting::Aware && turn < tokens.turns.size()) {
-    span.insert(span.end(), tokens.turns[turn].query.begin(), tokens.turns[turn].query.end());
-  }
-  return span;
-}
-
 std::vector<int32_t> session_context_tokens(const LlamaModel& model, const Sample& sample,
                                             const SessionOptions& options) {
-  return compressed_span(tokenize_sample(model, sample, options), options, 0);
+  return tokenize_sample(model, sample, options).context;
 }
 
 SessionResult run_session(const LlamaModel& model, const Sample& sample,
@@ -601,8 +635,8 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
       // of it, as in a request (context_prefill_ms stays 0: nothing ran before the query).
       double elsewhere_ms = 0;
       const auto start = Clock::now();
-      conversation.emplace(context_cache(model, spec, compressed_span(tokens, options, 0), shared,
-                                         result, &elsewhere_ms, &logits));
+      conversation.emplace(
+          aware_cache(model, spec, tokens, options, 0, shared, result, &elsewhere_ms, &logits));
       conversation->reserve_more(room - query_n);
       const double prefill_s = seconds_since(start) + elsewhere_ms / 1e3;
       argmax(logits);
@@ -667,9 +701,9 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
           logits = model.forward(turn.query, cache);
         } else if (aware) {
           // Every request is the first of its conversation: its own query compressed with
-          // the context. The shared prefill holds request 1's span only.
-          cache = context_cache(model, spec, compressed_span(tokens, options, t),
-                                t == 0 ? shared : nullptr, result, &elsewhere_ms, &logits);
+          // the context, which every request forks from the shared prefill.
+          cache = aware_cache(model, spec, tokens, options, t, shared, result, &elsewhere_ms,
+                              &logits);
           cache.reserve_more(room - query_n);
         } else {
           cache = context_cache(model, spec, tokens.context, shared, result, &elsewhere_ms);

@@ -127,8 +127,8 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
                           const SampleReference* reference,
                           const SharedPrefill* shared = nullptr);
 
-// The span run_session prefills before it compresses: the shared context segment, and with
-// QuerySetting::Aware the first turn's query after it (what a shared prefill forks).
+// The shared context segment: what a sample's shared prefill holds and every unit forks, in
+// both query settings (query-aware, each request's query is fed after the fork).
 std::vector<int32_t> session_context_tokens(const LlamaModel& model, const Sample& sample,
                                             const SessionOptions& options);
 

@@ -131,7 +131,7 @@ class D2oPolicy : public TokenPolicy {
 
  private:
   struct LayerState {
-    std::vector<float> scores;  // [n_heads, n_tokens]: attention received, per query head
+    HeldVector<float> scores;  // [n_heads, n_tokens]: attention received, per query head
     int64_t n_tokens = 0;
     int32_t n_heads = 0;
     double threshold = 0;  // the merge threshold's EMA

@@ -93,7 +93,7 @@ class H2oPolicy : public TokenPolicy {
 
  private:
   struct LayerScores {
-    std::vector<float> values;  // [n_heads, n_tokens]: attention received, per query head
+    HeldVector<float> values;  // [n_heads, n_tokens]: attention received, per query head
     int64_t n_tokens = 0;
     int32_t n_heads = 0;
   };

@@ -1140,6 +1140,28 @@ std::set<std::string> ResultsDb::finished_unit_keys() const {
   return read_unit_keys(db_, db_errors(path_, db_));
 }
 
+int64_t ResultsDb::forget_methods(const std::set<std::string>& methods,
+                                  const std::string& config_json) {
+  const auto on_error = db_errors(path_, db_);
+  Transaction tx(db_, on_error);
+  int64_t deleted = 0;
+  for (const std::string& method : methods) {
+    Stmt turns(db_, "DELETE FROM results WHERE unit_id IN (SELECT id FROM units WHERE method = ?1)",
+               on_error);
+    turns.bind(1, method);
+    turns.run();
+    Stmt units(db_, "DELETE FROM units WHERE method = ?1", on_error);
+    units.bind(1, method);
+    units.run();
+    deleted += sqlite3_changes(db_);
+  }
+  Stmt runs(db_, "UPDATE runs SET config_json = ?1", on_error);
+  runs.bind(1, config_json);
+  runs.run();
+  tx.commit();
+  return deleted;
+}
+
 void ResultsDb::write_unit(int64_t run_id, const UnitRecord& unit) {
   const auto on_error = db_errors(path_, db_);
   Transaction tx(db_, on_error);

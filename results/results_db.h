@@ -150,6 +150,10 @@ class ResultsDb {
   std::vector<RunRecord> runs() const;      // by id
 
   std::set<std::string> finished_unit_keys() const;
+  // `sweep --rerun`: deletes the units of `methods` (canonical specs) with their turns and
+  // records `config_json` as every run's config (a rebuilt plugin's new sha256), in one
+  // transaction; the sweep then resumes them. Returns the units deleted.
+  int64_t forget_methods(const std::set<std::string>& methods, const std::string& config_json);
   // The unit and all its turn rows in one transaction; a unit whose key is already there
   // is an error (std::logic_error: the sweep should have skipped it).
   void write_unit(int64_t run_id, const UnitRecord& unit);

@@ -55,4 +55,25 @@ std::string run_config_difference(const std::string& a, const std::string& b) {
          " here: a rebuilt plugin is another method)";
 }
 
+bool only_plugins_differ(const std::string& a, const std::string& b) {
+  if (a == b) return false;
+  json ja = json::parse(a, nullptr, false), jb = json::parse(b, nullptr, false);
+  if (ja.is_discarded() || jb.is_discarded()) return false;
+  const auto pa = take_plugins(ja), pb = take_plugins(jb);
+  const auto shas = [](const std::map<std::string, std::string>& plugins) {
+    std::set<std::string> out;
+    for (const auto& [sha, file] : plugins) out.insert(sha);
+    return out;
+  };
+  return ja == jb && shas(pa) != shas(pb);
+}
+
+std::set<std::string> run_config_plugins(const std::string& config_json) {
+  json root = json::parse(config_json, nullptr, false);
+  std::set<std::string> shas;
+  if (root.is_discarded()) return shas;
+  for (const auto& [sha, file] : take_plugins(root)) shas.insert(sha);
+  return shas;
+}
+
 }  // namespace kvbench

@@ -3,6 +3,7 @@
 // by the file it was loaded from: the same library copied or renamed is the same method.
 #pragma once
 
+#include <set>
 #include <string>
 
 namespace kvbench {
@@ -10,5 +11,11 @@ namespace kvbench {
 // "" when `a` and `b` are the same sweep; otherwise what differs, for an error line: which
 // plugin's bytes changed (file and sha256 on each side), or "config" for anything else.
 std::string run_config_difference(const std::string& a, const std::string& b);
+
+// Whether `a` and `b` differ in their plugins' bytes and in nothing else.
+bool only_plugins_differ(const std::string& a, const std::string& b);
+
+// The sha256 of every plugin a config records (RunRecord::config_json).
+std::set<std::string> run_config_plugins(const std::string& config_json);
 
 }  // namespace kvbench

@@ -265,6 +265,42 @@ TEST_CASE("plugins: a sweep with a plugin method resumes, equals the built-in, a
                           sha256_file(kExample).substr(0, 12) + " there, rebuilt_methods.so") !=
         std::string::npos);
 
+  // `--rerun METHOD` after the rebuild, on a copy of the db: the plugin method's unit is
+  // deleted and run again, the baselines stay as they were (their rows and run), and the db
+  // then resumes with the rebuilt plugin.
+  const std::string rerun_db = temp_path("plugin_rerun.db");
+  std::filesystem::copy_file(db, rerun_db, std::filesystem::copy_options::overwrite_existing);
+  const std::string baselines =
+      "SELECT group_concat(u.id || u.method || r.prediction || r.ttft_ms, ';') FROM units u "
+      "JOIN results r ON r.unit_id = u.id WHERE u.method NOT LIKE 'example%'";
+  const std::string kept = sql_text(rerun_db, baselines);
+  const std::string rebuilt_sweep =
+      "--plugin " + rebuilt + " --model " + model + " --threads 1 sweep " + bare + " --db ";
+  // A name that is no method of the sweep is refused, and nothing is deleted.
+  const Run unknown = run_kvbench(rebuilt_sweep + rerun_db + " --rerun vnorm");
+  INFO(unknown.output);
+  CHECK(unknown.exit_code == 2);
+  CHECK(unknown.output.find("--rerun vnorm: not a method of this sweep") != std::string::npos);
+  // Naming a baseline alone leaves the rebuilt plugin's old unit: refused, nothing deleted.
+  const Run partial = run_kvbench(rebuilt_sweep + rerun_db + " --rerun knorm:budget=48,skip=1");
+  INFO(partial.output);
+  CHECK(partial.exit_code == 2);
+  CHECK(partial.output.find("comes from the rebuilt plugin") != std::string::npos);
+  CHECK(sql_text(rerun_db, "SELECT count(*) FROM units") == "3");
+  const Run rerun = run_kvbench(rebuilt_sweep + rerun_db + " --rerun example_knorm");
+  INFO(rerun.output);
+  CHECK(rerun.exit_code == 0);
+  CHECK(rerun.output.find("--rerun: 1 unit of 1 method deleted") != std::string::npos);
+  CHECK(rerun.output.find("1 unit written") != std::string::npos);
+  CHECK(sql_text(rerun_db, baselines) == kept);
+  CHECK(sql_text(rerun_db, "SELECT count(*) FROM units") == "3");
+  CHECK(sql_text(rerun_db, rows + "example_knorm:budget=48,window=0,sink=0,skip=1' ORDER BY "
+                                  "sample_id, turn)") == builtin);
+  const Run resumed = run_kvbench(rebuilt_sweep + rerun_db);
+  INFO(resumed.output);
+  CHECK(resumed.exit_code == 0);
+  CHECK(resumed.output.find("0 units written") != std::string::npos);
+
   // Workers of `sweep --jobs` get the command line's plugins too.
   const std::string jobs_db = temp_path("plugin_jobs.db");
   std::remove(jobs_db.c_str());

@@ -47,24 +47,27 @@ TEST_CASE("query setting: the compressed span ends with the first query when awa
     INFO(to_string(mode));
     const SessionOptions agnostic = with_query(mode, QuerySetting::Agnostic);
     const SessionOptions aware = with_query(mode, QuerySetting::Aware);
+    // The shared prefill holds the context alone in both settings (aware, each query is fed
+    // after it).
     const std::vector<int32_t> context = session_context_tokens(model, sample, agnostic);
-    const std::vector<int32_t> span = session_context_tokens(model, sample, aware);
-    REQUIRE(span.size() > context.size());
-    CHECK(std::vector<int32_t>(span.begin(), span.begin() + context.size()) == context);
+    CHECK(session_context_tokens(model, sample, aware) == context);
 
     const std::string method = "snapkv:budget=48";
     const SessionResult before = run_session(model, sample, method, agnostic, nullptr);
     const SessionResult after = run_session(model, sample, method, aware, nullptr);
     REQUIRE(before.context_tokens > 48);
-    const int64_t query_1 = static_cast<int64_t>(span.size() - context.size());
-    // Agnostic: the budget, then the query and the answer on top. Aware: the query went
-    // into the budget, so exactly its tokens fewer are held.
     const TurnRecord& a = before.turns[0];
     const TurnRecord& b = after.turns[0];
+    const int64_t n_context = static_cast<int64_t>(context.size());
+    const int64_t query_1 = mode == SessionMode::MultiTurn ? a.prompt_tokens
+                                                           : a.prompt_tokens - n_context;
+    REQUIRE(query_1 > 0);
+    // Agnostic: the budget, then the query and the answer on top. Aware: the query went
+    // into the budget, so exactly its tokens fewer are held.
     CHECK(a.tokens_kept == 48 + query_1 + a.appended_tokens);
     CHECK(b.tokens_kept == 48 + b.appended_tokens);
     CHECK(b.appended_tokens == a.appended_tokens);
-    CHECK(b.prompt_tokens == static_cast<int64_t>(span.size()));
+    CHECK(b.prompt_tokens == n_context + query_1);
     if (mode == SessionMode::MultiTurn) {
       CHECK(a.prompt_tokens == query_1);
       CHECK(after.context_prefill_ms == 0);  // nothing ran before the first query
@@ -99,9 +102,12 @@ TEST_CASE("query setting: an aware unit forked from the shared prefill equals it
     const SessionResult own = run_session(model, sample, method, aware, nullptr);
     const SessionResult forked = run_session(model, sample, method, aware, nullptr, &shared);
     CHECK(forked.shared_prefill);
+    // Multi-request: every request forks the context (before, the first alone did).
+    CHECK(forked.prefilled_tokens == 0);
     REQUIRE(forked.turns.size() == own.turns.size());
     for (size_t t = 0; t < own.turns.size(); ++t) {
       INFO("turn " << t + 1);
+      CHECK(forked.turns[t].prediction == own.turns[t].prediction);
       CHECK(forked.turns[t].own.first_logprobs == own.turns[t].own.first_logprobs);
       CHECK(forked.turns[t].own.top1 == own.turns[t].own.top1);
       CHECK(forked.turns[t].tokens_kept == own.turns[t].tokens_kept);

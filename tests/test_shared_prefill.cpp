@@ -98,11 +98,18 @@ const std::vector<std::string> kSpecs = {
 }  // namespace
 
 TEST_CASE("shared prefill: every dense-prefill method equals a prefill of its own", "[unit]") {
+  // Both modes and query settings: query-aware, every request (or the first turn) forks the
+  // context and feeds its own query, compressed after it.
   const LlamaModel& model = tiny_model();
   const Sample sample = long_sample();
-  for (const SessionMode mode : {SessionMode::MultiTurn, SessionMode::MultiRequest}) {
+  for (const auto& [mode, query] :
+       {std::pair{SessionMode::MultiTurn, QuerySetting::Agnostic},
+        std::pair{SessionMode::MultiRequest, QuerySetting::Agnostic},
+        std::pair{SessionMode::MultiTurn, QuerySetting::Aware},
+        std::pair{SessionMode::MultiRequest, QuerySetting::Aware}}) {
     SessionOptions options;
     options.mode = mode;
+    options.query = query;
     options.max_new_tokens = 5;
     const std::vector<int32_t> context = session_context_tokens(model, sample, options);
     REQUIRE(context.size() > 300);  // several forwards of 64, well above every budget
@@ -111,7 +118,7 @@ TEST_CASE("shared prefill: every dense-prefill method equals a prefill of its ow
     const SharedPrefill shared(model, context, specs);
     const SessionResult full = run_session(model, sample, "full", options, nullptr);
     for (const ResolvedSpec& spec : specs) {
-      INFO(to_string(mode) << " " << spec.canonical);
+      INFO(to_string(mode) << " " << to_string(query) << " " << spec.canonical);
       REQUIRE(SharedPrefill::can_share(spec, model));
       const SampleReference reference = reference_of(full);
       const SessionResult own = run_session(model, sample, spec.canonical, options, &reference);

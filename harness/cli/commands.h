@@ -70,9 +70,11 @@ struct UnitResult;
 // `on_unit` (optional) sees every unit as it is committed.
 // A config with "model" runs that model; with "min_full_accuracy", the tasks its
 // calibration puts below it are left out (printed, and recorded in the run's config).
+// `rerun` (sweep --rerun): methods whose units are deleted first and run again.
 void run_sweep_into(const ModelOptions& model, SweepConfig config, const Shard& shard,
                     const std::string& db_path,
-                    const std::function<void(const UnitResult&)>& on_unit = nullptr);
+                    const std::function<void(const UnitResult&)>& on_unit = nullptr,
+                    const std::vector<std::string>& rerun = {});
 
 // Writes leaderboard.md and leaderboard.html for the db into out_dir and prints their paths;
 // reference: "bf16" or "fp32" (reports/aggregate.h, KvReference).

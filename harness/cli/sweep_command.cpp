@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -118,6 +119,66 @@ void check_db_holds_this_sweep(const ResultsDb& db, const RunRecord& run) {
   }
 }
 
+// `sweep --rerun NAME`: the units of the sweep's methods that NAME picks (a spec, or a method
+// name: every spec with that component) are deleted from the db, which takes this sweep's
+// config, so that the resume after it runs them again beside every other unit as it was (the
+// researcher's loop: rebuild a plugin, rerun its method, keep the baselines). Refused, with
+// nothing deleted, when the db holds another sweep in anything but its plugins' bytes, or
+// when a method of a rebuilt plugin is not picked (its old units would pass as the new one's).
+void forget_for_rerun(ResultsDb& db, const PreparedSweep& prepared,
+                      const std::vector<std::string>& names) {
+  std::vector<ResolvedSpec> specs;
+  for (const SweepMethod& m : sweep_methods(prepared.config)) {
+    specs.push_back(resolve_method_spec(m.spec));
+  }
+  std::set<std::string> picked;
+  for (const std::string& name : names) {
+    bool matched = false;
+    for (const ResolvedSpec& spec : specs) {
+      const bool named = std::any_of(spec.components.begin(), spec.components.end(),
+                                     [&](const auto& c) { return c.first->name == name; });
+      if (named || spec.canonical == name) {
+        picked.insert(spec.canonical);
+        matched = true;
+      }
+    }
+    if (!matched) {
+      std::string listed;
+      for (const ResolvedSpec& spec : specs) listed += (listed.empty() ? "" : ", ") + spec.canonical;
+      throw InputError("sweep --rerun " + one_line(name) +
+                       ": not a method of this sweep, nor a part of one (its methods: " + listed +
+                       ")");
+    }
+  }
+  const RunRecord& run = prepared.run;
+  std::set<std::string> rebuilt;  // plugin sha256s that no run of the db was made with
+  for (const RunRecord& old : db.runs()) {
+    if (old.model_sha256 != run.model_sha256 ||
+        (old.config_json != run.config_json &&
+         !only_plugins_differ(old.config_json, run.config_json))) {
+      check_db_holds_this_sweep(db, run);  // names what differs, and throws
+    }
+    const std::set<std::string> before = run_config_plugins(old.config_json);
+    for (const std::string& sha : run_config_plugins(run.config_json)) {
+      if (!before.count(sha)) rebuilt.insert(sha);
+    }
+  }
+  for (const ResolvedSpec& spec : specs) {
+    for (const auto& [info, params] : spec.components) {
+      if (rebuilt.count(info->plugin_sha256) && !picked.count(spec.canonical)) {
+        throw InputError("sweep --rerun: " + spec.canonical + " comes from the rebuilt plugin " +
+                         info->plugin + " too: name it with --rerun, or its units of the old "
+                         "plugin would pass as the new one's");
+      }
+    }
+  }
+  const int64_t deleted = db.forget_methods(picked, run.config_json);
+  std::printf("sweep: --rerun: %lld unit%s of %zu method%s deleted from %s, to run again\n",
+              static_cast<long long>(deleted), deleted == 1 ? "" : "s", picked.size(),
+              picked.size() == 1 ? "" : "s", db.path().c_str());
+  std::fflush(stdout);
+}
+
 // The workers of `sweep --jobs`: a SIGINT or SIGTERM to the parent goes to each of them, and
 // the parent waits for them before it dies of the signal itself.
 pid_t g_workers[256];
@@ -136,10 +197,12 @@ void forward_to_workers(int sig) {
 // which the workers inherit. Returns when every worker has exited; throws InputError naming
 // a worker that failed.
 void run_sweep_jobs(const ModelOptions& model, const std::string& config_path,
-                    const SweepConfig& config, const std::string& db_path, int jobs) {
+                    const SweepConfig& config, const std::string& db_path, int jobs,
+                    const std::vector<std::string>& rerun) {
   const PreparedSweep prepared = prepare_sweep(model, config, /*print=*/false);
   const auto db = ResultsDb::open(db_path);  // an unwritable or corrupt db fails here
   const WriterLock lock(db_path);
+  if (!rerun.empty()) forget_for_rerun(*db, prepared, rerun);
   check_db_holds_this_sweep(*db, prepared.run);
   const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
   const int threads = model.threads > 0 ? model.threads
@@ -295,11 +358,13 @@ namespace {
 // and checked, the model loaded, the units run.
 void run_prepared_sweep(const ModelOptions& model_options, const PreparedSweep& prepared,
                         const Shard& shard, const std::string& db_path,
-                        const std::function<void(const UnitResult&)>& on_unit) {
+                        const std::function<void(const UnitResult&)>& on_unit,
+                        const std::vector<std::string>& rerun) {
   const RunRecord& run_record = prepared.run;
   // An unwritable, corrupt, busy or foreign db fails before the model loads.
   auto db = ResultsDb::open(db_path);
   const WriterLock lock(db_path);
+  if (!rerun.empty()) forget_for_rerun(*db, prepared, rerun);
   check_db_holds_this_sweep(*db, run_record);
   // The samples need the tokenizer and the window only; the weights (about 0.8 GB for
   // Qwen2.5-0.5B) load when there is a unit to run.
@@ -348,7 +413,8 @@ void run_prepared_sweep(const ModelOptions& model_options, const PreparedSweep& 
 
 void run_sweep_into(const ModelOptions& model_options, SweepConfig config, const Shard& shard,
                     const std::string& db_path,
-                    const std::function<void(const UnitResult&)>& on_unit) {
+                    const std::function<void(const UnitResult&)>& on_unit,
+                    const std::vector<std::string>& rerun) {
   apply_thread_option(model_options);
   const PreparedSweep prepared = prepare_sweep(model_options, std::move(config), /*print=*/true);
   // A db this sweep creates and then refuses to fill (a fake model, a context past the
@@ -356,7 +422,7 @@ void run_sweep_into(const ModelOptions& model_options, SweepConfig config, const
   struct stat existing {};
   const bool created = ::stat(db_path.c_str(), &existing) != 0;
   try {
-    run_prepared_sweep(model_options, prepared, shard, db_path, on_unit);
+    run_prepared_sweep(model_options, prepared, shard, db_path, on_unit, rerun);
   } catch (const InputError&) {
     bool untouched = created;
     if (created) {
@@ -375,6 +441,7 @@ void run_sweep_into(const ModelOptions& model_options, SweepConfig config, const
 void add_sweep_command(CLI::App& app, ModelOptions& model) {
   struct SweepArgs {
     std::string config, db = "results.db", shard;
+    std::vector<std::string> rerun;
     bool separate_prefill = false;
     int jobs = 1;
     SlurmArgs slurm;
@@ -391,6 +458,10 @@ void add_sweep_command(CLI::App& app, ModelOptions& model) {
   cmd->add_flag("--separate-prefill", args->separate_prefill,
                 "Every unit prefills its own context (as before one prefill served many "
                 "methods; for timing the two side by side)");
+  cmd->add_option("--rerun", args->rerun,
+                  "Delete this method's units from the db and run them again, keeping the "
+                  "others (a spec, or a method name for every spec with it; repeatable; after "
+                  "a plugin is rebuilt, name each of its methods)");
   cmd->add_option("--jobs", args->jobs,
                   "Worker processes, each running 1/N of the samples with its share of the "
                   "cores (default 1)")
@@ -422,9 +493,10 @@ void add_sweep_command(CLI::App& app, ModelOptions& model) {
           "sweep: --shards, --status, --time, --mem and --sbatch-option go with --slurm DIR");
     }
     if (slurm_given) {
-      if (args->jobs > 1 || !args->shard.empty() || args->separate_prefill) {
-        throw InputError("sweep: --slurm runs the shards as Slurm tasks: no --jobs, --shard or "
-                         "--separate-prefill with it");
+      if (args->jobs > 1 || !args->shard.empty() || args->separate_prefill ||
+          !args->rerun.empty()) {
+        throw InputError("sweep: --slurm runs the shards as Slurm tasks: no --jobs, --shard, "
+                         "--separate-prefill or --rerun with it");
       }
       run_slurm_sweep(model, args->config, config, args->slurm);
       return;
@@ -435,12 +507,12 @@ void add_sweep_command(CLI::App& app, ModelOptions& model) {
         throw InputError("sweep: --separate-prefill is for one process (set \"shared_prefill\": "
                          "false in the config for --jobs)");
       }
-      run_sweep_jobs(model, args->config, config, args->db, args->jobs);
+      run_sweep_jobs(model, args->config, config, args->db, args->jobs, args->rerun);
       return;
     }
     if (args->separate_prefill) config.shared_prefill = false;
     const Shard shard = args->shard.empty() ? shard_from_environment() : parse_shard(args->shard);
-    run_sweep_into(model, config, shard, args->db);
+    run_sweep_into(model, config, shard, args->db, nullptr, args->rerun);
   });
 
   struct MergeArgs {
