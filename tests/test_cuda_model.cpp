@@ -283,14 +283,18 @@ TEST_CASE("the bf16 model on a GPU stays within bf16's error of the fp32 model",
 
 TEST_CASE("a batched decode step on a GPU gives each sequence its logits alone, as on the CPU",
           "[gpu]") {
-  // On a GPU the sequences of a batch run one after the other (LlamaModel::decode_batch): the
-  // same numbers as each alone, bit for bit, and within fp32 noise of the CPU's batch.
+  // On a GPU the linear layers of a batch are one GEMM over its rows, and each row attends
+  // through its own cache's device stores (LlamaModel::decode_batch), mixed methods side by
+  // side. Each row's logits equal its sequence's alone up to the GEMM's summation order
+  // (cuBLAS may pick another kernel for n rows than for one; bound 1e-3 on logits of about
+  // +-20, the same greedy token), and stay within fp32 noise of the CPU's batch.
   testing::require_device();
   const std::string path = testing::gpu_model_path();
   const auto cpu = LlamaModel::load(path);
   const auto gpu = LlamaModel::load(path, ModelDevice::Cuda);
   const std::vector<int32_t> prompt = long_prompt(*cpu);
-  const std::vector<std::string> methods = {"full", "snapkv:ratio=0.5", "kivi:bits=4"};
+  const std::vector<std::string> methods = {"full", "snapkv:ratio=0.5", "kivi:bits=4",
+                                            "quest:budget=64,page=16"};
   const int64_t vocab = cpu->config().vocab_size;
   std::vector<KvCache> alone, batched, on_cpu;
   std::vector<int32_t> next;
@@ -321,7 +325,9 @@ TEST_CASE("a batched decode step on a GPU gives each sequence its logits alone, 
     INFO(methods[i]);
     const std::vector<float> one = gpu->decode(next[i], alone[i]);
     const std::vector<float> row(together.begin() + i * vocab, together.begin() + (i + 1) * vocab);
-    CHECK(row == one);
+    CHECK(max_abs_diff(row, one) <= 1e-3f);
+    CHECK(std::max_element(row.begin(), row.end()) - row.begin() ==
+          std::max_element(one.begin(), one.end()) - one.begin());
     const std::vector<float> cpu_row(cpu_together.begin() + i * vocab,
                                      cpu_together.begin() + (i + 1) * vocab);
     CHECK(max_abs_diff(row, cpu_row) < 2e-2f);

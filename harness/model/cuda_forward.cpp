@@ -144,9 +144,31 @@ struct CudaForward::Impl {
     }
   }
 
-  // As LlamaModel's CPU block: attention inputs, the cache, then the MLP, all on the device.
-  // In bf16, rounded where cuda_forward.h's rule says.
-  void layer(int32_t l, int64_t n, KvCache& cache) const {
+  // The n rows' new KV into the cache and their attention over it: one cache for every row (a
+  // chunk of one sequence), or, with one_each, caches[i] for row i alone (a decode step of n
+  // sequences, each through its own stores).
+  void attend_rows(int32_t l, int64_t n, KvCache* const* caches, bool one_each) const {
+    const ModelConfig& c = config;
+    const float scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));
+    if (!one_each) {
+      caches[0]->append(l, s.k.data(), s.v.data(), s.positions.data(), n);
+      caches[0]->attend(l, AttentionQuery{s.q.data(), s.positions.data(), s.attn.data(),
+                                          static_cast<int32_t>(n), c.n_heads, scale});
+      return;
+    }
+    const int64_t q_width = int64_t{c.n_heads} * c.head_dim;
+    const int64_t kv_width = int64_t{c.n_kv_heads} * c.head_dim;
+    for (int64_t i = 0; i < n; ++i) {
+      caches[i]->append(l, s.k.data() + i * kv_width, s.v.data() + i * kv_width,
+                        s.positions.data() + i, 1);
+      caches[i]->attend(l, AttentionQuery{s.q.data() + i * q_width, s.positions.data() + i,
+                                          s.attn.data() + i * q_width, 1, c.n_heads, scale});
+    }
+  }
+
+  // As LlamaModel's CPU block: attention inputs, the cache(s) (attend_rows), then the MLP,
+  // all on the device. In bf16, rounded where cuda_forward.h's rule says.
+  void layer(int32_t l, int64_t n, KvCache* const* caches, bool one_each) const {
     const ModelConfig& c = config;
     const DeviceLayer& w = layers[l];
     const int64_t q_count = n * c.n_heads * c.head_dim, kv_count = n * c.n_kv_heads * c.head_dim;
@@ -161,10 +183,7 @@ struct CudaForward::Impl {
                           inv_freq.data(), nullptr);
     store_rounded(s.q.data(), q_count);
     store_rounded(s.k.data(), kv_count);
-    cache.append(l, s.k.data(), s.v.data(), s.positions.data(), n);
-    cache.attend(l, AttentionQuery{s.q.data(), s.positions.data(), s.attn.data(),
-                                   static_cast<int32_t>(n), c.n_heads,
-                                   1.f / std::sqrt(static_cast<float>(c.head_dim))});
+    attend_rows(l, n, caches, one_each);
     linear(w.o, gemm_input(s.attn.data(), q_count), n, s.h.data());
     add_in_place_cuda(s.x.data(), s.h.data(), n * c.n_embd, nullptr);
     store_rounded(s.x.data(), n * c.n_embd);
@@ -225,7 +244,8 @@ void CudaForward::forward_chunk(const float* x, int64_t n, KvCache& cache, bool 
   m.s.positions.upload(positions.data(), n);
   m.s.x.upload(x, n * c.n_embd);
   m.store_rounded(m.s.x.data(), n * c.n_embd);  // a bf16 embedding table's rows
-  for (int32_t l = 0; l < c.n_layers; ++l) m.layer(l, n, cache);
+  KvCache* const one[] = {&cache};
+  for (int32_t l = 0; l < c.n_layers; ++l) m.layer(l, n, one, false);
   cache.advance(static_cast<int32_t>(n));
 
   const int64_t first = all_logits ? 0 : n - 1;
@@ -234,6 +254,25 @@ void CudaForward::forward_chunk(const float* x, int64_t n, KvCache& cache, bool 
   m.linear(m.lm_head, m.gemm_input(m.s.h.data(), (n - first) * c.n_embd), n - first,
            m.s.logits.data(), /*is_logits=*/true);
   m.s.logits.download(logits, (n - first) * c.vocab_size);  // waits for the chunk
+}
+
+void CudaForward::decode_rows(const float* x, int64_t n, KvCache* const* caches,
+                              float* logits) const {
+  const Impl& m = *impl_;
+  const ModelConfig& c = m.config;
+  m.reserve_rows(n, /*all_logits=*/true);
+  std::vector<int32_t> positions(n);
+  for (int64_t i = 0; i < n; ++i) positions[i] = caches[i]->next_position();
+  m.s.positions.upload(positions.data(), n);
+  m.s.x.upload(x, n * c.n_embd);
+  m.store_rounded(m.s.x.data(), n * c.n_embd);
+  for (int32_t l = 0; l < c.n_layers; ++l) m.layer(l, n, caches, true);
+  for (int64_t i = 0; i < n; ++i) caches[i]->advance(1);
+  rms_norm_cuda(m.s.x.data(), m.output_norm.data(), m.s.h.data(), n, c.n_embd, c.rms_eps,
+                nullptr);
+  m.linear(m.lm_head, m.gemm_input(m.s.h.data(), n * c.n_embd), n, m.s.logits.data(),
+           /*is_logits=*/true);
+  m.s.logits.download(logits, n * c.vocab_size);  // waits for the step
 }
 
 ModelDtype CudaForward::dtype() const { return impl_->dtype; }

@@ -72,6 +72,13 @@ class CudaForward {
   void forward_chunk(const float* x, int64_t n, KvCache& cache, bool all_logits,
                      float* logits) const;
 
+  // One decode step of n sequences (LlamaModel::decode_batch): row i of x ([n, n_embd], on
+  // the host) is the next token of *caches[i], at that cache's next position. The linear
+  // layers run as one GEMM over the n rows, each row's attention through its own cache (its
+  // own method's device stores). Writes the logits of every row ([n, vocab]) to the host,
+  // then advances every cache by one.
+  void decode_rows(const float* x, int64_t n, KvCache* const* caches, float* logits) const;
+
   ModelDtype dtype() const;
   // Device bytes the weights take (matrices, norm weights, biases): about half in bf16.
   int64_t weight_bytes() const;

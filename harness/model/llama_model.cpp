@@ -405,6 +405,12 @@ struct LlamaModel::Impl {
     const ModelConfig& c = config;
     std::vector<float> x(n * c.n_embd);
     embed(tokens, n, x.data());
+#ifdef KVBENCH_WITH_CUDA
+    if (cuda) {
+      cuda->decode_rows(x.data(), n, caches, logits);
+      return;
+    }
+#endif
     std::vector<int32_t> positions(n);
     for (int64_t i = 0; i < n; ++i) positions[i] = caches[i]->next_position();
     const int64_t q_width = static_cast<int64_t>(c.n_heads) * c.head_dim;
@@ -748,14 +754,6 @@ std::vector<float> LlamaModel::decode_batch(const std::vector<int32_t>& tokens,
     }
   }
   std::vector<float> logits(n * vocab);
-  if (impl_->device != ModelDevice::Cpu) {
-    // The GPU forward takes one cache a call: the sequences in turn (docs/serving.md).
-    for (int64_t i = 0; i < n; ++i) {
-      const std::vector<float> one = decode(tokens[i], *caches[i]);
-      std::copy(one.begin(), one.end(), logits.begin() + i * vocab);
-    }
-    return logits;
-  }
   for (int64_t i = 0; i < n; ++i) {
     caches[i]->mark_decode_step();
     caches[i]->begin_forward(1);

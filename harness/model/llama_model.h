@@ -69,10 +69,12 @@ class LlamaModel {
   // tokens[i] into *caches[i] as decode() would, each cache with its own method. On the CPU
   // the linear layers stream each weight once for all rows (the block kernels, whatever the
   // row count) and attention runs per sequence through its own cache, so every row's logits
-  // equal decode()'s on that sequence alone, bit for bit. On a GPU the sequences run in turn
-  // (the CUDA forward takes one cache a call). Returns logits [n, vocab]. Throws InputError
-  // where a sequence would run past the context length, std::invalid_argument for a cache
-  // given twice or counts that differ.
+  // equal decode()'s on that sequence alone, bit for bit. On a GPU the linear layers are one
+  // cuBLAS GEMM over the n rows and attention runs per sequence through its device stores;
+  // a row's logits equal decode()'s up to the GEMM's summation order, which cuBLAS may choose
+  // by the row count (tests/test_cuda_model.cpp bounds it). Returns logits [n, vocab]. Throws
+  // InputError where a sequence would run past the context length, std::invalid_argument for
+  // a cache given twice or counts that differ.
   std::vector<float> decode_batch(const std::vector<int32_t>& tokens,
                                   const std::vector<KvCache*>& caches) const;
 
