@@ -216,25 +216,32 @@ std::vector<float> feed_context(const LlamaModel& model, KvCache& cache,
   return logits;
 }
 
+// The sample's context forked from its shared prefill, its end not marked, when that serves
+// `spec`; nothing otherwise. Adds to *elsewhere_ms the shared forward's share for this method
+// (the caller times the call itself) and marks the result as forked.
+std::optional<KvCache> fork_context(const ResolvedSpec& spec, const SharedPrefill* shared,
+                                    SessionResult& result, double* elsewhere_ms) {
+  if (!shared || !shared->serves(spec.canonical)) return std::nullopt;
+  double shared_ms = 0;
+  std::optional<KvCache> cache(shared->fork(spec.canonical, &shared_ms));
+  *elsewhere_ms += shared_ms;
+  result.shared_prefill = true;
+  return cache;
+}
+
 // A fresh cache for `spec` holding the compressed context: forked from the sample's shared
-// prefill when it serves the method, else prefilled here. Adds to *elsewhere_ms the prefill
-// time spent outside this call (the shared forward's share for this method; the caller
-// times the call itself) and fills the result's prefill fields.
-// `logits` (when given) gets the context's last token's: query-aware, the first query's.
+// prefill when it serves the method (fork_context), else prefilled here, which fills the
+// result's prefill fields. `logits` (when given, a prefill of its own only) gets the
+// context's last token's.
 KvCache context_cache(const LlamaModel& model, const ResolvedSpec& spec,
                       const std::vector<int32_t>& context, const SharedPrefill* shared,
                       SessionResult& result, double* elsewhere_ms,
                       std::vector<float>* logits = nullptr) {
-  if (shared && shared->serves(spec.canonical)) {
-    double shared_ms = 0;
-    KvCache cache = shared->fork(spec.canonical, &shared_ms);
-    show_context_text(model.tokenizer(), cache, context);
-    reconstruct_context(model, cache, context);
-    cache.end_context();
-    *elsewhere_ms += shared_ms;
-    result.shared_prefill = true;
-    if (logits) *logits = shared->last_logits();
-    return cache;
+  if (std::optional<KvCache> forked = fork_context(spec, shared, result, elsewhere_ms)) {
+    show_context_text(model.tokenizer(), *forked, context);
+    reconstruct_context(model, *forked, context);
+    forked->end_context();
+    return std::move(*forked);
   }
   KvCache cache = new_cache(model, spec);
   std::vector<float> last = feed_context(model, cache, context);
@@ -267,13 +274,8 @@ KvCache aware_cache(const LlamaModel& model, const ResolvedSpec& spec, const Ses
     return context_cache(model, spec, span, nullptr, result, elsewhere_ms, logits);
   }
   const std::vector<int32_t>& query = tokens.turns[t].query;
-  std::optional<KvCache> cache;
-  if (shared && shared->serves(spec.canonical)) {
-    double shared_ms = 0;
-    cache.emplace(shared->fork(spec.canonical, &shared_ms));
-    *elsewhere_ms += shared_ms;
-    result.shared_prefill = true;
-  } else {
+  std::optional<KvCache> cache = fork_context(spec, shared, result, elsewhere_ms);
+  if (!cache) {
     cache.emplace(new_cache(model, spec));
     cache->reserve_more(static_cast<int64_t>(tokens.context.size()));
     model.forward(tokens.context, *cache);

@@ -56,9 +56,6 @@ class SharedPrefill {
   KvCache fork(const std::string& canonical, double* prefill_ms) const;
 
   int64_t context_tokens() const { return context_tokens_; }
-  // The logits of the context's last token (query-aware: the first query's, which answer
-  // turn 1; the prefill is dense, so every method's own would give the same).
-  const std::vector<float>& last_logits() const { return last_logits_; }
   double forward_ms() const { return forward_ms_; }  // the shared forward, all observing
 
  private:
@@ -68,7 +65,6 @@ class SharedPrefill {
   double forward_ms_ = 0;
   double base_ms_ = 0;  // the forward less the time spent observing: a plain forward
   std::unique_ptr<KvCache> full_;
-  std::vector<float> last_logits_;
   std::vector<Method> methods_;
 };
 

@@ -12,8 +12,8 @@ namespace kvbench {
 // plugin's bytes changed (file and sha256 on each side), or "config" for anything else.
 std::string run_config_difference(const std::string& a, const std::string& b);
 
-// Whether `a` and `b` differ in their plugins' bytes and in nothing else.
-bool only_plugins_differ(const std::string& a, const std::string& b);
+// Whether `a` and `b` are the same config apart from their plugins (which may differ or not).
+bool same_apart_from_plugins(const std::string& a, const std::string& b);
 
 // The sha256 of every plugin a config records (RunRecord::config_json).
 std::set<std::string> run_config_plugins(const std::string& config_json);

@@ -154,8 +154,7 @@ void forget_for_rerun(ResultsDb& db, const PreparedSweep& prepared,
   std::set<std::string> rebuilt;  // plugin sha256s that no run of the db was made with
   for (const RunRecord& old : db.runs()) {
     if (old.model_sha256 != run.model_sha256 ||
-        (old.config_json != run.config_json &&
-         !only_plugins_differ(old.config_json, run.config_json))) {
+        !same_apart_from_plugins(old.config_json, run.config_json)) {
       check_db_holds_this_sweep(db, run);  // names what differs, and throws
     }
     const std::set<std::string> before = run_config_plugins(old.config_json);

@@ -166,6 +166,30 @@ struct CudaForward::Impl {
     }
   }
 
+  // n = positions.size() rows at those positions (x: their embeddings on the host) through
+  // every layer, the cache(s) as attend_rows takes them, each cache advanced past its rows;
+  // then the logits of rows [first, n) to the host.
+  void run(const float* x, const std::vector<int32_t>& positions, KvCache* const* caches,
+           bool one_each, int64_t first, float* logits) const {
+    const ModelConfig& c = config;
+    const int64_t n = static_cast<int64_t>(positions.size());
+    reserve_rows(n, /*all_logits=*/first == 0);
+    s.positions.upload(positions.data(), n);
+    s.x.upload(x, n * c.n_embd);
+    store_rounded(s.x.data(), n * c.n_embd);  // a bf16 embedding table's rows
+    for (int32_t l = 0; l < c.n_layers; ++l) layer(l, n, caches, one_each);
+    if (one_each) {
+      for (int64_t i = 0; i < n; ++i) caches[i]->advance(1);
+    } else {
+      caches[0]->advance(static_cast<int32_t>(n));
+    }
+    rms_norm_cuda(s.x.data() + first * c.n_embd, output_norm.data(), s.h.data(), n - first,
+                  c.n_embd, c.rms_eps, nullptr);
+    linear(lm_head, gemm_input(s.h.data(), (n - first) * c.n_embd), n - first, s.logits.data(),
+           /*is_logits=*/true);
+    s.logits.download(logits, (n - first) * c.vocab_size);  // waits for the step
+  }
+
   // As LlamaModel's CPU block: attention inputs, the cache(s) (attend_rows), then the MLP,
   // all on the device. In bf16, rounded where cuda_forward.h's rule says.
   void layer(int32_t l, int64_t n, KvCache* const* caches, bool one_each) const {
@@ -236,43 +260,17 @@ CudaForward::~CudaForward() = default;
 
 void CudaForward::forward_chunk(const float* x, int64_t n, KvCache& cache, bool all_logits,
                                 float* logits) const {
-  const Impl& m = *impl_;
-  const ModelConfig& c = m.config;
-  m.reserve_rows(n, all_logits);
   std::vector<int32_t> positions(n);
   for (int64_t i = 0; i < n; ++i) positions[i] = cache.next_position() + static_cast<int32_t>(i);
-  m.s.positions.upload(positions.data(), n);
-  m.s.x.upload(x, n * c.n_embd);
-  m.store_rounded(m.s.x.data(), n * c.n_embd);  // a bf16 embedding table's rows
   KvCache* const one[] = {&cache};
-  for (int32_t l = 0; l < c.n_layers; ++l) m.layer(l, n, one, false);
-  cache.advance(static_cast<int32_t>(n));
-
-  const int64_t first = all_logits ? 0 : n - 1;
-  rms_norm_cuda(m.s.x.data() + first * c.n_embd, m.output_norm.data(), m.s.h.data(), n - first,
-                c.n_embd, c.rms_eps, nullptr);
-  m.linear(m.lm_head, m.gemm_input(m.s.h.data(), (n - first) * c.n_embd), n - first,
-           m.s.logits.data(), /*is_logits=*/true);
-  m.s.logits.download(logits, (n - first) * c.vocab_size);  // waits for the chunk
+  impl_->run(x, positions, one, false, all_logits ? 0 : n - 1, logits);
 }
 
 void CudaForward::decode_rows(const float* x, int64_t n, KvCache* const* caches,
                               float* logits) const {
-  const Impl& m = *impl_;
-  const ModelConfig& c = m.config;
-  m.reserve_rows(n, /*all_logits=*/true);
   std::vector<int32_t> positions(n);
   for (int64_t i = 0; i < n; ++i) positions[i] = caches[i]->next_position();
-  m.s.positions.upload(positions.data(), n);
-  m.s.x.upload(x, n * c.n_embd);
-  m.store_rounded(m.s.x.data(), n * c.n_embd);
-  for (int32_t l = 0; l < c.n_layers; ++l) m.layer(l, n, caches, true);
-  for (int64_t i = 0; i < n; ++i) caches[i]->advance(1);
-  rms_norm_cuda(m.s.x.data(), m.output_norm.data(), m.s.h.data(), n, c.n_embd, c.rms_eps,
-                nullptr);
-  m.linear(m.lm_head, m.gemm_input(m.s.h.data(), n * c.n_embd), n, m.s.logits.data(),
-           /*is_logits=*/true);
-  m.s.logits.download(logits, n * c.vocab_size);  // waits for the step
+  impl_->run(x, positions, caches, true, 0, logits);
 }
 
 ModelDtype CudaForward::dtype() const { return impl_->dtype; }
