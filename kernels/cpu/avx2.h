@@ -2,6 +2,13 @@
 // AVX2 + FMA + F16C (-march=native on this project's machines); kernels keep a portable path.
 #pragma once
 
+// Put before a loop over register-blocked accumulators (an array of vectors indexed up to a
+// template bound): GCC 12 replaces such an array by registers only when the loop is unrolled
+// early, as this pragma asks; otherwise it keeps the array on the stack and stores every
+// accumulator on every pass of the enclosing loop (the prefill attention's GEMM ran at half
+// speed so). It changes no arithmetic.
+#define KVBENCH_UNROLL _Pragma("GCC unroll 16")
+
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 #define KVBENCH_AVX2 1

@@ -93,6 +93,7 @@ void row_dot_q(const uint8_t* w, int64_t nb, const float* const* xs, const float
                float* y) {
   __m256 acc[2][NX];
   float offset_sum[NX];
+  KVBENCH_UNROLL
   for (int x = 0; x < NX; ++x) {
     acc[0][x] = acc[1][x] = _mm256_setzero_ps();
     offset_sum[x] = 0.0f;
@@ -102,6 +103,7 @@ void row_dot_q(const uint8_t* w, int64_t nb, const float* const* xs, const float
     float d, offset;
     decode_block<F>(w, b, q, &d, &offset);
     const __m256 dv = _mm256_set1_ps(d);
+    KVBENCH_UNROLL
     for (int x = 0; x < NX; ++x) {
       accumulators[x] = _mm256_fmadd_ps(dv, dot_block(q, xs[x] + b * kBlock), accumulators[x]);
       if constexpr (F != BlockFormat::Q8_0) offset_sum[x] += offset * x_sums[x][b];
@@ -115,22 +117,26 @@ void row_dot_q(const uint8_t* w, int64_t nb, const float* const* xs, const float
     block(b + 1, acc[1]);
   }
   if (b < nb) block(b, acc[0]);
+  KVBENCH_UNROLL
   for (int x = 0; x < NX; ++x) y[x] = hsum(_mm256_add_ps(acc[0][x], acc[1][x])) + offset_sum[x];
 }
 
 template <int NX>
 void row_dot_f32(const float* w, int64_t cols, const float* const* xs, float* y) {
   __m256 acc0[NX], acc1[NX];
+  KVBENCH_UNROLL
   for (int x = 0; x < NX; ++x) acc0[x] = acc1[x] = _mm256_setzero_ps();
   int64_t c = 0;
   for (; c + 16 <= cols; c += 16) {
     const __m256 w0 = _mm256_loadu_ps(w + c);
     const __m256 w1 = _mm256_loadu_ps(w + c + 8);
+    KVBENCH_UNROLL
     for (int x = 0; x < NX; ++x) {
       acc0[x] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xs[x] + c), acc0[x]);
       acc1[x] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xs[x] + c + 8), acc1[x]);
     }
   }
+  KVBENCH_UNROLL
   for (int x = 0; x < NX; ++x) {
     float s = hsum(_mm256_add_ps(acc0[x], acc1[x]));
     for (int64_t cc = c; cc < cols; ++cc) s += w[cc] * xs[x][cc];
@@ -145,6 +151,7 @@ void row_dot_q4_k(const uint8_t* w, int64_t nb, const float* const* xs, const fl
                   float* y) {
   __m256 acc[2][NX];
   float offset_sum[NX];
+  KVBENCH_UNROLL
   for (int x = 0; x < NX; ++x) {
     acc[0][x] = acc[1][x] = _mm256_setzero_ps();
     offset_sum[x] = 0.0f;
@@ -168,6 +175,7 @@ void row_dot_q4_k(const uint8_t* w, int64_t nb, const float* const* xs, const fl
         __m256 q[4];
         u8x32_to_float(_mm256_and_si256(half ? _mm256_srli_epi16(raw, 4) : raw, mask), q);
         const int64_t b = s * (kSuper / kBlock) + j;
+        KVBENCH_UNROLL
         for (int x = 0; x < NX; ++x) {
           acc[half][x] = _mm256_fmadd_ps(dv, dot_block(q, xs[x] + b * kBlock), acc[half][x]);
           offset_sum[x] += offset * x_sums[x][b];
@@ -175,6 +183,7 @@ void row_dot_q4_k(const uint8_t* w, int64_t nb, const float* const* xs, const fl
       }
     }
   }
+  KVBENCH_UNROLL
   for (int x = 0; x < NX; ++x) y[x] = hsum(_mm256_add_ps(acc[0][x], acc[1][x])) + offset_sum[x];
 }
 
@@ -184,6 +193,7 @@ template <int NX>
 void row_dot_q6_k(const uint8_t* w, int64_t nb, const float* const* xs, const float* const*,
                   float* y) {
   __m256 acc[2][NX];
+  KVBENCH_UNROLL
   for (int x = 0; x < NX; ++x) acc[0][x] = acc[1][x] = _mm256_setzero_ps();
   for (int64_t s = 0; s < nb / (kSuper / kBlock); ++s) {
     const uint8_t* blk = w + s * kQ6_KBytes;
@@ -198,6 +208,7 @@ void row_dot_q6_k(const uint8_t* w, int64_t nb, const float* const* xs, const fl
         const __m256 d0 = _mm256_set1_ps(d * static_cast<float>(scales[8 * h + 2 * g]));
         const __m256 d1 = _mm256_set1_ps(d * static_cast<float>(scales[8 * h + 2 * g + 1]));
         const int64_t e = s * kSuper + 128 * h + 32 * g;
+        KVBENCH_UNROLL
         for (int x = 0; x < NX; ++x) {
           const float* xb = xs[x] + e;
           const __m256 v0 = _mm256_fmadd_ps(q[1], _mm256_loadu_ps(xb + 8),
@@ -210,6 +221,7 @@ void row_dot_q6_k(const uint8_t* w, int64_t nb, const float* const* xs, const fl
       }
     }
   }
+  KVBENCH_UNROLL
   for (int x = 0; x < NX; ++x) y[x] = hsum(_mm256_add_ps(acc[0][x], acc[1][x]));
 }
 

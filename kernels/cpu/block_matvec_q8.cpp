@@ -67,6 +67,7 @@ void row_dot(const uint8_t* w, int64_t nb, const Q8Row* xs, float* y) {
   constexpr bool unsigned_codes = F != BlockFormat::Q8_0;
   __m256 even[NX], odd[NX];
   float offset_sum[NX];
+  KVBENCH_UNROLL
   for (int x = 0; x < NX; ++x) {
     even[x] = odd[x] = _mm256_setzero_ps();
     offset_sum[x] = 0.0f;
@@ -84,6 +85,7 @@ void row_dot(const uint8_t* w, int64_t nb, const Q8Row* xs, float* y) {
     } else {
       codes = q5_codes(blk + (has_min ? 4 : 2));
     }
+    KVBENCH_UNROLL
     for (int x = 0; x < NX; ++x) {
       const __m256i xq = load_bytes(xs[x].codes + b * kBlock);
       const __m256i dot = unsigned_codes ? dot_u8_i8(codes, xq) : dot_i8_i8(codes, xq);
@@ -99,6 +101,7 @@ void row_dot(const uint8_t* w, int64_t nb, const Q8Row* xs, float* y) {
     block(b + 1, odd);
   }
   if (b < nb) block(b, even);
+  KVBENCH_UNROLL
   for (int x = 0; x < NX; ++x) y[x] = hsum(_mm256_add_ps(even[x], odd[x])) + offset_sum[x];
 }
 
@@ -109,6 +112,7 @@ template <int NX>
 void row_dot_q4_k(const uint8_t* w, int64_t nb, const Q8Row* xs, float* y) {
   constexpr int kSubBlocks = kSuper / kBlock;
   __m256 acc[2][NX], offsets[NX];
+  KVBENCH_UNROLL
   for (int x = 0; x < NX; ++x) acc[0][x] = acc[1][x] = offsets[x] = _mm256_setzero_ps();
   const __m256i mask = _mm256_set1_epi8(0x0F);
   for (int64_t s = 0; s < nb / kSubBlocks; ++s) {
@@ -125,6 +129,7 @@ void row_dot_q4_k(const uint8_t* w, int64_t nb, const Q8Row* xs, float* y) {
     const __m256 mins = _mm256_mul_ps(minus_dmin, widen(mn));
     const int64_t b0 = s * kSubBlocks;
     alignas(32) float scale_x[NX][kSubBlocks];  // d * scale_j * dx_j
+    KVBENCH_UNROLL
     for (int x = 0; x < NX; ++x) {
       const __m256 dx = _mm256_loadu_ps(xs[x].scales + b0);
       _mm256_store_ps(scale_x[x], _mm256_mul_ps(scales, dx));
@@ -137,6 +142,7 @@ void row_dot_q4_k(const uint8_t* w, int64_t nb, const Q8Row* xs, float* y) {
       for (int half = 0; half < 2; ++half) {
         const int j = 2 * pair + half;
         const __m256i codes = _mm256_and_si256(half ? _mm256_srli_epi16(raw, 4) : raw, mask);
+        KVBENCH_UNROLL
         for (int x = 0; x < NX; ++x) {
           const __m256i dot = dot_u8_i8(codes, load_bytes(xs[x].codes + (b0 + j) * kBlock));
           acc[half][x] = _mm256_fmadd_ps(_mm256_broadcast_ss(&scale_x[x][j]),
@@ -145,6 +151,7 @@ void row_dot_q4_k(const uint8_t* w, int64_t nb, const Q8Row* xs, float* y) {
       }
     }
   }
+  KVBENCH_UNROLL
   for (int x = 0; x < NX; ++x) {
     y[x] = hsum(_mm256_add_ps(_mm256_add_ps(acc[0][x], acc[1][x]), offsets[x]));
   }
@@ -155,6 +162,7 @@ void row_dot_q4_k(const uint8_t* w, int64_t nb, const Q8Row* xs, float* y) {
 template <int NX>
 void row_dot_q6_k(const uint8_t* w, int64_t nb, const Q8Row* xs, float* y) {
   __m256 acc[2][NX];
+  KVBENCH_UNROLL
   for (int x = 0; x < NX; ++x) acc[0][x] = acc[1][x] = _mm256_setzero_ps();
   for (int64_t s = 0; s < nb / (kSuper / kBlock); ++s) {
     const uint8_t* blk = w + s * kQ6_KBytes;
@@ -169,6 +177,7 @@ void row_dot_q6_k(const uint8_t* w, int64_t nb, const Q8Row* xs, float* y) {
         const float d0 = d * static_cast<float>(scales[8 * h + 2 * g]);
         const float d1 = d * static_cast<float>(scales[8 * h + 2 * g + 1]);
         const int64_t b = s * (kSuper / kBlock) + 4 * h + g;
+        KVBENCH_UNROLL
         for (int x = 0; x < NX; ++x) {
           const __m256i xq = load_bytes(xs[x].codes + b * kBlock);
           const __m256i dot = dot_u8_i8(magnitude, _mm256_sign_epi8(xq, codes[g]));
@@ -179,6 +188,7 @@ void row_dot_q6_k(const uint8_t* w, int64_t nb, const Q8Row* xs, float* y) {
       }
     }
   }
+  KVBENCH_UNROLL
   for (int x = 0; x < NX; ++x) y[x] = hsum(_mm256_add_ps(acc[0][x], acc[1][x]));
 }
 

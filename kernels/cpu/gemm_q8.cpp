@@ -275,19 +275,24 @@ void tile_kernel(const PackedQ8Matrix& w, int64_t tile, const int8_t* const* x_c
   const float* scales = w.scales.data() + tile * nb * G * kQ8TileRows;
   const float* offsets = w.offsets.data() + tile * nb * G * kQ8TileRows;
   __m512 acc[M];
+  KVBENCH_UNROLL
   for (int m = 0; m < M; ++m) acc[m] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
+    KVBENCH_UNROLL
     for (int g = 0; g < G; ++g) {
       __m512i sums[M];
+      KVBENCH_UNROLL
       for (int m = 0; m < M; ++m) sums[m] = _mm512_setzero_si512();
       for (int k = g * kPerGroup; k < (g + 1) * kPerGroup; ++k) {
         const __m512i wk = _mm512_loadu_si512(codes + b * kGroupsOfFour + k);
+        KVBENCH_UNROLL
         for (int m = 0; m < M; ++m) {
           sums[m] = dpbusd_broadcast(sums[m], wk, x_codes[m] + b * kBlock + 4 * k);
         }
       }
       const __m512 d = _mm512_loadu_ps(scales + (b * G + g) * kQ8TileRows);
       const __m512 c = _mm512_loadu_ps(offsets + (b * G + g) * kQ8TileRows);
+      KVBENCH_UNROLL
       for (int m = 0; m < M; ++m) {
         const __m512 d_dx = _mm512_mul_ps(d, _mm512_set1_ps(x_scales[m][b]));
         acc[m] = _mm512_fmadd_ps(d_dx, _mm512_cvtepi32_ps(sums[m]), acc[m]);
@@ -295,6 +300,7 @@ void tile_kernel(const PackedQ8Matrix& w, int64_t tile, const int8_t* const* x_c
       }
     }
   }
+  KVBENCH_UNROLL
   for (int m = 0; m < M; ++m) out[m] = acc[m];
 }
 
@@ -314,10 +320,13 @@ void narrow_tile_kernel(const PackedQ8Matrix& w, int64_t tile, const int8_t* con
   const int64_t first = tile * nb;
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   __m512 acc[M];
+  KVBENCH_UNROLL
   for (int m = 0; m < M; ++m) acc[m] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     __m512i sums[G][M];
+    KVBENCH_UNROLL
     for (int g = 0; g < G; ++g) {
+      KVBENCH_UNROLL
       for (int m = 0; m < M; ++m) sums[g][m] = _mm512_setzero_si512();
     }
     if constexpr (kT.bits == 8) {
@@ -326,6 +335,7 @@ void narrow_tile_kernel(const PackedQ8Matrix& w, int64_t tile, const int8_t* con
       for (int k = 0; k < kGroupsOfFour; ++k) {
         _mm_prefetch(reinterpret_cast<const char*>(codes + k) + kPrefetchBytes, _MM_HINT_T0);
         const __m512i wk = _mm512_loadu_si512(codes + k);
+        KVBENCH_UNROLL
         for (int m = 0; m < M; ++m) {
           sums[0][m] = dpbusd_broadcast(sums[0][m], wk, x_codes[m] + b * kBlock + 4 * k);
         }
@@ -343,6 +353,7 @@ void narrow_tile_kernel(const PackedQ8Matrix& w, int64_t tile, const int8_t* con
           lo = _mm512_mask_add_epi8(lo, _cvtu64_mask64(planes[q * kGroupsOfFour + j]), lo, bit);
           hi = _mm512_mask_add_epi8(hi, _cvtu64_mask64(planes[q * kGroupsOfFour + j + 4]), hi, bit);
         }
+        KVBENCH_UNROLL
         for (int m = 0; m < M; ++m) {
           const int8_t* xb = x_codes[m] + b * kBlock;
           sums[0][m] = dpbusd_broadcast(sums[0][m], lo, xb + 4 * j);
@@ -350,6 +361,7 @@ void narrow_tile_kernel(const PackedQ8Matrix& w, int64_t tile, const int8_t* con
         }
       }
     }
+    KVBENCH_UNROLL
     for (int g = 0; g < G; ++g) {
       const int64_t at = ((first + b) * G + g) * kQ8TileRows;
       __m512 d, c;
@@ -365,6 +377,7 @@ void narrow_tile_kernel(const PackedQ8Matrix& w, int64_t tile, const int8_t* con
       } else {
         c = _mm512_loadu_ps(w.offsets.data() + at);
       }
+      KVBENCH_UNROLL
       for (int m = 0; m < M; ++m) {
         const __m512 d_dx = _mm512_mul_ps(d, _mm512_set1_ps(x_scales[m][b]));
         acc[m] = _mm512_fmadd_ps(d_dx, _mm512_cvtepi32_ps(sums[g][m]), acc[m]);
@@ -372,6 +385,7 @@ void narrow_tile_kernel(const PackedQ8Matrix& w, int64_t tile, const int8_t* con
       }
     }
   }
+  KVBENCH_UNROLL
   for (int m = 0; m < M; ++m) out[m] = acc[m];
 }
 #pragma GCC diagnostic pop
@@ -499,6 +513,7 @@ void gemm_q8_reference(const PackedQ8Matrix& w, const Q8Activations& x, float* y
       const int8_t* xc = x.codes.data() + n * w.cols;
       float acc = 0.0f;
       for (int64_t b = 0; b < nb; ++b) {
+        KVBENCH_UNROLL
         for (int g = 0; g < G; ++g) {
           int32_t sum = 0;
           for (int e = g * per_group; e < (g + 1) * per_group; ++e) {

@@ -245,6 +245,7 @@ void unpack_value_tile(const BlockView& b, int dim, float* vt) {
 template <int R>
 void scaled_queries(const float* __restrict q, int dim, const BlockView& b, float* __restrict qs,
                     float bias[R]) {
+  KVBENCH_UNROLL
   for (int r = 0; r < R; ++r) {
     __m256 acc = _mm256_setzero_ps();
     for (int d = 0; d < dim; d += 8) {
@@ -321,6 +322,7 @@ void weighted_probs(const float* __restrict p, int dim, const BlockView& b, floa
                     float bias[R][8]) {
   const int n_groups = dim / kGroup;
   const int log2_groups = n_groups == 1 ? 0 : n_groups == 2 ? 1 : n_groups == 4 ? 2 : 3;
+  KVBENCH_UNROLL
   for (int r = 0; r < R; ++r) {
     __m256 acc = _mm256_setzero_ps();
     for (int n = 0; n < 4 * n_groups; ++n) {

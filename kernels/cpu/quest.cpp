@@ -24,24 +24,29 @@ void page_bounds_dot(const float* q, int dim, const float* k_min, const float* k
   float acc[G] = {};
 #if KVBENCH_AVX2
   __m256 vacc[G];
+  KVBENCH_UNROLL
   for (int g = 0; g < G; ++g) vacc[g] = _mm256_setzero_ps();
   for (; d + 8 <= dim; d += 8) {
     const __m256 lo = _mm256_loadu_ps(k_min + d);
     const __m256 hi = _mm256_loadu_ps(k_max + d);
+    KVBENCH_UNROLL
     for (int g = 0; g < G; ++g) {
       const __m256 qv = _mm256_loadu_ps(q + g * dim + d);
       // The sign bit of q picks k_min, else k_max: the larger of the two products.
       vacc[g] = _mm256_fmadd_ps(qv, _mm256_blendv_ps(hi, lo, qv), vacc[g]);
     }
   }
+  KVBENCH_UNROLL
   for (int g = 0; g < G; ++g) acc[g] = hsum(vacc[g]);
 #endif
   for (; d < dim; ++d) {
+    KVBENCH_UNROLL
     for (int g = 0; g < G; ++g) {
       const float qd = q[g * dim + d];
       acc[g] += std::max(qd * k_min[d], qd * k_max[d]);
     }
   }
+  KVBENCH_UNROLL
   for (int g = 0; g < G; ++g) out[g] = acc[g];
 }
 

@@ -63,6 +63,7 @@ inline void mask_after(float* s, const int32_t* pos, int nk, int32_t qp) {
 template <int MR>
 inline void gemm_rows_scalar(int kdim, int nc, const float* a, int64_t lda, const float* b,
                              int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  KVBENCH_UNROLL
   for (int r = 0; r < MR; ++r) {
     float* crow = c + r * ldc;
     if (!accumulate) std::fill(crow, crow + nc, 0.0f);
@@ -79,6 +80,7 @@ template <int MR>
 inline void gemm_rows_x16(int kdim, const float* a, int64_t lda, const float* b, int64_t ldb,
                           float* c, int64_t ldc, bool accumulate) {
   __m256 c0[MR], c1[MR];
+  KVBENCH_UNROLL
   for (int r = 0; r < MR; ++r) {
     c0[r] = accumulate ? _mm256_loadu_ps(c + r * ldc) : _mm256_setzero_ps();
     c1[r] = accumulate ? _mm256_loadu_ps(c + r * ldc + 8) : _mm256_setzero_ps();
@@ -86,12 +88,14 @@ inline void gemm_rows_x16(int kdim, const float* a, int64_t lda, const float* b,
   for (int k = 0; k < kdim; ++k) {
     const __m256 b0 = _mm256_loadu_ps(b + k * ldb);
     const __m256 b1 = _mm256_loadu_ps(b + k * ldb + 8);
+    KVBENCH_UNROLL
     for (int r = 0; r < MR; ++r) {
       const __m256 av = _mm256_broadcast_ss(a + r * lda + k);
       c0[r] = _mm256_fmadd_ps(av, b0, c0[r]);
       c1[r] = _mm256_fmadd_ps(av, b1, c1[r]);
     }
   }
+  KVBENCH_UNROLL
   for (int r = 0; r < MR; ++r) {
     _mm256_storeu_ps(c + r * ldc, c0[r]);
     _mm256_storeu_ps(c + r * ldc + 8, c1[r]);
