@@ -503,7 +503,8 @@ struct KiviLayer {
 };
 
 // One decode query over 8192 slots of KIVI KV (128 in the fp32 tail), range(0) bits, range(1)
-// cold as above, range(2) query heads per KV head (3: SmolLM2, 7: Qwen2.5-0.5B's GQA group):
+// cold as above, range(2) query heads per KV head (3: SmolLM2, 7: Qwen2.5-0.5B's GQA group),
+// range(3) 1: the query on int8 activations (4 bits: int8 dot products where built):
 // GB/s of what it must read (codes, scales and minimums, positions, the tail).
 void BM_KiviDecode(benchmark::State& state) {
   const int bits = static_cast<int>(state.range(0));
@@ -521,7 +522,9 @@ void BM_KiviDecode(benchmark::State& state) {
   const auto q = random_floats(heads * kHeadDim, 99);
   std::vector<float> out(q.size());
   const int32_t q_pos = static_cast<int32_t>(n_tokens);
-  const AttentionQuery query{q.data(), &q_pos, out.data(), 1, heads, 0.125f};
+  const AttentionQuery query{q.data(), &q_pos, out.data(), 1, heads, 0.125f,
+                             state.range(3) ? kvbench::QueryRounding::Int8
+                                            : kvbench::QueryRounding::None};
   size_t l = 0;
   for (auto _ : state) {
     kvbench::attention_kivi_cpu(query, layers[l].kv);
@@ -533,8 +536,9 @@ void BM_KiviDecode(benchmark::State& state) {
                          benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_KiviDecode)
-    ->ArgsProduct({{2, 4}, {1}, {3, 7}})
-    ->Args({2, 0, 3})
+    ->ArgsProduct({{2, 4}, {1}, {3, 7}, {0}})
+    ->ArgsProduct({{4}, {1}, {3, 7}, {1}})
+    ->Args({2, 0, 3, 0})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 

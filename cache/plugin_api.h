@@ -26,12 +26,13 @@
 // What a plugin and the kvbench that loads it must agree on: MethodInfo, the policy, store
 // and read-policy interfaces, ScorerMethod. Raised whenever one of them changes: 2 since
 // TokenPolicy::plans_on_kv and LayerKv::attend_scored (version 1 plugins crashed in them),
-// 3 since LayerKv::settle_each_chunk and KvCache::settle_context_chunks.
+// 3 since LayerKv::settle_each_chunk and KvCache::settle_context_chunks, 4 since
+// AttentionQuery::rounding.
 // The hash is of every header this one includes, comments aside ("<version>:<sha256>"); a
 // test fails when they change and it is not recorded again (tests/test_plugins.cpp).
-#define KVBENCH_PLUGIN_INTERFACE_VERSION 3
+#define KVBENCH_PLUGIN_INTERFACE_VERSION 4
 #define KVBENCH_PLUGIN_INTERFACE_HASH \
-  "3:57b1215b21158bf6ee1f530e2dfe7b7f91f44562622d01e9e114c6fa4ef0dd10"
+  "4:5df6046043aa5340cea1ac03b6e03647c0d962797ddddaf8008ecb9bebabc0f0"
 
 namespace kvbench {
 

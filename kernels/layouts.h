@@ -45,6 +45,9 @@ struct NarrowKv {
   int64_t n_tokens;          // stored tokens, all valid
 };
 
+// How a query chunk's activations are rounded (AttentionQuery::rounding).
+enum class QueryRounding : int32_t { None, Int8 };
+
 // Queries of one layer for a chunk of new tokens, and where the result goes.
 // Causal by position: query i sees slot t of KV head h iff
 // positions[h * capacity + t] <= q_positions[i].
@@ -55,6 +58,10 @@ struct AttentionQuery {
   int32_t n_queries;
   int32_t n_heads;             // multiple of n_kv_heads; head h reads KV head h / (n_heads / n_kv_heads)
   float scale;                 // usually 1 / sqrt(head_dim)
+  // Int8: the chunk runs on int8 activations (--decode-activations / --prefill-activations
+  // int8), and a kernel reading a quantized cache may round q and the probabilities to int8
+  // as llama.cpp does against its quantized KV (KIVI, kernels/cpu/kivi_attention.cpp).
+  QueryRounding rounding = QueryRounding::None;
 };
 
 // The chunk's last query row alone (TOVA scores by it): the same output pointer, which the

@@ -149,9 +149,12 @@ struct KiviProblem {
   }
 
   std::vector<float> run(void (*fn)(const AttentionQuery&, const KiviKv&, const PageSelection*),
-                         const PageSelection* pages = nullptr) const {
+                         const PageSelection* pages = nullptr,
+                         QueryRounding rounding = QueryRounding::None) const {
     std::vector<float> out(q.size(), 123.0f);
-    fn(query_at(q.data(), q_positions.data(), out.data()), host_kv(), pages);
+    AttentionQuery query = query_at(q.data(), q_positions.data(), out.data());
+    query.rounding = rounding;
+    fn(query, host_kv(), pages);
     return out;
   }
 

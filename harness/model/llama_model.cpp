@@ -28,6 +28,12 @@ namespace {
 // (decode is bandwidth-bound); past it, an fp32 GEMM on the dequantized copy is faster.
 constexpr int64_t kMaxBlockRows = 4;
 
+// The activations of a chunk of n rows: few rows (a decode step; `decode_rows`: a decode
+// batch) take the decode setting, longer chunks the prefill one.
+Activations rounding_of(CpuActivations activations, int64_t n, bool decode_rows = false) {
+  return n <= kMaxBlockRows || decode_rows ? activations.decode : activations.prefill;
+}
+
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
@@ -97,7 +103,7 @@ struct Linear {
              bool decode_rows = false) const {
     const int64_t n = in.n();
     const bool few_rows = n <= kMaxBlockRows || decode_rows;
-    const Activations rounding = few_rows ? activations.decode : activations.prefill;
+    const Activations rounding = rounding_of(activations, n, decode_rows);
     if (rounding == Activations::Int8 && quantized()) {
       // Few rows read the narrow packing (about the GGUF's bytes), a prefill chunk the byte
       // one (fewer instructions a block): the same values, so the same floats either way.
@@ -310,6 +316,12 @@ struct LlamaModel::Impl {
 
   float attention_scale() const { return 1.f / std::sqrt(static_cast<float>(config.head_dim)); }
 
+  // A query chunk of n rows on int8 activations lets a quantized cache round q and p to int8.
+  QueryRounding query_rounding(int64_t n) const {
+    return rounding_of(activations, n) == Activations::Int8 ? QueryRounding::Int8
+                                                            : QueryRounding::None;
+  }
+
   // Attention inputs of n rows of x into s.q, s.k, s.v, RoPE applied at `positions`.
   // `decode_rows`: the rows are one decode step each of different sequences (Linear::apply).
   void attention_inputs(const Layer& w, const float* x, const int32_t* positions, int64_t n,
@@ -347,7 +359,7 @@ struct LlamaModel::Impl {
     attention_inputs(layers[l], x, positions, n, s);
     cache.append(l, s.k.data(), s.v.data(), positions, n);
     cache.attend(l, AttentionQuery{s.q.data(), positions, s.attn.data(), static_cast<int32_t>(n),
-                                   config.n_heads, attention_scale()});
+                                   config.n_heads, attention_scale(), query_rounding(n)});
     finish_block(layers[l], x, n, s);
   }
 
@@ -423,7 +435,7 @@ struct LlamaModel::Impl {
                           positions.data() + i, 1);
         caches[i]->attend(l, AttentionQuery{s.q.data() + i * q_width, positions.data() + i,
                                             s.attn.data() + i * q_width, 1, c.n_heads,
-                                            attention_scale()});
+                                            attention_scale(), query_rounding(1)});
       }
       finish_block(layers[l], x.data(), n, s, true);
     }
@@ -556,7 +568,8 @@ struct LlamaModel::Impl {
         }
         cache.append(l, stage_k.data(), stage_v.data(), positions.data() + stored, n_store);
         cache.attend(l, AttentionQuery{s.q.data(), sel_positions.data() + a, s.attn.data(),
-                                       static_cast<int32_t>(len), c.n_heads, attention_scale()});
+                                       static_cast<int32_t>(len), c.n_heads, attention_scale(),
+                                       query_rounding(len)});
         finish_block(layers[l], xs, len, s);
       }
       stored = store_end;

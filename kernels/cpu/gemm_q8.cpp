@@ -10,10 +10,7 @@
 #include "kernels/cpu/avx2.h"
 #include "kernels/cpu/block_layout.h"
 #include "kernels/cpu/half.h"
-
-#if defined(__AVX512F__) && defined(__AVX512VNNI__)
-#define KVBENCH_VNNI 1
-#endif
+#include "kernels/cpu/vnni.h"
 
 namespace kvbench {
 namespace {
@@ -258,13 +255,6 @@ PackedQ8Matrix narrow(PackedQ8Matrix p) {
 // -Wmaybe-uninitialized then reports.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-// sums + the 16 rows of w (4 codes each) times the 4 x codes at `four`, broadcast from
-// memory by the instruction itself: GCC 12 otherwise spends a broadcast on every call.
-inline __m512i dpbusd_broadcast(__m512i sums, __m512i w, const int8_t* four) {
-  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(sums) : "v"(w), "m"(*reinterpret_cast<const int32_t*>(four)));
-  return sums;
-}
-
 // out[m] = the 16 rows of one tile times x row m, for M x rows, over every block.
 template <int M, int G>
 void tile_kernel(const PackedQ8Matrix& w, int64_t tile, const int8_t* const* x_codes,

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/cpu/tile_gemm.h"
+#include "kernels/cpu/vnni.h"
 
 // How the kernel reads a block of 32 slots of one KV head (no fp32 copy of the cache exists):
 //  - the codes of a group (a key channel over 32 tokens, or 32 channels of a value token) are
@@ -43,12 +45,16 @@ constexpr int kCodeRows = 8;
 #else
 constexpr int kCodeRows = 3;
 #endif
+// Rows on int8 activations read 4-bit codes with vpdpbusd (VNNI), laid out by vpermt2b (VBMI).
+#if KVBENCH_KIVI_ZMM && KVBENCH_VNNI && defined(__AVX512VBMI__)
+#define KVBENCH_KIVI_INT8 1
+#endif
 constexpr uint32_t kAllSlots = 0xFFFFFFFFu;
 constexpr int kMaxItemHeads = 64;  // KV heads a work item may hold
 
 // Element (token of a key group, channel of a value group) that unpacked lane i of vector j
 // holds, for j, i in [0, 4) x [0, 8): a byte per lane, 8 / bits codes per byte.
-inline int element(int bits, int j, int i) {
+constexpr int element(int bits, int j, int i) {
   return bits == 2 ? 4 * i + j : 16 * (j / 2) + 2 * i + (j % 2);
 }
 
@@ -98,6 +104,7 @@ struct Scratch {
   std::vector<float> vt;      // [32, head_dim] value tile (permuted channels)
   std::vector<float> qs;      // [kCodeRows, head_dim] q * the block's key scales
   std::vector<float> vw;      // [kCodeRows, head_dim] p * the block's value scales
+  std::vector<int8_t> q8;     // [kCodeRows, head_dim] those two rounded to int8 (int8 rows)
   std::vector<float> m, l;    // [rows] running max (log2 domain) and softmax denominator
   std::vector<int32_t> qpos;  // [rows]
 };
@@ -113,6 +120,7 @@ void ensure(Scratch& w, int rows, int head_rows, int dim) {
   grow(w.vt, static_cast<size_t>(kGroup) * dim);
   grow(w.qs, static_cast<size_t>(kCodeRows) * dim);
   grow(w.vw, static_cast<size_t>(kCodeRows) * dim);
+  grow(w.q8, static_cast<size_t>(kCodeRows) * dim);
   grow(w.m, rows);
   grow(w.l, rows);
   grow(w.qpos, rows);
@@ -513,6 +521,223 @@ void values_from_codes_zmm(const float* __restrict p, int dim, const BlockView& 
 #pragma GCC diagnostic pop
 #endif
 
+#if KVBENCH_KIVI_INT8
+// GCC 12's AVX-512 reductions and conversions pass self-initialized "undefined" vectors that
+// its own warnings then report.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+// ---- Int8 rows: llama.cpp's arithmetic against a quantized cache ------------------------------
+//
+// With int8 activations (AttentionQuery::rounding) a 4-bit block is read with integer dot
+// products: per block, each row's multipliers of the codes (keys: q_d scale_d over the
+// channels; values: p_t scale_th over the group's 32 tokens) are rounded to int8 against their
+// largest magnitude (nearest, ties to even), as llama.cpp rounds q and the probabilities to
+// q8_0 against its own quantized caches, and one vpdpbusd sums 4 codes times 4 multipliers in
+// each of 16 lanes: a quarter of the fp32 register path's FMAs. The minimums' share stays fp32.
+// vpermt2b lays the codes out for it, 4 channels of a token (keys) or 4 tokens of a channel
+// (values) a lane.
+
+// Byte indices into (low nibbles | high nibbles) of 64 code bytes (_mm512_permutex2var_epi8).
+struct Int8Layout {
+  // [tokens 0-15, 16-31][4 t + c]: channel c of token t, from the 16-byte groups of channels
+  // [4 g, 4 g + 4) (token t: nibble t % 2 of byte t / 2).
+  uint8_t keys[2][64];
+  // [positions 0-15, 16-31 of the group's permuted channels (element())][4 l + k]: that
+  // channel of token k, from 4 tokens' 16-byte groups (channel e: nibble e % 2 of byte e / 2).
+  uint8_t values[2][64];
+};
+constexpr Int8Layout make_int8_layout() {
+  Int8Layout x{};
+  for (int half = 0; half < 2; ++half) {
+    for (int t = 0; t < 16; ++t) {
+      const int token = 16 * half + t;
+      for (int c = 0; c < 4; ++c) {
+        x.keys[half][4 * t + c] = static_cast<uint8_t>(64 * (token % 2) + 16 * c + token / 2);
+      }
+    }
+    for (int l = 0; l < 16; ++l) {
+      const int p = 16 * half + l;
+      const int e = element(4, p / 8, p % 8);
+      for (int k = 0; k < 4; ++k) {
+        x.values[half][4 * l + k] = static_cast<uint8_t>(64 * (e % 2) + 16 * k + e / 2);
+      }
+    }
+  }
+  return x;
+}
+constexpr Int8Layout kInt8Layout = make_int8_layout();
+
+// Rounds x[0, n) (n a multiple of 16) to 8-bit codes against their largest magnitude m: signed
+// (-127 to 127) or, for x >= 0, unsigned (0 to 255). Returns the step m / 127 or m / 255 (0
+// for all zeros).
+template <bool kUnsigned>
+inline float round_row_to_8_bits(const float* x, int n, uint8_t* codes) {
+  constexpr float kTop = kUnsigned ? 255.0f : 127.0f;
+  __m512 amax = _mm512_setzero_ps();
+  for (int i = 0; i < n; i += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
+  const float m = _mm512_reduce_max_ps(amax);
+  const __m512 inv = _mm512_set1_ps(m > 0.0f ? kTop / m : 0.0f);
+  for (int i = 0; i < n; i += 16) {
+    const __m512i rounded = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + i), inv));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i),
+                     kUnsigned ? _mm512_cvtusepi32_epi8(rounded) : _mm512_cvtsepi32_epi8(rounded));
+  }
+  return m / kTop;
+}
+
+// The lows and highs of 64 code bytes, a byte per code.
+inline void split_nibbles(__m512i v, __m512i* lo, __m512i* hi) {
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  *lo = _mm512_and_si512(v, low4);
+  *hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+}
+
+// As key_scores_from_codes (s rows kGroup apart, in token order), 4 bits: q * scale rounded
+// per 32 channels, as llama.cpp's q8_0 blocks. qs, q8: [R, dim].
+template <int R>
+void key_scores_int8(const float* __restrict q, int dim, const BlockView& b, float* __restrict qs,
+                     int8_t* __restrict q8, float* __restrict s) {
+  const int n_groups = dim / kGroup;
+  float step[R][8], bias[R];
+  KVBENCH_UNROLL
+  for (int r = 0; r < R; ++r) {
+    __m512 acc = _mm512_setzero_ps();
+    for (int d = 0; d < dim; d += 16) {
+      const __m512 qv = _mm512_loadu_ps(q + r * dim + d);
+      _mm512_storeu_ps(qs + r * dim + d, _mm512_mul_ps(qv, _mm512_loadu_ps(b.k_scale + d)));
+      acc = _mm512_fmadd_ps(qv, _mm512_loadu_ps(b.k_min + d), acc);
+    }
+    bias[r] = _mm512_reduce_add_ps(acc);
+    for (int g = 0; g < n_groups; ++g) {
+      const int at = r * dim + g * kGroup;
+      step[r][g] = round_row_to_8_bits<false>(qs + at, kGroup, reinterpret_cast<uint8_t*>(q8 + at));
+    }
+  }
+  const __m512i first = _mm512_loadu_si512(kInt8Layout.keys[0]);
+  const __m512i second = _mm512_loadu_si512(kInt8Layout.keys[1]);
+  __m512 sum[R][2];
+  KVBENCH_UNROLL
+  for (int r = 0; r < R; ++r) sum[r][0] = sum[r][1] = _mm512_set1_ps(bias[r]);
+  for (int g = 0; g < n_groups; ++g) {
+    __m512i acc[R][2];
+    KVBENCH_UNROLL
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_si512();
+    for (int c = g * kGroup; c < (g + 1) * kGroup; c += 4) {
+      __m512i lo, hi;
+      split_nibbles(_mm512_loadu_si512(b.k_codes + 16 * c), &lo, &hi);
+      const __m512i w0 = _mm512_permutex2var_epi8(lo, first, hi);
+      const __m512i w1 = _mm512_permutex2var_epi8(lo, second, hi);
+      KVBENCH_UNROLL
+      for (int r = 0; r < R; ++r) {
+        acc[r][0] = dpbusd_broadcast(acc[r][0], w0, q8 + r * dim + c);
+        acc[r][1] = dpbusd_broadcast(acc[r][1], w1, q8 + r * dim + c);
+      }
+    }
+    KVBENCH_UNROLL
+    for (int r = 0; r < R; ++r) {
+      const __m512 d = _mm512_set1_ps(step[r][g]);
+      sum[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][0]), d, sum[r][0]);
+      sum[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][1]), d, sum[r][1]);
+    }
+  }
+  KVBENCH_UNROLL
+  for (int r = 0; r < R; ++r) {
+    _mm512_storeu_ps(s + r * kGroup, sum[r][0]);
+    _mm512_storeu_ps(s + r * kGroup + 16, sum[r][1]);
+  }
+}
+
+// Column h of 16 rows of a [16, G] array (a block's value scales or minimums): loads and
+// permutes for G = 1 and 2 (head_dim 32 and 64), a gather beyond.
+inline __m512 group_column(const float* x, int n_groups, int h) {
+  if (n_groups == 1) return _mm512_loadu_ps(x);
+  if (n_groups == 2) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    return _mm512_permutex2var_ps(_mm512_loadu_ps(x), _mm512_add_epi32(even, _mm512_set1_epi32(h)),
+                                  _mm512_loadu_ps(x + 16));
+  }
+  const __m512i at = _mm512_add_epi32(
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(n_groups)),
+      _mm512_set1_epi32(h));
+  return _mm512_i32gather_ps(at, x, 4);
+}
+
+// As values_from_codes (o in the permuted channel order, p rows kGroup apart), 4 bits.
+// p8: [R, kGroup] scratch.
+template <int R>
+void values_int8(const float* __restrict p, int dim, const BlockView& b, uint8_t* __restrict p8,
+                 float* __restrict o) {
+  const int n_groups = dim / kGroup;
+  const int row_bytes = dim / 2;
+  const __m512i first = _mm512_loadu_si512(kInt8Layout.values[0]);
+  const __m512i second = _mm512_loadu_si512(kInt8Layout.values[1]);
+  for (int h = 0; h < n_groups; ++h) {
+    // The group's scales and minimums of tokens [0, 16) and [16, 32).
+    const __m512 scale0 = group_column(b.v_scale, n_groups, h);
+    const __m512 scale1 = group_column(b.v_scale + 16 * n_groups, n_groups, h);
+    const __m512 min0 = group_column(b.v_min, n_groups, h);
+    const __m512 min1 = group_column(b.v_min + 16 * n_groups, n_groups, h);
+    float step[R], bias[R];
+    KVBENCH_UNROLL
+    for (int r = 0; r < R; ++r) {
+      const __m512 p0 = _mm512_loadu_ps(p + r * kGroup), p1 = _mm512_loadu_ps(p + r * kGroup + 16);
+      bias[r] = _mm512_reduce_add_ps(_mm512_fmadd_ps(p1, min1, _mm512_mul_ps(p0, min0)));
+      alignas(64) float weights[kGroup];
+      _mm512_store_ps(weights, _mm512_mul_ps(p0, scale0));
+      _mm512_store_ps(weights + 16, _mm512_mul_ps(p1, scale1));
+      step[r] = round_row_to_8_bits<true>(weights, kGroup, p8 + r * kGroup);
+    }
+    __m512i acc[R][2];
+    KVBENCH_UNROLL
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_si512();
+    for (int t = 0; t < kGroup; t += 4) {
+      // Four tokens' 16 code bytes of group h.
+      const uint8_t* codes = b.v_codes + t * row_bytes + h * 16;
+      __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
+      for (int k = 1; k < 4; ++k) {
+        const __m128i more = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + k * row_bytes));
+        v = k == 1 ? _mm512_inserti32x4(v, more, 1)
+                   : k == 2 ? _mm512_inserti32x4(v, more, 2) : _mm512_inserti32x4(v, more, 3);
+      }
+      __m512i lo, hi;
+      split_nibbles(v, &lo, &hi);
+      const __m512i w0 = _mm512_permutex2var_epi8(lo, first, hi);
+      const __m512i w1 = _mm512_permutex2var_epi8(lo, second, hi);
+      // The probabilities are the unsigned operand (8 bits, not 7), the codes the signed one.
+      KVBENCH_UNROLL
+      for (int r = 0; r < R; ++r) {
+        int32_t four;
+        std::memcpy(&four, p8 + r * kGroup + t, sizeof four);
+        const __m512i pr = _mm512_set1_epi32(four);
+        acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], pr, w0);
+        acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], pr, w1);
+      }
+    }
+    KVBENCH_UNROLL
+    for (int r = 0; r < R; ++r) {
+      const __m512 d = _mm512_set1_ps(step[r]), bv = _mm512_set1_ps(bias[r]);
+      float* dst = o + r * dim + h * kGroup;
+      _mm512_storeu_ps(dst, _mm512_add_ps(_mm512_loadu_ps(dst),
+                                          _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][0]), d, bv)));
+      _mm512_storeu_ps(dst + 16, _mm512_add_ps(_mm512_loadu_ps(dst + 16),
+                                               _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][1]), d, bv)));
+    }
+  }
+}
+
+using Int8ScoresKernel = void (*)(const float*, int, const BlockView&, float*, int8_t*, float*);
+using Int8ValuesKernel = void (*)(const float*, int, const BlockView&, uint8_t*, float*);
+constexpr Int8ScoresKernel kScoresInt8[kCodeRows] = {
+    key_scores_int8<1>, key_scores_int8<2>, key_scores_int8<3>, key_scores_int8<4>,
+    key_scores_int8<5>, key_scores_int8<6>, key_scores_int8<7>, key_scores_int8<8>};
+constexpr Int8ValuesKernel kValuesInt8[kCodeRows] = {
+    values_int8<1>, values_int8<2>, values_int8<3>, values_int8<4>,
+    values_int8<5>, values_int8<6>, values_int8<7>, values_int8<8>};
+#pragma GCC diagnostic pop
+#endif
+
 using ScoresKernel = void (*)(const float*, int, const BlockView&, float*, float*);
 using ValuesKernel = void (*)(const float*, int, const BlockView&, float*, float*);
 
@@ -560,6 +785,7 @@ struct HeadRows {
   float* m;             // [rows]
   float* l;             // [rows]
   const int32_t* qpos;  // [rows]
+  bool int8;            // the query's rows run on int8 activations (AttentionQuery::rounding)
 };
 
 void scale_row(float* o, int n, float alpha) {
@@ -596,6 +822,24 @@ void unpermute_output(const HeadRows& h, int dim, int bits) {
       }
     }
   }
+}
+
+// Asks for one KV head's block ahead of its use: the kernels read a block once, at a few
+// hundred instructions a kilobyte, and the hardware prefetchers do not follow the head-strided
+// block order, so without it the codes' loads waited on memory (the int8 kernels half the time).
+void prefetch_block(const BlockView& b, int dim, int bits) {
+  const auto lines = [](const void* p, int64_t bytes) {
+    const char* c = static_cast<const char*>(p);
+    for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(c + o, _MM_HINT_T0);
+  };
+  const int64_t code_bytes = static_cast<int64_t>(kGroup) * dim * bits / 8;
+  lines(b.k_codes, code_bytes);
+  lines(b.v_codes, code_bytes);
+  lines(b.k_scale, dim * 4);
+  lines(b.k_min, dim * 4);
+  lines(b.v_scale, dim * 4);  // [32, dim / 32]
+  lines(b.v_min, dim * 4);
+  lines(b.positions, kGroup * 4);
 }
 
 // Lowest and highest position among the slots of a block that sel keeps.
@@ -635,8 +879,16 @@ void attend_block(const KiviKv& kv, const Segment& seg, const HeadRows& h, Scrat
   const bool masked = seg.sel != kAllSlots || pmax > h.queries.min;
 
   const bool direct = codes_in_registers(rows, dim);
+#if KVBENCH_KIVI_INT8
+  const bool int8 = direct && h.int8 && kv.bits == 4;
+  if (int8) kScoresInt8[rows - 1](h.q, dim, b, w.qs.data(), w.q8.data(), w.s.data());
+#else
+  constexpr bool int8 = false;
+#endif
 #if KVBENCH_AVX2
-  if (direct) kScoresFromCodes[kv.bits == 4][rows - 1](h.q, dim, b, w.qs.data(), w.s.data());
+  if (direct && !int8) {
+    kScoresFromCodes[kv.bits == 4][rows - 1](h.q, dim, b, w.qs.data(), w.s.data());
+  }
 #endif
   if (!direct) {
     if (kv.bits == 4) {
@@ -655,6 +907,12 @@ void attend_block(const KiviKv& kv, const Segment& seg, const HeadRows& h, Scrat
     }
   }
   online_softmax(h, w.s.data(), kGroup, kGroup, dim);
+#if KVBENCH_KIVI_INT8
+  if (int8) {
+    kValuesInt8[rows - 1](w.s.data(), dim, b, reinterpret_cast<uint8_t*>(w.q8.data()), h.o);
+    return;
+  }
+#endif
 #if KVBENCH_AVX2
   if (direct) {
     kValuesFromCodes[kv.bits == 4][rows - 1](w.s.data(), dim, b, w.vw.data(), h.o);
@@ -816,6 +1074,7 @@ void attend_item(const AttentionQuery& query, const KiviKv& kv, const Plan& plan
     h.m = w.m.data() + first;
     h.l = w.l.data() + first;
     h.qpos = w.qpos.data() + first;
+    h.int8 = query.rounding == QueryRounding::Int8;
     h.queries = gather_query_rows(query, h.kvh, plan.group, dim, q0, q1, query.scale * kLog2e, h.q,
                                   w.qpos.data() + first);
     std::fill(h.o, h.o + static_cast<int64_t>(rows) * dim, 0.0f);
@@ -829,6 +1088,14 @@ void attend_item(const AttentionQuery& query, const KiviKv& kv, const Plan& plan
   for (int64_t i = s0; i < s1; ++i) {
     const Segment& seg = plan.segments[begin + i];
     if (seg.start < block_slots) {
+#if KVBENCH_AVX2
+      if (i + 1 < s1 && plan.segments[begin + i + 1].start < block_slots) {
+        for (int hh = 0; hh < n_heads; ++hh) {
+          prefetch_block(block_view(kv, plan.segments[begin + i + 1].start / kGroup, heads[hh].kvh),
+                         dim, kv.bits);
+        }
+      }
+#endif
       for (int hh = 0; hh < n_heads; ++hh) attend_block(kv, seg, heads[hh], w);
       permuted = true;
     } else {
@@ -847,6 +1114,14 @@ void attend_item(const AttentionQuery& query, const KiviKv& kv, const Plan& plan
 }
 
 }  // namespace
+
+bool kivi_int8_rows_supported() {
+#if KVBENCH_KIVI_INT8
+  return true;
+#else
+  return false;
+#endif
+}
 
 void attention_kivi_cpu(const AttentionQuery& query, const KiviKv& kv, const PageSelection* pages) {
   const int dim = kv.tail.head_dim;

@@ -12,6 +12,11 @@ namespace kvbench {
 void attention_kivi_cpu(const AttentionQuery& query, const KiviKv& kv,
                         const PageSelection* pages = nullptr);
 
+// Whether attention_kivi_cpu reads 4-bit blocks with int8 dot products when the query runs on
+// int8 activations (AttentionQuery::rounding): up to 8 rows per KV head (decode), on a build
+// with AVX-512 VNNI and VBMI. Elsewhere such queries take the fp32 path.
+bool kivi_int8_rows_supported();
+
 // Dequantizes every block with the reference unpacking, then the dense reference: what
 // the kernel is tested against.
 void attention_kivi_reference(const AttentionQuery& query, const KiviKv& kv,
