@@ -24,8 +24,9 @@
 //    values: o_d += sum_t (p_t scale_t) c_td + sum_t p_t min_t, the output kept in the unpacked
 //    channel order while a work item reads blocks and put back before the fp32 tail;
 //  - few query rows (decode: one GQA group; up to 3 with AVX2, 8 with AVX-512) read the codes
-//    straight into registers; more rows (prefill chunks) unpack the block once into fp32 tiles
-//    in L1 shared by all rows (GEMM).
+//    straight into registers (4 bits on int8 activations: with integer dot products, below);
+//    more rows (prefill chunks) unpack the block once into fp32 tiles in L1 shared by all
+//    rows (GEMM).
 // Softmax is online (FlashAttention) over blocks, then tail tiles; split-K partials are merged
 // as in attention_dense_cpu.
 
@@ -104,7 +105,7 @@ struct Scratch {
   std::vector<float> vt;      // [32, head_dim] value tile (permuted channels)
   std::vector<float> qs;      // [kCodeRows, head_dim] q * the block's key scales
   std::vector<float> vw;      // [kCodeRows, head_dim] p * the block's value scales
-  std::vector<int8_t> q8;     // [kCodeRows, head_dim] those two rounded to int8 (int8 rows)
+  std::vector<int8_t> q8;     // [kCodeRows, head_dim] those two rounded to 8 bits (int8 rows)
   std::vector<float> m, l;    // [rows] running max (log2 domain) and softmax denominator
   std::vector<int32_t> qpos;  // [rows]
 };
@@ -530,13 +531,13 @@ void values_from_codes_zmm(const float* __restrict p, int dim, const BlockView& 
 // ---- Int8 rows: llama.cpp's arithmetic against a quantized cache ------------------------------
 //
 // With int8 activations (AttentionQuery::rounding) a 4-bit block is read with integer dot
-// products: per block, each row's multipliers of the codes (keys: q_d scale_d over the
-// channels; values: p_t scale_th over the group's 32 tokens) are rounded to int8 against their
+// products: per block, each row's multipliers of the codes are rounded to 8 bits against their
 // largest magnitude (nearest, ties to even), as llama.cpp rounds q and the probabilities to
-// q8_0 against its own quantized caches, and one vpdpbusd sums 4 codes times 4 multipliers in
-// each of 16 lanes: a quarter of the fp32 register path's FMAs. The minimums' share stays fp32.
-// vpermt2b lays the codes out for it, 4 channels of a token (keys) or 4 tokens of a channel
-// (values) a lane.
+// q8_0 blocks of 32 against its own quantized caches: keys' q_d scale_d signed, per 32
+// channels; values' p_t scale_th (never negative) unsigned, per group of 32 tokens. One
+// vpdpbusd sums 4 codes times 4 multipliers in each of 16 lanes: a quarter of the fp32
+// register path's FMAs. The minimums' share stays fp32. vpermt2b lays the codes out for it,
+// 4 channels of a token (keys) or 4 tokens of a channel (values) a lane.
 
 // Byte indices into (low nibbles | high nibbles) of 64 code bytes (_mm512_permutex2var_epi8).
 struct Int8Layout {
