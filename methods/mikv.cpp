@@ -150,6 +150,8 @@ MethodInfo mikv_method() {
       "layer, counted in the bytes)",
       "any eviction method in front says what is important (snapkv:ratio=0.25+mikv:bits=2); "
       "MiKV's paper uses H2O's accumulated attention",
+      "its 4-bit blocks are read as kivi's, so with --decode-activations int8 a decode step "
+      "rounds q and p to 8 bits against them (see kivi)",
   };
   info.needs_eviction = true;
   info.params = {
