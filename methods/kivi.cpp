@@ -324,10 +324,11 @@ MethodInfo kivi_method() {
       "its own (its blocks as they were): it packs its own blocks and keeps its own fp32 "
       "tail, as KIVI's code would for a head of that length",
       "with --decode-activations int8 on a CPU with AVX-512 VNNI and VBMI, a decode step "
-      "reads 4-bit blocks with int8 dot products: per block and row, q times the key scales "
-      "and p times the value scales rounded to int8 (as llama.cpp rounds q and the "
-      "probabilities against its quantized caches); KIVI's code multiplies in fp16, and "
-      "kvbench's fp32 activations (the default) in fp32",
+      "reads 4-bit blocks with integer dot products: per block and row, q times the key "
+      "scales rounded to int8 per 32 channels and p times the value scales to unsigned 8 "
+      "bits per 32 tokens (as llama.cpp rounds q and the probabilities to q8_0 against its "
+      "quantized caches); KIVI's code multiplies in fp16, and kvbench's fp32 activations "
+      "(the default) in fp32",
   };
   info.params = {
       choice_param("bits", "2", {"2", "4"}, "bits per key and value"),
