@@ -168,9 +168,10 @@ TEST_CASE("attention_kivi_cpu at 4 bits stays close to fp32 attention", "[unit]"
 }
 
 TEST_CASE("attention_kivi_cpu: decode rows on int8 activations, 4 bits", "[unit]") {
-  // With AttentionQuery::rounding Int8, up to 8 rows per KV head read 4-bit blocks with int8
-  // dot products (q * scale and p * scale rounded to int8 per block and row, as llama.cpp
-  // rounds q and the probabilities against its quantized caches). Their error against the
+  // With AttentionQuery::rounding Int8, up to 8 rows per KV head read 4-bit blocks with
+  // integer dot products (per block and row, q * scale rounded to int8 per 32 channels and
+  // p * scale to unsigned 8 bits per 32 tokens, as llama.cpp rounds q and the probabilities
+  // against its quantized caches). Their error against the
   // dequantizing reference must stay a part of KIVI's own (the reference against fp32
   // attention on the unquantized KV): at most 0.4 of it and 0.06 absolute (observed at most
   // 0.29 and 0.046 here, the probabilities' rounding the larger share; the same rounding
