@@ -28,10 +28,12 @@ namespace {
 // (decode is bandwidth-bound); past it, an fp32 GEMM on the dequantized copy is faster.
 constexpr int64_t kMaxBlockRows = 4;
 
-// The activations of a chunk of n rows: few rows (a decode step; `decode_rows`: a decode
-// batch) take the decode setting, longer chunks the prefill one.
+// Whether a chunk of n rows counts as few (a decode step; `decode_rows`: a decode batch):
+// few rows take the decode activations, longer chunks the prefill ones.
+bool few_rows_of(int64_t n, bool decode_rows = false) { return n <= kMaxBlockRows || decode_rows; }
+
 Activations rounding_of(CpuActivations activations, int64_t n, bool decode_rows = false) {
-  return n <= kMaxBlockRows || decode_rows ? activations.decode : activations.prefill;
+  return few_rows_of(n, decode_rows) ? activations.decode : activations.prefill;
 }
 
 std::string shape_text(const std::vector<int64_t>& shape) {
@@ -102,8 +104,8 @@ struct Linear {
   void apply(const LinearInput& in, float* y, CpuActivations activations,
              bool decode_rows = false) const {
     const int64_t n = in.n();
-    const bool few_rows = n <= kMaxBlockRows || decode_rows;
-    const Activations rounding = rounding_of(activations, n, decode_rows);
+    const bool few_rows = few_rows_of(n, decode_rows);
+    const Activations rounding = few_rows ? activations.decode : activations.prefill;
     if (rounding == Activations::Int8 && quantized()) {
       // Few rows read the narrow packing (about the GGUF's bytes), a prefill chunk the byte
       // one (fewer instructions a block): the same values, so the same floats either way.

@@ -288,17 +288,7 @@ void quantize_activations_q8(const float* x, int64_t n, int64_t cols, Q8Activati
     const float* xb = x + b * kBlock;
 #if defined(__AVX512F__) && defined(__AVX512BW__)
     // The scalar loop below, 16 lanes at a time: the same max, product and rounding.
-    const __m512 lo = _mm512_loadu_ps(xb), hi = _mm512_loadu_ps(xb + 16);
-    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
-    const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
-    const __m512 scale = _mm512_set1_ps(inverse);
-    const __m512i q_lo = _mm512_cvtps_epi32(_mm512_mul_ps(lo, scale));
-    const __m512i q_hi = _mm512_cvtps_epi32(_mm512_mul_ps(hi, scale));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + b * kBlock), _mm512_cvtepi32_epi8(q_lo));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + b * kBlock + 16),
-                     _mm512_cvtepi32_epi8(q_hi));
-    scales[b] = amax / 127.0f;
-    sums[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(q_lo, q_hi));
+    scales[b] = round_block_q8(xb, codes + b * kBlock, &sums[b]);
 #else
     float amax = 0.0f;
     for (int e = 0; e < kBlock; ++e) amax = std::max(amax, std::fabs(xb[e]));

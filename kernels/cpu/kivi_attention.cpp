@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/block_matvec_q8.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/cpu/tile_gemm.h"
 #include "kernels/cpu/vnni.h"
@@ -569,22 +570,17 @@ constexpr Int8Layout make_int8_layout() {
 }
 constexpr Int8Layout kInt8Layout = make_int8_layout();
 
-// Rounds x[0, n) (n a multiple of 16) to 8-bit codes against their largest magnitude m: signed
-// (-127 to 127) or, for x >= 0, unsigned (0 to 255). Returns the step m / 127 or m / 255 (0
-// for all zeros).
-template <bool kUnsigned>
-inline float round_row_to_8_bits(const float* x, int n, uint8_t* codes) {
-  constexpr float kTop = kUnsigned ? 255.0f : 127.0f;
-  __m512 amax = _mm512_setzero_ps();
-  for (int i = 0; i < n; i += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
-  const float m = _mm512_reduce_max_ps(amax);
-  const __m512 inv = _mm512_set1_ps(m > 0.0f ? kTop / m : 0.0f);
-  for (int i = 0; i < n; i += 16) {
-    const __m512i rounded = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + i), inv));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i),
-                     kUnsigned ? _mm512_cvtusepi32_epi8(rounded) : _mm512_cvtsepi32_epi8(rounded));
-  }
-  return m / kTop;
+// As round_block_q8 (block_matvec_q8.h) for 32 values x >= 0, to unsigned codes 0 to 255:
+// step max x / 255 (0 for all zeros).
+inline float round_block_u8(const float* x, uint8_t* codes) {
+  const __m512 lo = _mm512_loadu_ps(x), hi = _mm512_loadu_ps(x + 16);
+  const float m = _mm512_reduce_max_ps(_mm512_max_ps(lo, hi));
+  const __m512 inverse = _mm512_set1_ps(m > 0.0f ? 255.0f / m : 0.0f);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(codes),
+                   _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(lo, inverse))));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + 16),
+                   _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(hi, inverse))));
+  return m / 255.0f;
 }
 
 // The lows and highs of 64 code bytes, a byte per code.
@@ -612,7 +608,7 @@ void key_scores_int8(const float* __restrict q, int dim, const BlockView& b, flo
     bias[r] = _mm512_reduce_add_ps(acc);
     for (int g = 0; g < n_groups; ++g) {
       const int at = r * dim + g * kGroup;
-      step[r][g] = round_row_to_8_bits<false>(qs + at, kGroup, reinterpret_cast<uint8_t*>(q8 + at));
+      step[r][g] = round_block_q8(qs + at, q8 + at);
     }
   }
   const __m512i first = _mm512_loadu_si512(kInt8Layout.keys[0]);
@@ -688,7 +684,7 @@ void values_int8(const float* __restrict p, int dim, const BlockView& b, uint8_t
       alignas(64) float weights[kGroup];
       _mm512_store_ps(weights, _mm512_mul_ps(p0, scale0));
       _mm512_store_ps(weights + 16, _mm512_mul_ps(p1, scale1));
-      step[r] = round_row_to_8_bits<true>(weights, kGroup, p8 + r * kGroup);
+      step[r] = round_block_u8(weights, p8 + r * kGroup);
     }
     __m512i acc[R][2];
     KVBENCH_UNROLL
