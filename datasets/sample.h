@@ -1,7 +1,8 @@
 // One shared-context sample in SCBench's JSONL schema:
 // {"id": ..., "context": "...", "multi_turns": [{"input": "...", "answer": "..." or [...],
-//  "options"?: [...], "task"?: "..."}], "lang"?: "...", "repo"?: "...",
-//  "documents"?: ["...", ...]} ("documents" is kvbench's, not SCBench's)
+//  "options"?: [...], "task"?: "...", "reference"?: "..."}], "lang"?: "...", "repo"?: "...",
+//  "documents"?: ["...", ...], "task"?: "..."} ("documents", the sample's "task" and a turn's
+//  "reference" are kvbench's, not SCBench's: what `kvbench list tasks --export` writes)
 #pragma once
 
 #include <istream>
@@ -59,11 +60,15 @@ inline std::vector<Sample> without_context(std::vector<Sample> samples) {
 // Reads a JSONL file of samples. Throws InputError naming the file and line for a missing
 // file, malformed JSON, a missing or mistyped field, documents that do not join to the
 // context, or an empty file. Ids may be numbers or strings (kept as text); options, a
-// turn's task, lang, repo and documents are optional; other fields are ignored. The
-// samples are raw: no task template applied (see tasks/task_catalog.h,
-// format_scbench_sample).
+// turn's task and reference, lang, repo, documents and the sample's task are optional;
+// other fields are ignored. The samples are raw: no task template applied (see
+// tasks/task_catalog.h, format_scbench_sample).
 std::vector<Sample> load_samples_jsonl(const std::string& path);
 // The same from a stream; `path` names it in errors.
 std::vector<Sample> parse_samples_jsonl(std::istream& in, const std::string& path);
+
+// One sample as one JSONL line (no newline), every field the loader reads and only the
+// ones set: parse_samples_jsonl of it gives the sample back, text for text.
+std::string sample_jsonl_line(const Sample& sample);
 
 }  // namespace kvbench

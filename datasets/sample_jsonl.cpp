@@ -153,6 +153,7 @@ class LineReader {
     sample.context = string_field(row, "context", "");
     optional_string(row, "lang", "", sample.lang);
     optional_string(row, "repo", "", sample.repo);
+    optional_string(row, "task", "", sample.task);
     sample.documents = documents(row, sample.context);
     const json& turns = field(row, "multi_turns", "");
     if (!turns.is_array()) {
@@ -169,6 +170,7 @@ class LineReader {
       turn.answers = answers(field(turns[i], "answer", owner), owner);
       turn.options = options(turns[i], owner);
       optional_string(turns[i], "task", owner, turn.task);
+      optional_string(turns[i], "reference", owner, turn.reference);
       sample.turns.push_back(std::move(turn));
     }
     return sample;
@@ -214,6 +216,32 @@ std::vector<Sample> parse_samples_jsonl(std::istream& in, const std::string& pat
   if (in.bad()) throw InputError(path + ": read error");
   if (samples.empty()) throw InputError(path + ": no samples (the file is empty)");
   return samples;
+}
+
+std::string sample_jsonl_line(const Sample& sample) {
+  json row = json::object();
+  row["id"] = sample.id;
+  row["context"] = sample.context;
+  json turns = json::array();
+  for (const SampleTurn& turn : sample.turns) {
+    json t = json::object();
+    t["input"] = turn.input;
+    if (turn.answers.size() == 1) {
+      t["answer"] = turn.answers[0];
+    } else {
+      t["answer"] = turn.answers;
+    }
+    if (!turn.options.empty()) t["options"] = turn.options;
+    if (!turn.task.empty()) t["task"] = turn.task;
+    if (!turn.reference.empty()) t["reference"] = turn.reference;
+    turns.push_back(std::move(t));
+  }
+  row["multi_turns"] = std::move(turns);
+  if (!sample.documents.empty()) row["documents"] = sample.documents;
+  if (!sample.task.empty()) row["task"] = sample.task;
+  if (!sample.lang.empty()) row["lang"] = sample.lang;
+  if (!sample.repo.empty()) row["repo"] = sample.repo;
+  return dump_json(row);
 }
 
 }  // namespace kvbench

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -314,6 +315,76 @@ TEST_CASE("cli: run refuses bad knob values and a context longer than the window
   require_clear_error(run_kvbench(run_narrow + "--task retr_kv --context-tokens 160 --turns 1 "
                                                "--max-new 1048576"),
                       "max_new 1048576 is more tokens than the model's context of 256");
+}
+
+// Issue 55: another tool runs exactly kvbench's inputs and is scored by kvbench's scorers:
+// `list tasks --export` writes a generated task's samples, `session` runs them scored (they
+// name their task) and writes every turn with --out, and `score` scores any predictions.
+TEST_CASE("cli: export a task, run it as a session, score the answers", "[unit]") {
+  testing::TinyLlamaSpec wide;
+  wide.context_length = 4096;
+  const std::string model = testing::temp_path("tiny_cli_export.gguf");
+  testing::write_tiny_llama_gguf(model, wide);
+  const std::string samples = testing::temp_path("exported_retr_kv.jsonl");
+  std::filesystem::remove(samples);
+  const Run exported = run_kvbench("--model " + model + " list tasks --export retr_kv --samples 2"
+                                   " --context-tokens 600 --turns 2 -o " + samples);
+  INFO(exported.output);
+  REQUIRE(exported.exit_code == 0);
+  std::ifstream in(samples);
+  std::string line;
+  int lines = 0;
+  while (std::getline(in, line)) {
+    ++lines;
+    CHECK(line.find("\"task\":\"retr_kv\"") != std::string::npos);
+  }
+  CHECK(lines == 2);
+  // The same export to stdout.
+  const Run printed = run_kvbench("--model " + model + " list tasks --export retr_kv --samples 2"
+                                  " --context-tokens 600 --turns 2");
+  CHECK(printed.exit_code == 0);
+  CHECK(count_lines(printed.output) == 2);
+
+  const std::string turns = testing::temp_path("exported_turns.jsonl");
+  std::filesystem::remove(turns);
+  const Run session = run_kvbench("--model " + model + " --threads 1 session --sample " + samples +
+                                  " --method full --method streamingllm:budget=32 --mode "
+                                  "multi-request --no-fidelity --out " + turns);
+  INFO(session.output);
+  REQUIRE(session.exit_code == 0);
+  CHECK(session.output.find("score") != std::string::npos);
+  const Run scored = run_kvbench("score --sample " + samples + " --predictions " + turns);
+  INFO(scored.output);
+  REQUIRE(scored.exit_code == 0);
+  // 2 samples x 2 turns x 2 methods, each line with its score, then the means per method.
+  CHECK(std::count(scored.output.begin(), scored.output.end(), '{') == 8);
+  CHECK(scored.output.find("\"score\":") != std::string::npos);
+  CHECK(scored.output.find("score: full") != std::string::npos);
+  CHECK(scored.output.find("of 4 turns") != std::string::npos);
+
+  // Bad input: one line, exit 2, nothing written.
+  require_clear_error(run_kvbench("list tasks --samples 3"), "--samples needs --export");
+  require_clear_error(run_kvbench("--model " + model + " list tasks --export scbench_kv"),
+                      "scbench_kv");
+  const std::string plain = write_text("plain_sample.jsonl", kSessionSample);
+  require_clear_error(run_kvbench("score --sample " + plain + " --predictions " + turns),
+                      "names no task");
+  const std::string stranger = write_text("stranger.jsonl",
+                                          R"({"sample": "nope", "turn": 1, "prediction": "x"})");
+  require_clear_error(run_kvbench("score --sample " + samples + " --predictions " + stranger),
+                      "no sample 'nope'");
+  const std::string untyped = write_text("untyped.jsonl",
+                                         R"({"sample": "retr_kv-seed0-0", "turn": "1", "prediction": "x"})");
+  require_clear_error(run_kvbench("score --sample " + samples + " --predictions " + untyped),
+                      "needs a field 'turn'");
+  require_clear_error(run_kvbench("score --sample " + samples + " --predictions " + turns +
+                                  " -o " + samples),
+                      "also an input");
+  const std::string unknown = write_text("unknown_task.jsonl",
+      R"({"id": "u", "task": "no_such_task", "context": "c", "multi_turns": [{"input": "q", "answer": "a"}]})");
+  require_clear_error(run_kvbench("--model " + model + " session --sample " + unknown +
+                                  " --method full --mode multi-turn"),
+                      "unknown task 'no_such_task'");
 }
 
 TEST_CASE("cli: run on a tiny model scores every turn and prints the summary", "[unit]") {

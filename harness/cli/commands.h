@@ -98,6 +98,8 @@ void add_calibrate_command(CLI::App& app, ModelOptions& model);
 void add_generate_command(CLI::App& app, ModelOptions& model);
 void add_list_command(CLI::App& app, ModelOptions& model);
 void add_session_command(CLI::App& app, ModelOptions& model);
+// `kvbench score`: another tool's answers scored by kvbench's scorers.
+void add_score_command(CLI::App& app);
 void add_run_command(CLI::App& app, ModelOptions& model);
 void add_sweep_command(CLI::App& app, ModelOptions& model);  // sweep, merge
 void add_report_command(CLI::App& app);                       // report, check

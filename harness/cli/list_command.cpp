@@ -6,15 +6,20 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <iostream>
 #include <set>
 
 #include "cache/registry.h"
+#include "common/files.h"
+#include "common/input_error.h"
 #include "datasets/corpus.h"
 #include "datasets/generator.h"
 #include "harness/cli/commands.h"
 #include "harness/model/gguf.h"
 #include "harness/model/known_models.h"
 #include "harness/model/model_config.h"
+#include "harness/model/tokenizer.h"
+#include "harness/sweep_config.h"
 #include "tasks/task_catalog.h"
 
 namespace kvbench {
@@ -146,6 +151,41 @@ void list_tasks() {
   }
 }
 
+// `list tasks --export`: a generated task's samples as SCBench JSONL, the text exactly as a
+// sweep feeds it to the model (context and queries; the chat template is the session's),
+// with the task named so that `kvbench session --sample FILE` scores it as a sweep does.
+// Another tool (scripts/kvpress_side_by_side.py --samples) can then run the same inputs.
+struct ExportArgs {
+  std::string task;  // a label: "niah" or "retr_kv[hops=2]"
+  GeneratorOptions generator;
+  std::string out;  // empty: stdout
+};
+
+void export_task(const ModelOptions& model_options, const ExportArgs& args) {
+  const SweepTask task = parse_task_label(args.task);  // a generated task, or InputError
+  if (!args.out.empty()) {
+    check_output_file(args.out, {}, "--out");
+    check_writable(args.out, "--out");
+  }
+  GeneratorOptions g = args.generator;
+  g.task = task.name;
+  g.knobs = task.knobs;
+  // Samples are sized in the model's tokens: its tokenizer, not its weights.
+  const GgufFile file(resolve_model_path(model_options));
+  std::string text;
+  for (Sample& sample : generate_samples(g, Tokenizer::from_gguf(file))) {
+    sample.task = task.name;
+    text += sample_jsonl_line(sample) + "\n";
+  }
+  if (args.out.empty()) {
+    std::cout << text << std::flush;
+  } else {
+    write_file_atomically(args.out, text, "sample file");
+    std::fprintf(stderr, "list tasks: wrote %d %s sample(s) of %lld tokens to %s\n", g.samples,
+                 args.task.c_str(), static_cast<long long>(g.context_tokens), args.out.c_str());
+  }
+}
+
 }  // namespace
 
 void add_list_command(CLI::App& app, ModelOptions& model) {
@@ -155,8 +195,31 @@ void add_list_command(CLI::App& app, ModelOptions& model) {
       ->callback([&model] { list_models(model); });
   cmd->add_subcommand("methods", "Cache methods with their parameters, defaults and papers")
       ->callback([] { list_methods(); });
-  cmd->add_subcommand("tasks", "Tasks: the generated ones with their knobs, and SCBench's task files")
-      ->callback([] { list_tasks(); });
+  auto exported = std::make_shared<ExportArgs>();
+  CLI::App* tasks =
+      cmd->add_subcommand("tasks", "Tasks: the generated ones with their knobs, and SCBench's task files");
+  tasks->add_option("--export", exported->task,
+                    "Write this generated task's samples as SCBench JSONL instead (a task "
+                    "label, e.g. niah or retr_kv[hops=2]; sized with --model's tokenizer)");
+  tasks->add_option("--samples", exported->generator.samples, "With --export: samples")
+      ->check(CLI::Range(1, 100000));
+  tasks->add_option("--context-tokens", exported->generator.context_tokens,
+                    "With --export: context length in tokens")
+      ->check(CLI::Range(int64_t{16}, int64_t{1} << 24));
+  tasks->add_option("--turns", exported->generator.turns, "With --export: questions per sample")
+      ->check(CLI::Range(1, 1000));
+  tasks->add_option("--seed", exported->generator.seed, "With --export: the generator's seed");
+  tasks->add_option("-o,--out", exported->out, "With --export: the JSONL file (default stdout)");
+  tasks->callback([&model, tasks, exported] {
+    if (exported->task.empty()) {
+      for (const char* option : {"--samples", "--context-tokens", "--turns", "--seed", "--out"}) {
+        if (tasks->count(option) > 0) throw InputError(std::string(option) + " needs --export TASK");
+      }
+      list_tasks();
+    } else {
+      export_task(model, *exported);
+    }
+  });
 }
 
 }  // namespace kvbench

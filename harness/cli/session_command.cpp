@@ -11,7 +11,9 @@
 #include <string>
 
 #include "cache/registry.h"
+#include "common/files.h"
 #include "common/input_error.h"
+#include "common/json_input.h"
 #include "datasets/sample.h"
 #include "harness/cli/commands.h"
 #include "harness/cli/turn_table.h"
@@ -21,6 +23,7 @@
 #include "harness/model_cache.h"
 #include "harness/session.h"
 #include "harness/session_mode.h"
+#include "tasks/task_catalog.h"
 
 namespace kvbench {
 
@@ -36,7 +39,31 @@ struct SessionArgs {
   std::string sample_id;
   bool no_fidelity = false;
   QuerySettingArgs query;
+  std::string out;  // JSONL of every turn, for scripts; empty: none
 };
+
+// One turn of a unit as one JSON line: what a script comparing kvbench with another tool
+// needs (scripts/kvpress_side_by_side.py --samples reads it).
+std::string turn_line(const UnitResult& unit, size_t i) {
+  const TurnRecord& t = unit.session.turns[i];
+  nlohmann::json row = {{"sample", unit.session.sample_id},
+                        {"method", unit.session.method},
+                        {"mode", to_string(unit.session.mode)},
+                        {"turn", t.turn},
+                        {"prediction", t.prediction},
+                        {"reference", t.reference},
+                        {"stop", t.stop_reason},
+                        {"prompt_tokens", t.prompt_tokens},
+                        {"output_tokens", t.output_tokens},
+                        {"ttft_ms", t.ttft_ms},
+                        {"kv_bytes", t.kv_bytes}};
+  if (!unit.scores.empty()) row["score"] = unit.scores[i];
+  if (unit.session.fidelity) {
+    row["first_token_kl"] = t.first_token_kl;
+    row["top1_agreement"] = t.top1_agreement;
+  }
+  return dump_json(row);
+}
 
 void run_session_command(const ModelOptions& model_options, const SessionArgs& args) {
   apply_thread_option(model_options);
@@ -56,6 +83,10 @@ void run_session_command(const ModelOptions& model_options, const SessionArgs& a
     check_query_setting(specs.back(), options.query);
   }
   std::vector<Sample> samples = load_samples_jsonl(args.sample_path);
+  if (!args.out.empty()) {
+    check_output_file(args.out, {args.sample_path}, "--out");
+    check_writable(args.out, "--out");
+  }
   if (!args.sample_id.empty()) {
     const auto it = std::find_if(samples.begin(), samples.end(),
                                  [&](const Sample& s) { return s.id == args.sample_id; });
@@ -63,6 +94,22 @@ void run_session_command(const ModelOptions& model_options, const SessionArgs& a
       throw InputError("no sample with id '" + args.sample_id + "' in " + args.sample_path);
     }
     samples = {*it};
+  }
+  // A sample that names its task (`kvbench list tasks --export`) is scored by that task's
+  // scorer and decoded to its length, as a sweep does; an SCBench task's file needs its
+  // template first (kvbench run --task NAME --data FILE).
+  for (const Sample& sample : samples) {
+    if (sample.task.empty()) continue;
+    const TaskFormat* format = find_task_format(sample.task);
+    if (!format) {
+      throw InputError(args.sample_path + ": sample '" + sample.id + "' names an unknown task '" +
+                       sample.task + "' (kvbench list tasks)");
+    }
+    if (format->source != TaskSource::Generated) {
+      throw InputError(args.sample_path + ": sample '" + sample.id + "' names the SCBench task '" +
+                       sample.task + "': run it with kvbench run --task " + sample.task +
+                       " --data FILE");
+    }
   }
   auto model = load_model(resolve_model_path(model_options), model_options);
   prepare_head_retrieval(*model, resolve_model_path(model_options), specs);
@@ -85,7 +132,12 @@ void run_session_command(const ModelOptions& model_options, const SessionArgs& a
 
   std::vector<std::string> methods;
   for (const ResolvedSpec& spec : specs) methods.push_back(spec.canonical);
-  evaluate(*model, samples, methods, evaluation, [](const UnitResult& unit) { print_unit(unit); });
+  std::string lines;
+  evaluate(*model, samples, methods, evaluation, [&](const UnitResult& unit) {
+    print_unit(unit);
+    for (size_t i = 0; i < unit.session.turns.size(); ++i) lines += turn_line(unit, i) + "\n";
+  });
+  if (!args.out.empty()) write_file_atomically(args.out, lines, "session output");
 }
 
 }  // namespace
@@ -111,6 +163,9 @@ void add_session_command(CLI::App& app, ModelOptions& model) {
   cmd->add_flag("--no-fidelity", args->no_fidelity,
                 "Skip the full-cache reference run (KL and top-1 are not measured)");
   add_query_setting_options(cmd, args->query);
+  cmd->add_option("--out", args->out,
+                  "Also write every turn as a JSON line (sample, method, turn, prediction, "
+                  "reference, score, KL, top-1, ...) to this file, once all have run");
   cmd->callback([&model, args] { run_session_command(model, *args); });
 }
 
