@@ -4,8 +4,12 @@
 Merges each table's shards (results/long/, results/leaderboard_1.5b/), renders them with
 `kvbench report`, and compares every cell of the docs' table with the report's cell for the
 same method and budget, as text: the accuracy and its interval exactly as the report prints
-them. Prints each difference and exits 1 on any (0 when all agree); a table or a row it
-cannot find is a difference too. ctest runs it (docs_tables, label unit).
+them. The tables of one db each (results/short/: the 512-token sweeps and the default run)
+are excerpts of the report: a row per (method spec as the report prints it, budget), its
+columns any of the report's (accuracy per task, KV vs bf16, KL, top-1 %, ...), each cell as
+the report prints it for the table's mode. Prints each difference and exits 1 on any (0 when
+all agree); a table or a row it cannot find is a difference too. ctest runs it (docs_tables,
+label unit). `--print ANCHOR` prints the table after that line as the report has it.
 
     scripts/check_results_tables.py --kvbench build/kvbench
 """
@@ -30,6 +34,93 @@ TABLES = [
     ("Ten samples of 5 turns are 50 turns a cell:", "results/leaderboard_1.5b/lb15-*-of-10.db",
      "average"),
 ]
+
+
+# Excerpts of one db's report: (docs file, the line before the table contains this, db,
+# mode). The table's header names the report's columns after "method" and "budget".
+EXCERPTS = [
+    ("README.md", "What it\nprinted:", "results/short/default.db", "multi-turn"),
+    ("docs/results.md", "(`configs/default.json`) measured", "results/short/default.db",
+     "multi-turn"),
+    ("docs/results.md", "**Storage methods side by side.**", "results/short/storage.db",
+     "multi-turn"),
+    ("docs/results.md", "**Scoring rules side by side.**", "results/short/scoring.db",
+     "multi-turn"),
+    ("docs/results.md", "**EpiCache in both modes.**", "results/short/epicache.db", None),
+    ("docs/results.md", "**Budgets per layer and per head.**", "results/short/allocation.db",
+     "multi-turn"),
+    ("docs/results.md", "**Head-wise budgets over packed and narrow stores.**",
+     "results/short/head_split.db", "multi-turn"),
+    ("docs/results.md", "**SCBench's headline on kvbench's tasks.**",
+     "results/short/scbench_headline.db", ""),
+    ("docs/results.md", "**SCBench's headline at 4K tokens on natural text.**",
+     "results/long/scbench_headline_4k.db", ""),
+    ("docs/results.md", "Query-aware (`results/long/scbench_headline_4k_aware.db`",
+     "results/long/scbench_headline_4k_aware.db", ""),
+]
+
+
+def report_rows(kvbench, db, work):
+    """{(spec, budget, mode): {column: cell}} over every table of the report that starts with
+    method and budget, as the report prints them: mode "" for the tables without a mode
+    column (modes side by side, accuracy by turn)."""
+    out = os.path.join(work, re.sub(r"[^a-z0-9]", "_", db))
+    subprocess.run([kvbench, "report", os.path.join(ROOT, db), "-o", out], check=True,
+                   stdout=subprocess.DEVNULL)
+    rows, header = {}, None
+    for line in open(os.path.join(out, "leaderboard.md"), encoding="utf-8"):
+        if line.startswith("|---"):
+            continue
+        if not line.startswith("| "):
+            header = None
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if header is None:
+            header = cells
+            continue
+        if header[:2] != ["method", "budget"]:
+            continue
+        # Tables with a mode column, and those whose columns are the modes or the turns
+        # (mode "" in the key).
+        first, mode = (3, cells[2]) if header[2] == "mode" else (2, "")
+        for name, cell in zip(header[first:], cells[first:]):
+            rows.setdefault((cells[0], cells[1], mode), {}).setdefault(name, cell)
+    return rows
+
+
+def names_of(spec):
+    """The methods of a spec without their parameters: "adakv+snapkv" for
+    "adakv:floor=0.2+snapkv:ratio=0.5,window=32"."""
+    return "+".join(part.split(":")[0] for part in spec.split("+"))
+
+
+def check_excerpt(lines, anchor, rows, mode, differences):
+    """Each cell of the docs' table after `anchor` against the report's. Returns cells checked."""
+    header, table = docs_table(lines, anchor)
+    if header is None:
+        differences.append(f"no table after a line containing {anchor!r}")
+        return 0
+    checked = 0
+    if not table:
+        differences.append(f"the table after {anchor!r} has no rows")
+    for row in table:
+        values = dict(zip(header, row))
+        label, budget, row_mode = values.get("method"), values.get("budget"), values.get("mode", mode)
+        where = f"{anchor[:40]!r}: {label} | {budget} | {row_mode}"
+        # The report's spec, or its methods' names alone where one spec has them and the budget.
+        found = [key for key in rows if key[1] == budget and key[2] == row_mode and
+                 (key[0] == label or (":" not in label and names_of(key[0]) == label))]
+        if len(found) != 1:
+            differences.append(f"{where}: {len(found)} report rows match")
+            continue
+        for name in header:
+            if name in ("method", "budget", "mode"):
+                continue
+            if rows[found[0]].get(name) != values[name]:
+                differences.append(f"{where} {name}: docs {values[name]!r}, report "
+                                   f"{rows[found[0]].get(name)!r}")
+            checked += 1
+    return checked
 
 
 def report_accuracy(kvbench, pattern, work):
@@ -71,8 +162,14 @@ def matches(label, spec):
 
 
 def docs_table(lines, anchor):
-    """The header and rows of the first table after the line containing `anchor`."""
-    at = next((i for i, l in enumerate(lines) if anchor in l), None)
+    """The header and rows of the first table after the line containing `anchor` (an anchor
+    with a newline: two lines, the second right after the first)."""
+    first, _, second = anchor.partition("\n")
+    at = next((i for i, l in enumerate(lines)
+               if first in l and (not second or (i + 1 < len(lines) and second in lines[i + 1]))),
+              None)
+    if at is not None and second:
+        at += 1
     if at is None:
         return None, []
     i = at + 1
@@ -82,17 +179,40 @@ def docs_table(lines, anchor):
     while i < len(lines) and lines[i].startswith("|"):
         table.append([c.strip() for c in lines[i].strip().strip("|").split("|")])
         i += 1
-    return (table[0], table[2:]) if len(table) > 2 else (None, [])
+    return (table[0], table[2:]) if len(table) >= 2 else (None, [])
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kvbench", default=os.path.join(ROOT, "build", "kvbench"))
     parser.add_argument("--docs", default=os.path.join(ROOT, "docs", "results.md"))
+    parser.add_argument("--print", dest="show", metavar="ANCHOR",
+                        help="print the excerpt table after ANCHOR from its db's report")
     args = parser.parse_args()
     lines = open(args.docs, encoding="utf-8").read().splitlines()
     differences, checked = [], 0
     with tempfile.TemporaryDirectory() as work:
+        for docs, anchor, db, mode in EXCERPTS:
+            if args.show and args.show not in anchor:
+                continue
+            rows = report_rows(args.kvbench, db, work)
+            text = open(os.path.join(ROOT, docs), encoding="utf-8").read().splitlines()
+            if args.show:
+                header, table = docs_table(text, anchor)
+                header = header or ["method", "budget"]
+                print("| " + " | ".join(header) + " |")
+                print("|" + "|".join("---" if h in ("method", "budget", "mode") else "---:"
+                                     for h in header) + "|")
+                for (spec, budget, m), cells in rows.items():
+                    if (mode is None and m) or m == mode:
+                        name = names_of(spec)
+                        same = [k for k in rows if k[1] == budget and k[2] == m and
+                                names_of(k[0]) == name]
+                        short = name if len(same) == 1 else spec
+                        values = {"method": short, "budget": budget, "mode": m, **cells}
+                        print("| " + " | ".join(values.get(h, "?") for h in header) + " |")
+                return 0
+            checked += check_excerpt(text, anchor, rows, mode, differences)
         reports = {}
         for anchor, pattern, column in TABLES:
             if pattern not in reports:
@@ -117,7 +237,7 @@ def main():
                     checked += 1
     for d in differences:
         print("check_results_tables: " + d)
-    print(f"check_results_tables: {checked} cells of {len(TABLES)} tables, "
+    print(f"check_results_tables: {checked} cells of {len(TABLES) + len(EXCERPTS)} tables, "
           f"{len(differences)} differences")
     return 1 if differences else 0
 
