@@ -282,7 +282,11 @@ def run_accuracy(args):
     for m, r in specs:
         command += ["--method", kvbench_spec(m, r)]
     if not args.skip_kvbench:
-        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+        # As scripts/kvbench does: threads that spin while torch or another job holds a core
+        # wait on a preempted thread (docs/speed.md).
+        env = dict(os.environ)
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL, env=env)
         print(f"kvbench: {time.time() - started:.0f} s", flush=True)
 
     # kvpress: one prefill per sample for every press.
