@@ -37,7 +37,9 @@ TABLES = [
 
 
 # Excerpts of one db's report: (docs file, the line before the table contains this, db,
-# mode). The table's header names the report's columns after "method" and "budget".
+# mode). The table's header names the report's columns after "method" and "budget" (and
+# "mode" where its rows give theirs: mode None); a mode names the rows' mode for a table
+# without that column, "" the report's tables whose columns are the modes or the turns.
 EXCERPTS = [
     ("README.md", "What it\nprinted:", "results/short/default.db", "multi-turn"),
     ("docs/results.md", "(`configs/default.json`) measured", "results/short/default.db",

@@ -232,8 +232,15 @@ def answer(torch, model, tokenizer, cache, context_length, query_ids, max_new, s
     cache = copy.deepcopy(cache)
     with torch.no_grad():
         position = torch.arange(context_length, context_length + len(query_ids)).unsqueeze(0)
-        out = model(input_ids=torch.tensor([query_ids]), past_key_values=cache,
-                    position_ids=position)
+        if len({cache.get_seq_length(i) for i in range(len(cache))}) == 1:
+            out = model(input_ids=torch.tensor([query_ids]), past_key_values=cache,
+                        position_ids=position)
+        else:
+            # Layers of different lengths (PyramidKV): transformers builds one causal mask from
+            # layer 0's length, so the query goes in a token at a time (no mask), as decoding.
+            for i, token in enumerate(query_ids):
+                out = model(input_ids=torch.tensor([[token]]), past_key_values=cache,
+                            position_ids=position[:, i:i + 1])
         generated = [int(out.logits[0, -1].argmax())]
         position = position[:, -1:] + 1
         for i in range(max_new - 1):
@@ -300,10 +307,16 @@ def run_accuracy(args):
     stop_ids = model.generation_config.eos_token_id
     stop_ids = set(stop_ids if isinstance(stop_ids, list) else [stop_ids])
     stop_ids.add(tokenizer.convert_tokens_to_ids("<|im_end|>"))
+    # Each sample's answers are appended as it finishes: a rerun resumes after the last one.
     theirs_path = os.path.join(args.out, "kvpress.jsonl")
-    rows = []
-    for s in samples:
+    done = set()
+    if os.path.exists(theirs_path):
+        done = {json.loads(line)["sample"] for line in open(theirs_path, encoding="utf-8")}
+    for s in samples[:args.max_samples]:
+        if s["id"] in done:
+            continue
         started = time.time()
+        rows = []
         context = encode(tokenizer, head + s["context"] + "\n\n", True)
         n = len(context)
         presses = {}
@@ -319,10 +332,10 @@ def run_accuracy(args):
                 text = answer(torch, model, tokenizer, cache, n, query, max_new, stop_ids)
                 rows.append({"sample": s["id"], "method": spec, "turn": t, "prediction": text,
                              "prompt_tokens": n + len(query)})
+        with open(theirs_path, "a", encoding="utf-8") as f:
+            f.write("".join(json.dumps(r) + "\n" for r in rows))
         print(f"kvpress: sample {s['id']}: {n} context tokens, {time.time() - started:.0f} s",
               flush=True)
-    with open(theirs_path, "w", encoding="utf-8") as f:
-        f.write("".join(json.dumps(r) + "\n" for r in rows))
 
     # Both sides scored by kvbench's scorer.
     def score(path):
@@ -371,6 +384,9 @@ def main():
                         help="accuracy mode: folder for both sides' answers")
     parser.add_argument("--skip-kvbench", action="store_true",
                         help="accuracy mode: reuse the folder's kvbench.jsonl")
+    parser.add_argument("--max-samples", type=int, default=None,
+                        help="accuracy mode: run kvpress on the first N samples only (the "
+                             "table compares those)")
     args = parser.parse_args()
     if args.samples:
         return run_accuracy(args)
