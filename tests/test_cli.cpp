@@ -353,6 +353,18 @@ TEST_CASE("cli: export a task, run it as a session, score the answers", "[unit]"
   INFO(session.output);
   REQUIRE(session.exit_code == 0);
   CHECK(session.output.find("score") != std::string::npos);
+  {
+    // Decoded to the task's length, as a sweep decodes it (retr_kv: 96 tokens; the tiny
+    // model never ends a turn), not to a default of the session command's.
+    std::ifstream written(turns);
+    std::string row;
+    int rows = 0;
+    while (std::getline(written, row)) {
+      ++rows;
+      CHECK(row.find("\"output_tokens\":96") != std::string::npos);
+    }
+    CHECK(rows == 8);
+  }
   const Run scored = run_kvbench("score --sample " + samples + " --predictions " + turns);
   INFO(scored.output);
   REQUIRE(scored.exit_code == 0);

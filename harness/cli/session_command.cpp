@@ -34,7 +34,7 @@ struct SessionArgs {
   std::vector<std::string> methods;
   std::string mode;
   std::string append = "gold";
-  int32_t max_new = 64;
+  int32_t max_new = 0;  // 0: the sample's task's length, 64 for a sample without a task
   int32_t turns = 0;
   std::string sample_id;
   bool no_fidelity = false;
@@ -123,7 +123,8 @@ void run_session_command(const ModelOptions& model_options, const SessionArgs& a
   std::printf("\nmode: %s, append %s, query %s", to_string(options.mode),
               to_string(options.append), to_string(options.query));
   if (options.turn_gap_s > 0) std::printf(", turn gap %g s (simulated)", options.turn_gap_s);
-  std::printf(", max-new %d, %zu sample(s) from %s\n", options.max_new_tokens, samples.size(),
+  if (options.max_new_tokens > 0) std::printf(", max-new %d", options.max_new_tokens);
+  std::printf(", %zu sample(s) from %s\n", samples.size(),
               args.sample_path.c_str());
   std::printf(args.no_fidelity
                   ? "fidelity: off (--no-fidelity)\n"
@@ -155,7 +156,9 @@ void add_session_command(CLI::App& app, ModelOptions& model) {
   cmd->add_option("--mode", args->mode, "multi-turn or multi-request")->required();
   cmd->add_option("--append", args->append,
                   "What a multi-turn turn appends: gold (the reference answer) or model");
-  cmd->add_option("--max-new", args->max_new, "Most tokens to decode per turn")
+  cmd->add_option("--max-new", args->max_new,
+                  "Most tokens to decode per turn (default: the sample's task's, as a sweep "
+                  "decodes it; 64 for a sample without a task)")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--turns", args->turns, "Run at most this many turns per sample (0: all)")
       ->check(CLI::Range(0, 1 << 20));
