@@ -126,27 +126,17 @@ def check_excerpt(lines, anchor, rows, mode, differences):
 
 
 def report_accuracy(kvbench, pattern, work):
-    """{(spec, budget): {column: cell}} from `kvbench report` of the merged shards."""
+    """{(spec, budget): {column: cell}} from `kvbench report` of the merged shards (every
+    shard of these sweeps is multi-turn)."""
     shards = sorted(glob.glob(os.path.join(ROOT, pattern)))
     if not shards:
         sys.exit(f"check_results_tables: no shards match {pattern}")
-    name = re.sub(r"[^a-z0-9]", "_", pattern)
-    db, out = os.path.join(work, name + ".db"), os.path.join(work, name)
+    db = os.path.join(work, re.sub(r"[^a-z0-9]", "_", pattern) + ".db")
     subprocess.run([kvbench, "merge", *shards, "-o", db, "--allow-mixed-commits"], check=True,
                    stdout=subprocess.DEVNULL)
-    subprocess.run([kvbench, "report", db, "-o", out], check=True, stdout=subprocess.DEVNULL)
-    md = open(os.path.join(out, "leaderboard.md"), encoding="utf-8").read()
-    section = md[md.index("## Accuracy (%)"):md.index("\n## ", md.index("## Accuracy (%)") + 1)]
-    rows, header = {}, None
-    for line in section.splitlines():
-        if not line.startswith("| ") or line.startswith("|---"):
-            continue
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if cells[0] == "method":
-            header = cells
-            continue
-        rows[(cells[0].replace("\\_", "_"), cells[1])] = dict(zip(header, cells))
-    return rows
+    return {(spec.replace("\\_", "_"), budget): cells
+            for (spec, budget, mode), cells in report_rows(kvbench, db, work).items()
+            if mode == "multi-turn"}
 
 
 def matches(label, spec):
@@ -194,10 +184,13 @@ def main():
     lines = open(args.docs, encoding="utf-8").read().splitlines()
     differences, checked = [], 0
     with tempfile.TemporaryDirectory() as work:
+        reports = {}  # a db's or a shard pattern's rows, each reported once
         for docs, anchor, db, mode in EXCERPTS:
             if args.show and args.show not in anchor:
                 continue
-            rows = report_rows(args.kvbench, db, work)
+            if db not in reports:
+                reports[db] = report_rows(args.kvbench, db, work)
+            rows = reports[db]
             text = open(os.path.join(ROOT, docs), encoding="utf-8").read().splitlines()
             if args.show:
                 header, table = docs_table(text, anchor)
@@ -215,7 +208,6 @@ def main():
                         print("| " + " | ".join(values.get(h, "?") for h in header) + " |")
                 return 0
             checked += check_excerpt(text, anchor, rows, mode, differences)
-        reports = {}
         for anchor, pattern, column in TABLES:
             if pattern not in reports:
                 reports[pattern] = report_accuracy(args.kvbench, pattern, work)
