@@ -197,6 +197,16 @@ const TaskFormat* find_task_format(std::string_view name) {
   return nullptr;
 }
 
+const TaskFormat* named_task(const Sample& sample, const std::string& path) {
+  if (sample.task.empty()) return nullptr;
+  const TaskFormat* format = find_task_format(sample.task);
+  if (!format) {
+    throw InputError(path + ": sample '" + sample.id + "' names an unknown task '" + sample.task +
+                     "' (kvbench list tasks)");
+  }
+  return format;
+}
+
 const TaskFormat& task_format(const std::string& name) {
   if (const TaskFormat* f = find_task_format(name)) return *f;
   throw InputError("unknown task '" + name + "' (tasks: " + task_names() +

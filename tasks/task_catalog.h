@@ -35,6 +35,11 @@ const std::vector<TaskFormat>& task_formats();
 // nullptr when `name` is not a task.
 const TaskFormat* find_task_format(std::string_view name);
 
+// The task a sample of the file `path` names (its "task", as `kvbench list tasks --export`
+// writes it); nullptr when it names none. Throws InputError naming the file and the sample
+// for a task kvbench does not have.
+const TaskFormat* named_task(const Sample& sample, const std::string& path);
+
 // The task named `name`; throws InputError naming it and listing the known tasks.
 const TaskFormat& task_format(const std::string& name);
 

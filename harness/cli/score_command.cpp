@@ -41,7 +41,7 @@ void run_score_command(const ScoreArgs& args) {
   }
   std::map<std::string, Sample> samples;
   for (Sample& sample : load_samples_jsonl(args.sample_path)) {
-    if (sample.task.empty() || !find_task_format(sample.task)) {
+    if (!named_task(sample, args.sample_path)) {
       throw InputError(args.sample_path + ": sample '" + sample.id +
                        "' names no task kvbench scores (kvbench list tasks --export writes it)");
     }

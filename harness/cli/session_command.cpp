@@ -99,13 +99,8 @@ void run_session_command(const ModelOptions& model_options, const SessionArgs& a
   // scorer and decoded to its length, as a sweep does; an SCBench task's file needs its
   // template first (kvbench run --task NAME --data FILE).
   for (const Sample& sample : samples) {
-    if (sample.task.empty()) continue;
-    const TaskFormat* format = find_task_format(sample.task);
-    if (!format) {
-      throw InputError(args.sample_path + ": sample '" + sample.id + "' names an unknown task '" +
-                       sample.task + "' (kvbench list tasks)");
-    }
-    if (format->source != TaskSource::Generated) {
+    const TaskFormat* format = named_task(sample, args.sample_path);
+    if (format && format->source != TaskSource::Generated) {
       throw InputError(args.sample_path + ": sample '" + sample.id + "' names the SCBench task '" +
                        sample.task + "': run it with kvbench run --task " + sample.task +
                        " --data FILE");
