@@ -1,7 +1,9 @@
 #include "harness/evaluation.h"
 
 #include <algorithm>
+#include <chrono>
 #include <optional>
+#include <utility>
 
 #include "cache/registry.h"
 #include "harness/shared_prefill.h"
@@ -65,17 +67,26 @@ PrefillCount evaluate(const LlamaModel& model, const std::vector<Sample>& sample
       count.shared_tokens += shared->context_tokens();
     }
     const SharedPrefill* prefill = shared ? &*shared : nullptr;
+    double shared_forward_ms = shared ? shared->forward_ms() : 0;
     std::optional<SessionResult> full;  // the reference, shared by every method
+    double reference_ms = 0;
     if (options.fidelity) {
+      const auto start = std::chrono::steady_clock::now();
       full = run_session(model, sample, "full", session, nullptr, prefill);
+      reference_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
       count.unit_tokens += full->prefilled_tokens;
     }
     for (const ResolvedSpec& spec : specs) {
       UnitResult unit;
       unit.sample = &sample;
+      // The sample's shared work is in the first unit's wall time.
+      unit.shared_forward_ms = std::exchange(shared_forward_ms, 0);
       if (spec.is_full() && full) {
+        reference_ms = 0;  // the unit's own session
         unit.session = *full;
       } else {
+        unit.reference_ms = std::exchange(reference_ms, 0);
         unit.session = run_session(model, sample, spec.canonical, session, nullptr, prefill);
         count.unit_tokens += unit.session.prefilled_tokens;
       }

@@ -39,6 +39,11 @@ struct UnitResult {
   SessionResult session;
   std::vector<double> scores;  // per run turn, by the turn's task; empty when the sample
                                // has no task (a plain JSONL file)
+  // Work for the whole sample done just before this unit, on its sample's first unit only
+  // (UnitRecord): the shared forward (every sharing method's observers in it) and the full
+  // cache's reference session when it is not this unit's own.
+  double shared_forward_ms = 0;
+  double reference_ms = 0;
 };
 
 using UnitSink = std::function<void(const UnitResult&)>;

@@ -324,6 +324,7 @@ SweepProgress run_sweep(const SweepModel& source, const SweepConfig& config, con
   warm_up(model);
   const int64_t run_id = db.begin_run(run);
   const auto start = std::chrono::steady_clock::now();
+  auto last_written = start;  // a unit's wall time runs from the previous unit's write
   for (const auto& todo_entry : todo) {
     // Named, not a structured binding: C++17 lambdas (clang's) cannot capture those.
     const auto& group = todo_entry.first;
@@ -357,6 +358,11 @@ SweepProgress run_sweep(const SweepModel& source, const SweepConfig& config, con
       record.prefill = s.prefill;
       record.shared_prefill = s.shared_prefill;
       record.prefilled_tokens = s.prefilled_tokens;
+      const auto now = std::chrono::steady_clock::now();
+      record.wall_ms = std::chrono::duration<double, std::milli>(now - last_written).count();
+      last_written = now;
+      record.shared_forward_ms = unit.shared_forward_ms;
+      record.reference_ms = unit.reference_ms;
       if (!s.turns.empty()) {  // the report's heat map: the cache as the first turn left it
         record.head_tokens = head_tokens_by_layer(s.turns[0].cache);
         record.head_tokens_seen = s.turns[0].cache.tokens_seen;

@@ -36,6 +36,7 @@ struct Sums {
   int64_t read_n = 0;
   std::string prefill;
   int64_t shared = 0;  // units that started from a shared prefill
+  UnitTime time;
 };
 
 }  // namespace
@@ -86,6 +87,9 @@ std::vector<Aggregate> aggregate_units(const std::vector<UnitRecord>& units,
     s.prefill = s.units == 0 ? unit.prefill : combine_prefill(s.prefill, unit.prefill);
     s.shared += unit.shared_prefill ? 1 : 0;
     ++s.units;
+    if (unit.wall_ms > 0) {
+      s.time.add({1, unit.wall_ms, unit.shared_forward_ms, unit.reference_ms});
+    }
     std::vector<double> scores;
     for (const TurnRow& t : unit.turns) {
       ++s.turns;
@@ -136,6 +140,7 @@ std::vector<Aggregate> aggregate_units(const std::vector<UnitRecord>& units,
     a.units = s.units;
     a.turns = s.turns;
     a.prefill = s.prefill + (s.shared == s.units && !s.prefill.empty() ? "+shared" : "");
+    a.time = s.time;
     if (s.scored > 0) {
       a.accuracy = s.score_sum / static_cast<double>(s.scored);
       a.accuracy_ci = accuracy_interval(s.unit_scores);

@@ -12,6 +12,20 @@
 
 namespace kvbench {
 
+// Sums of units' wall time and the sample-wide work inside it (UnitRecord).
+struct UnitTime {
+  int64_t timed_units = 0;
+  double wall_ms = 0;
+  double shared_forward_ms = 0;
+  double reference_ms = 0;
+  void add(const UnitTime& o) {
+    timed_units += o.timed_units;
+    wall_ms += o.wall_ms;
+    shared_forward_ms += o.shared_forward_ms;
+    reference_ms += o.reference_ms;
+  }
+};
+
 struct Aggregate {
   std::string method;  // canonical spec
   std::string task;
@@ -39,6 +53,9 @@ struct Aggregate {
   // when unknown (units written before schema v4); "+shared" when every unit started
   // from its sample's one prefill for all methods.
   std::string prefill;
+  // Where the units' wall time went (UnitRecord::wall_ms and its parts, schema v8), summed
+  // over the units that have it; timed_units 0 for a db written before.
+  UnitTime time;
 };
 
 // How a unit was driven, as reports group and show it: its mode ("multi-turn",

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <set>
@@ -208,6 +209,7 @@ struct Row {
   std::string prefill;             // Aggregate::prefill over the row's tasks
   std::vector<double> by_turn;  // NaN: no score at that turn index
   int64_t units = 0, turns = 0;
+  UnitTime time;  // summed over the row's tasks
   std::string label;  // short display name for charts
   bool is_full() const { return family == "full"; }
 };
@@ -242,6 +244,32 @@ std::string ref_sentence(const Board& b) {
 std::string ref_cache(const Board& b) {
   return b.reference == "bf16" ? "the bf16 cache" : "the full cache";
 }
+
+// The "Time per unit" table: whether any row has it, what it says, and a row's cells (means
+// per timed unit, in seconds).
+bool any_timed(const Board& b) {
+  return std::any_of(b.rows.begin(), b.rows.end(),
+                     [](const Row& r) { return r.time.timed_units > 0; });
+}
+
+const char* const kTimeNote =
+    "Wall seconds per unit, from the previous unit's write in the same process, so a shard's "
+    "units add up to its time (units written before schema v8 have none and are left out). "
+    "Shared forward: the sample's one prefill for every method that starts from it, with every "
+    "method's observers (attention scores, column sums) in it, on the unit that waited for it "
+    "(the sample's first); reference: the full cache's session the KL and top-1 columns compare "
+    "against, where it ran before a unit and is not the unit's own; own: the rest, the unit's "
+    "own session (its prefills, compression, turns, scoring).";
+
+std::vector<std::string> time_cells(const Row& r) {
+  const UnitTime& t = r.time;
+  const double n = static_cast<double>(t.timed_units) * 1000.0;
+  return {std::to_string(t.timed_units), fmt(t.wall_ms / n, 1), fmt(t.shared_forward_ms / n, 1),
+          fmt(t.reference_ms / n, 1),
+          fmt((t.wall_ms - t.shared_forward_ms - t.reference_ms) / n, 1)};
+}
+
+const char* const kTimeHead[] = {"units", "wall s", "shared forward s", "reference s", "own s"};
 
 std::string task_accuracy_cell(const Row& r, const std::string& task) {
   auto it = r.accuracy.find(task);
@@ -296,6 +324,7 @@ Board build_board(const std::vector<Aggregate>& aggs) {
       r.prefill = r.units == 0 ? a->prefill : combine_prefill(r.prefill, a->prefill);
       r.units += a->units;
       r.turns += a->turns;
+      r.time.add(a->time);
     }
     r.average = mean_of(accs);
     if (r.average) r.average_ci = average_interval(task_scores);
@@ -551,6 +580,20 @@ std::string render_leaderboard_markdown(const std::vector<RunRecord>& runs,
                  r.kv_vs_ref ? fmt(*r.kv_vs_ref, 2) + "x" : std::string(kMissing),
                  fmt(r.kv_mib, 2), fmt(r.peak_mib, 2), fmt(r.read_kib, 0), fmt(r.ttft_ms, 1),
                  fmt(r.reused, 1, 100), fmt(r.decode, 1), fmt(r.kl, 4), fmt(r.top1, 1, 100)});
+  }
+
+  if (any_timed(b)) {
+    o << "\n## Time per unit\n\n" << kTimeNote << "\n\n";
+    std::vector<std::string> head = {"method", "budget", "mode"};
+    head.insert(head.end(), std::begin(kTimeHead), std::end(kTimeHead));
+    o << md_row(head) << md_rule(3, std::size(kTimeHead));
+    for (const Row& r : b.rows) {
+      if (r.time.timed_units == 0) continue;
+      std::vector<std::string> cells = {md_escape(r.method), md_escape(budget_cell(r.budget)),
+                                        md_escape(r.mode)};
+      for (std::string& c : time_cells(r)) cells.push_back(std::move(c));
+      o << md_row(cells);
+    }
   }
 
   o << "\nKept tokens per layer and KV head, for one sample: "
@@ -1080,6 +1123,20 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
       << td(fmt(r.top1, 1, 100), "num") << "</tr>\n";
   }
   o << "</table>\n";
+  if (any_timed(b)) {
+    o << "<h2>Time per unit</h2>\n<p class=\"note\">" << h(kTimeNote) << "</p>\n";
+    o << "<table>\n<tr>" << th("method") << th("budget") << th("mode");
+    for (const char* c : kTimeHead) o << th(c, true);
+    o << "</tr>\n";
+    for (const Row& r : b.rows) {
+      if (r.time.timed_units == 0) continue;
+      o << tr_open(r) << td(h_spec(r.method), "spec") << td(budget_cell(r.budget), "num")
+        << td(r.mode, "nw");
+      for (const std::string& c : time_cells(r)) o << td(c, "num");
+      o << "</tr>\n";
+    }
+    o << "</table>\n";
+  }
 
   // Bars grouped by method family and series, budgets ascending within (full first).
   std::vector<const Row*> bar_rows;

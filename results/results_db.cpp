@@ -430,6 +430,12 @@ CREATE TABLE serving (
 );
 CREATE INDEX serving_run ON serving(run_id);
 )sql",
+    // v8: where a unit's wall time went
+    R"sql(
+ALTER TABLE units ADD COLUMN wall_ms REAL NOT NULL DEFAULT 0;
+ALTER TABLE units ADD COLUMN shared_forward_ms REAL NOT NULL DEFAULT 0;
+ALTER TABLE units ADD COLUMN reference_ms REAL NOT NULL DEFAULT 0;
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kResultsSchemaVersion,
               "one migration per schema version");
@@ -818,6 +824,9 @@ void insert_unit(sqlite3* db, const std::string& path, const Stmt::OnError& on_e
                  int64_t run_id, const UnitRecord& unit, const std::string& finished_at) {
   check_real(path, unit, 0, "context_prefill_ms", unit.context_prefill_ms);
   check_real(path, unit, 0, "turn_gap_s", unit.turn_gap_s);
+  check_real(path, unit, 0, "wall_ms", unit.wall_ms);
+  check_real(path, unit, 0, "shared_forward_ms", unit.shared_forward_ms);
+  check_real(path, unit, 0, "reference_ms", unit.reference_ms);
   for (const TurnRow& t : unit.turns) {
     check_real(path, unit, t.turn, "attn_flops", t.attn_flops);
     check_real(path, unit, t.turn, "attn_flops_dense", t.attn_flops_dense);
@@ -840,9 +849,10 @@ void insert_unit(sqlite3* db, const std::string& path, const Stmt::OnError& on_e
   Stmt u(db,
          "INSERT INTO units (run_id, unit_key, task, sample_id, method, budget, mode, seed, "
          "context_tokens, context_prefill_ms, finished_at, prefill, shared_prefill, "
-         "prefilled_tokens, head_tokens, head_tokens_seen, query_setting, turn_gap_s) "
+         "prefilled_tokens, head_tokens, head_tokens_seen, query_setting, turn_gap_s, wall_ms, "
+         "shared_forward_ms, reference_ms) "
          "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, "
-         "?18)",
+         "?18, ?19, ?20, ?21)",
          on_error);
   u.bind(1, run_id)
       .bind(2, unit.key)
@@ -861,7 +871,10 @@ void insert_unit(sqlite3* db, const std::string& path, const Stmt::OnError& on_e
       .bind(15, head_tokens)
       .bind(16, unit.head_tokens_seen)
       .bind(17, unit.query_setting)
-      .bind(18, unit.turn_gap_s);
+      .bind(18, unit.turn_gap_s)
+      .bind(19, unit.wall_ms)
+      .bind(20, unit.shared_forward_ms)
+      .bind(21, unit.reference_ms);
   u.run();
   const int64_t unit_id = sqlite3_last_insert_rowid(db);
 
@@ -969,8 +982,8 @@ std::vector<StoredUnit> read_units(sqlite3* db, const std::string& path,
     Stmt s(db,
            "SELECT id, run_id, unit_key, task, sample_id, method, budget, mode, seed, "
            "context_tokens, context_prefill_ms, finished_at, prefill, shared_prefill, "
-           "prefilled_tokens, head_tokens, head_tokens_seen, query_setting, turn_gap_s FROM units "
-           "ORDER BY id",
+           "prefilled_tokens, head_tokens, head_tokens_seen, query_setting, turn_gap_s, wall_ms, "
+           "shared_forward_ms, reference_ms FROM units ORDER BY id",
            on_error);
     while (s.step()) {
       const CheckedRow row(s, path, "units");
@@ -1011,6 +1024,9 @@ std::vector<StoredUnit> read_units(sqlite3* db, const std::string& path,
       u.head_tokens_seen = row.count(16, "head_tokens_seen");
       u.query_setting = row.label(17, "query_setting");
       u.turn_gap_s = row.real(18, "turn_gap_s", 0, kMaxMs);
+      u.wall_ms = row.real(19, "wall_ms", 0, kMaxMs);
+      u.shared_forward_ms = row.real(20, "shared_forward_ms", 0, kMaxMs);
+      u.reference_ms = row.real(21, "reference_ms", 0, kMaxMs);
       // The same unit under a second key would count twice in every mean.
       const auto [first, inserted] = key_of.emplace(unit_identity(u), u.key);
       if (!inserted) {

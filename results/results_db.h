@@ -19,7 +19,7 @@ struct sqlite3;
 
 namespace kvbench {
 
-constexpr int kResultsSchemaVersion = 7;
+constexpr int kResultsSchemaVersion = 8;
 
 struct RunRecord {
   int64_t id = 0;  // assigned by begin_run
@@ -104,6 +104,15 @@ struct UnitRecord {
   // query inside the compressed span); "" for a db written before schema v6.
   std::string query_setting;
   double turn_gap_s = 0;  // simulated seconds between a unit's requests or turns (TTL reuse)
+  // Where the sweep's time went (schema v8; 0 in older dbs). wall_ms: from the previous unit
+  // written by the same process (or the run's start) to this one, so a shard's units add up
+  // to its time. shared_forward_ms: the sample's one forward for every method that shares it,
+  // each method's observers included, when it ran inside this unit's wall time (0 on the
+  // sample's later units). reference_ms: the full cache's session the fidelity columns
+  // compare against, when it ran inside this unit's wall time and is not the unit's own.
+  double wall_ms = 0;
+  double shared_forward_ms = 0;
+  double reference_ms = 0;
   std::vector<TurnRow> turns;
 };
 

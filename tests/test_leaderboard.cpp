@@ -492,6 +492,37 @@ TEST_CASE("leaderboard: an empty aggregate renders without rows", "[reports]") {
   CHECK(count(html, "<svg") == count(html, "</svg>"));
 }
 
+TEST_CASE("leaderboard: time per unit, means of the timed units, none without", "[reports]") {
+  // Two samples of full (the first of each carries the shared forward) and one of snapkv
+  // (the reference ran before it); an older unit without a wall time is left out.
+  std::vector<UnitRecord> units;
+  const auto timed = [&](const std::string& method, const std::string& sample, double wall,
+                         double shared, double reference) {
+    UnitRecord u = unit("niah", method, method == "full" ? "" : "ratio=0.5", "multi-turn",
+                        {turn(1, 1.0, 10, 20, 100, 100)});
+    u.sample_id = sample;
+    u.key += "|" + sample;
+    u.wall_ms = wall;
+    u.shared_forward_ms = shared;
+    u.reference_ms = reference;
+    units.push_back(u);
+  };
+  timed("full", "a", 10000, 6000, 0);
+  timed("full", "b", 20000, 8000, 0);
+  timed("snapkv", "a", 9000, 0, 4000);
+  timed("snapkv", "old", 0, 0, 0);
+  const std::string md = render_leaderboard_markdown({}, aggregate_units(units));
+  INFO(md);
+  CHECK(md.find("## Time per unit") != std::string::npos);
+  CHECK(md.find("| full | – | multi-turn | 2 | 15.0 | 7.0 | 0.0 | 8.0 |") != std::string::npos);
+  CHECK(md.find("| snapkv | ratio=0.5 | multi-turn | 1 | 9.0 | 0.0 | 4.0 | 5.0 |") != std::string::npos);
+  const std::string html = render_leaderboard_html({}, aggregate_units(units));
+  CHECK(html.find("<h2>Time per unit</h2>") != std::string::npos);
+  for (UnitRecord& u : units) u.wall_ms = 0;  // a db written before schema v8
+  CHECK(render_leaderboard_markdown({}, aggregate_units(units)).find("Time per unit") ==
+        std::string::npos);
+}
+
 TEST_CASE("write_reports: a results db to leaderboard.md and leaderboard.html", "[reports]") {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() /

@@ -98,6 +98,9 @@ UnitRecord make_unit(const std::string& key, const std::string& method = "snapkv
   u.head_tokens_seen = 600;
   u.query_setting = "aware";
   u.turn_gap_s = 45.5;
+  u.wall_ms = 9876.25;
+  u.shared_forward_ms = 5000.5;
+  u.reference_ms = 1234.125;
   for (int i = 1; i <= turns; ++i) u.turns.push_back(make_turn(i, 0.5 * i));
   return u;
 }
@@ -157,6 +160,9 @@ void require_same_unit(const UnitRecord& a, const UnitRecord& b) {
   CHECK(a.head_tokens_seen == b.head_tokens_seen);
   CHECK(a.query_setting == b.query_setting);
   CHECK(same_bits(a.turn_gap_s, b.turn_gap_s));
+  CHECK(same_bits(a.wall_ms, b.wall_ms));
+  CHECK(same_bits(a.shared_forward_ms, b.shared_forward_ms));
+  CHECK(same_bits(a.reference_ms, b.reference_ms));
   REQUIRE(a.turns.size() == b.turns.size());
   for (size_t i = 0; i < a.turns.size(); ++i) require_same_turn(a.turns[i], b.turns[i]);
 }
@@ -413,13 +419,13 @@ TEST_CASE("results db: a unit whose write fails half-way leaves no rows", "[resu
         0);
 }
 
-TEST_CASE("results db: WAL mode, schema version 7, the four tables", "[results]") {
+TEST_CASE("results db: WAL mode, schema version 8, the four tables", "[results]") {
   const std::string path = temp_path("schema.db");
   auto db = ResultsDb::open(path);
   Raw raw(path);
   CHECK(raw.text("PRAGMA journal_mode") == "wal");
   CHECK(raw.integer("PRAGMA user_version") == kResultsSchemaVersion);
-  CHECK(kResultsSchemaVersion == 7);
+  CHECK(kResultsSchemaVersion == 8);
   for (const char* table : {"runs", "units", "results", "serving"}) {
     INFO(table);
     CHECK(raw.integer(std::string("SELECT count(*) FROM sqlite_master WHERE type = 'table' "
@@ -817,7 +823,9 @@ TEST_CASE("results db: a version 1 db migrates to the current version and keeps 
       "head_tokens_seen; ALTER TABLE units DROP COLUMN query_setting; ALTER TABLE units DROP "
       "COLUMN turn_gap_s; ALTER TABLE results DROP COLUMN attn_flops; ALTER TABLE results DROP "
       "COLUMN attn_flops_dense; ALTER TABLE results DROP COLUMN retrieval_recall; "
-      "DROP TABLE serving; PRAGMA user_version = 1");
+      "DROP TABLE serving; ALTER TABLE units DROP COLUMN wall_ms; ALTER TABLE units DROP "
+      "COLUMN shared_forward_ms; ALTER TABLE units DROP COLUMN reference_ms; "
+      "PRAGMA user_version = 1");
   CHECK(Raw(path).integer("SELECT count(*) FROM pragma_table_info('results') "
                           "WHERE name = 'kv_read_per_step'") == 0);
   auto db = ResultsDb::open(path);
@@ -833,6 +841,8 @@ TEST_CASE("results db: a version 1 db migrates to the current version and keeps 
   CHECK(units[0].head_tokens.empty());  // unknown before v5
   CHECK(units[0].query_setting.empty());  // unknown before v6
   CHECK(units[0].turn_gap_s == 0);
+  CHECK(units[0].wall_ms == 0);  // unknown before v8
+  CHECK(units[0].reference_ms == 0);
   CHECK(units[0].turns[0].attn_flops == 0);
   CHECK_FALSE(units[0].turns[0].retrieval_recall.has_value());
   const int64_t run = db->begin_run(make_run());
@@ -904,7 +914,9 @@ TEST_CASE("results db: a version 4 db killed mid-sweep migrates and resumes", "[
       "head_tokens_seen; ALTER TABLE units DROP COLUMN query_setting; ALTER TABLE units DROP "
       "COLUMN turn_gap_s; ALTER TABLE results DROP COLUMN attn_flops; ALTER TABLE results DROP "
       "COLUMN attn_flops_dense; ALTER TABLE results DROP COLUMN retrieval_recall; "
-      "DROP TABLE serving; PRAGMA user_version = 4");
+      "DROP TABLE serving; ALTER TABLE units DROP COLUMN wall_ms; ALTER TABLE units DROP "
+      "COLUMN shared_forward_ms; ALTER TABLE units DROP COLUMN reference_ms; "
+      "PRAGMA user_version = 4");
   // Read-only, an older schema is read through a migrated copy in memory, the file as it was.
   {
     const std::string before = read_bytes(path);

@@ -283,6 +283,26 @@ TEST_CASE("sweep: every unit once, resumed runs skip, shards partition the units
     }
     CHECK(full_units == 4);  // 2 tasks x 2 seeds
   }
+  // Where the time went: every unit has its wall time; the sample's shared forward sits on
+  // its first unit (the full cache, whose session is the reference itself), inside its wall.
+  {
+    std::set<std::string> samples_seen;
+    for (const UnitRecord& u : ResultsDb::open(whole, true)->units()) {
+      INFO(u.key);
+      CHECK(u.wall_ms > 0);
+      CHECK(u.reference_ms == 0);  // full runs first: the reference is its own session
+      const bool first = samples_seen.insert(u.task + "|" + u.sample_id + "|" +
+                                             std::to_string(u.seed)).second;
+      CHECK(first == (u.method == "full"));
+      if (first) {
+        CHECK(u.shared_forward_ms > 0);
+        CHECK(u.shared_forward_ms <= u.wall_ms);
+      } else {
+        CHECK(u.shared_forward_ms == 0);
+      }
+    }
+    CHECK(samples_seen.size() == 4);
+  }
   for (const auto& [key, value] : expected) {
     REQUIRE(value.score);  // scored by the task
     if (std::get<0>(key).find("|full") != std::string::npos) {
