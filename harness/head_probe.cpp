@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <random>
+#include <stdexcept>
 
 #include "cache/full_cache.h"
 #include "cache/registry.h"
@@ -94,25 +95,32 @@ std::filesystem::path cache_dir() {
 
 }  // namespace
 
-std::vector<float> probe_retrieval_heads(const LlamaModel& model, const ProbeTexts& texts) {
-  if (model.device() != ModelDevice::Cpu) {
-    throw InputError("the retrieval-head probe runs on the CPU only");
-  }
-  const KvShape shape = model.kv_shape();
-  const Tokenizer& tokenizer = model.tokenizer();
+namespace {
+
+// One needle probe: filler with a pass-key sentence at [needle_begin, needle_end), the
+// question, and the teacher-forced answer (its first row the question's last token).
+struct Probe {
+  std::vector<int32_t> tokens;
+  int32_t needle_begin = 0, needle_end = 0;
+  std::vector<int32_t> answer;
+};
+
+std::vector<Probe> make_probes(const Tokenizer& tokenizer, const ProbeTexts& texts) {
   std::mt19937 rng(texts.seed);
   const int sentences = texts.filler_sentences;
   std::uniform_int_distribution<int> digits(10000, 99999);
-  std::vector<double> total(static_cast<size_t>(shape.n_layers) * shape.n_kv_heads, 0.0);
+  std::vector<Probe> probes;
   for (int p = 0; p < kProbes; ++p) {
+    Probe probe;
     const std::string key = std::to_string(digits(rng));
     const int before = sentences * (p + 1) / (kProbes + 1);  // depth 20%, 40%, ...
-    std::vector<int32_t> tokens = tokens_of(tokenizer, filler(rng, before), true);
-    const auto needle_begin = static_cast<int32_t>(tokens.size());
+    std::vector<int32_t>& tokens = probe.tokens;
+    tokens = tokens_of(tokenizer, filler(rng, before), true);
+    probe.needle_begin = static_cast<int32_t>(tokens.size());
     for (int32_t t : tokens_of(tokenizer, "The pass key is " + key + ". Remember it. ", false)) {
       tokens.push_back(t);
     }
-    const auto needle_end = static_cast<int32_t>(tokens.size());
+    probe.needle_end = static_cast<int32_t>(tokens.size());
     for (int32_t t : tokens_of(tokenizer, filler(rng, sentences - before), false)) {
       tokens.push_back(t);
     }
@@ -120,17 +128,52 @@ std::vector<float> probe_retrieval_heads(const LlamaModel& model, const ProbeTex
       tokens.push_back(t);
     }
     // The rows that read the answer out: the question's last token and the answer's.
-    std::vector<int32_t> answer = {tokens.back()};
+    probe.answer = {tokens.back()};
     tokens.pop_back();
-    for (int32_t t : tokens_of(tokenizer, " " + key, false)) answer.push_back(t);
+    for (int32_t t : tokens_of(tokenizer, " " + key, false)) probe.answer.push_back(t);
+    probes.push_back(std::move(probe));
+  }
+  return probes;
+}
 
-    auto observer = std::make_unique<NeedleAttention>(shape.n_layers, needle_begin, needle_end);
+}  // namespace
+
+int64_t probe_context_tokens(const Tokenizer& tokenizer, const ProbeTexts& texts) {
+  int64_t total = 0;
+  for (const Probe& probe : make_probes(tokenizer, texts)) {
+    total += static_cast<int64_t>(probe.tokens.size() + probe.answer.size());
+  }
+  return total / kProbes;
+}
+
+int filler_sentences_for(const Tokenizer& tokenizer, int64_t context_tokens) {
+  // Scaled by the probes' measured length, twice: a sentence's tokens depend on its
+  // neighbours (a leading space), and the needle and the question add about 25.
+  ProbeTexts texts;
+  for (int round = 0; round < 2; ++round) {
+    const double per_sentence =
+        static_cast<double>(probe_context_tokens(tokenizer, texts) - 25) / texts.filler_sentences;
+    texts.filler_sentences = std::max(
+        4, static_cast<int>(std::lround(static_cast<double>(context_tokens - 25) / per_sentence)));
+  }
+  return texts.filler_sentences;
+}
+
+std::vector<float> probe_retrieval_heads(const LlamaModel& model, const ProbeTexts& texts) {
+  if (model.device() != ModelDevice::Cpu) {
+    throw InputError("the retrieval-head probe runs on the CPU only");
+  }
+  const KvShape shape = model.kv_shape();
+  std::vector<double> total(static_cast<size_t>(shape.n_layers) * shape.n_kv_heads, 0.0);
+  for (const Probe& probe : make_probes(model.tokenizer(), texts)) {
+    auto observer =
+        std::make_unique<NeedleAttention>(shape.n_layers, probe.needle_begin, probe.needle_end);
     NeedleAttention& needle = *observer;
     KvCache cache(shape, make_dense_layers(shape), std::move(observer));
-    cache.reserve(static_cast<int64_t>(tokens.size() + answer.size()));
-    model.forward(tokens, cache);
+    cache.reserve(static_cast<int64_t>(probe.tokens.size() + probe.answer.size()));
+    model.forward(probe.tokens, cache);
     needle.recording = true;
-    model.forward(answer, cache);
+    model.forward(probe.answer, cache);
     for (int32_t l = 0; l < shape.n_layers; ++l) {
       const std::vector<double>& mass = needle.mass(l);
       const int32_t group = static_cast<int32_t>(mass.size()) / shape.n_kv_heads;
@@ -140,6 +183,25 @@ std::vector<float> probe_retrieval_heads(const LlamaModel& model, const ProbeTex
     }
   }
   return std::vector<float>(total.begin(), total.end());
+}
+
+std::string head_scores_tsv(const std::vector<float>& scores, int32_t n_layers,
+                            int32_t n_kv_heads) {
+  if (scores.size() != static_cast<size_t>(n_layers) * static_cast<size_t>(n_kv_heads)) {
+    throw std::invalid_argument("head_scores_tsv: " + std::to_string(scores.size()) +
+                                " scores for " + std::to_string(n_layers) + " x " +
+                                std::to_string(n_kv_heads) + " heads");
+  }
+  std::string out;
+  char value[32];
+  for (int32_t l = 0; l < n_layers; ++l) {
+    for (int32_t h = 0; h < n_kv_heads; ++h) {
+      std::snprintf(value, sizeof value, "%.6g", static_cast<double>(scores[l * n_kv_heads + h]));
+      out += (h == 0 ? "" : "\t") + std::string(value);
+    }
+    out += "\n";
+  }
+  return out;
 }
 
 std::vector<float> cached_retrieval_heads(const LlamaModel& model, const std::string& model_path) {

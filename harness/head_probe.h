@@ -11,6 +11,7 @@
 namespace kvbench {
 
 struct ResolvedSpec;
+class Tokenizer;
 
 // [n_layers * n_kv_heads] scores, higher more retrieval-like. Four generated contexts of
 // about 450 tokens (filler sentences with a pass key at depths 20%, 40%, 60%, 80%; fixed
@@ -25,6 +26,18 @@ struct ProbeTexts {
   int filler_sentences = 36;
 };
 std::vector<float> probe_retrieval_heads(const LlamaModel& model, const ProbeTexts& texts = {});
+
+// The probes' mean length in tokens (context, question and answer), and the filler sentences
+// that make them about `context_tokens` long: the probe at the length a sweep runs
+// (`kvbench probe-heads --context-tokens`).
+int64_t probe_context_tokens(const Tokenizer& tokenizer, const ProbeTexts& texts);
+int filler_sentences_for(const Tokenizer& tokenizer, int64_t context_tokens);
+
+// The scores in the DuoAttention authors' gate format (full_attention_heads.tsv: one line per
+// layer, a tab-separated value per KV head), which duo_attention:pattern=FILE reads back and
+// ranks the same way.
+std::string head_scores_tsv(const std::vector<float>& scores, int32_t n_layers,
+                            int32_t n_kv_heads);
 
 // The probe's scores for the model file at `model_path`, from the cache file
 // $XDG_CACHE_HOME/kvbench/heads/<sha256 of the file>.json (~/.cache when unset), else probed

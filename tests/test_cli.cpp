@@ -320,6 +320,49 @@ TEST_CASE("cli: run refuses bad knob values and a context longer than the window
 // Issue 55: another tool runs exactly kvbench's inputs and is scored by kvbench's scorers:
 // `list tasks --export` writes a generated task's samples, `session` runs them scored (they
 // name their task) and writes every turn with --out, and `score` scores any predictions.
+TEST_CASE("cli: probe-heads writes a gate file that duo_attention reads back", "[unit]") {
+  testing::TinyLlamaSpec spec;
+  spec.context_length = 1024;
+  const std::string model = testing::temp_path("tiny_cli_probe.gguf");
+  testing::write_tiny_llama_gguf(model, spec);
+  const std::string gates = testing::temp_path("probe_gates.tsv");
+  std::filesystem::remove(gates);
+  const Run probed = run_kvbench("--model " + model + " --threads 1 probe-heads --context-tokens 400 "
+                                 "-o " + gates);
+  INFO(probed.output);
+  REQUIRE(probed.exit_code == 0);
+  CHECK(probed.output.find("4 probes of about") != std::string::npos);
+  // One line per layer, one tab-separated score per KV head.
+  std::ifstream in(gates);
+  std::string line;
+  int layers = 0;
+  while (std::getline(in, line)) {
+    ++layers;
+    CHECK(std::count(line.begin(), line.end(), '\t') == spec.n_head_kv - 1);
+  }
+  CHECK(layers == spec.n_layer);
+  // The probes come within a few tokens of the length asked for.
+  const size_t at = probed.output.find("of about ");
+  REQUIRE(at != std::string::npos);
+  const int tokens = std::stoi(probed.output.substr(at + 9));
+  CHECK(tokens > 360);
+  CHECK(tokens < 440);
+  const std::string sample = write_text("probe_sample.jsonl", kSessionSample);
+  const Run session = run_kvbench("--model " + model + " --threads 1 session --sample " + sample +
+                                  " --method duo_attention:budget=32,sink=4,recent=8,pattern=" +
+                                  gates + " --mode multi-turn --no-fidelity");
+  INFO(session.output);
+  CHECK(session.exit_code == 0);
+  // Bad input: one line, exit 2, nothing written.
+  const std::string missing = testing::temp_path("probe_not_written.tsv");
+  std::filesystem::remove(missing);
+  require_clear_error(run_kvbench("--model " + model + " probe-heads --context-tokens 4000 -o " +
+                                  missing),
+                      "do not fit the model's context");
+  CHECK_FALSE(std::filesystem::exists(missing));
+  require_clear_error(run_kvbench("--model " + model + " probe-heads -o " + model), "-o");
+}
+
 TEST_CASE("cli: export a task, run it as a session, score the answers", "[unit]") {
   testing::TinyLlamaSpec wide;
   wide.context_length = 4096;

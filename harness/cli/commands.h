@@ -105,5 +105,7 @@ void add_sweep_command(CLI::App& app, ModelOptions& model);  // sweep, merge
 void add_report_command(CLI::App& app);                       // report, check
 void add_serve_command(CLI::App& app, ModelOptions& model);
 void add_load_command(CLI::App& app, ModelOptions& model);
+// `kvbench probe-heads`: duo_attention's head probe at a chosen length, as a gate file.
+void add_probe_heads_command(CLI::App& app, ModelOptions& model);
 
 }  // namespace kvbench

@@ -243,6 +243,7 @@ int main(int argc, char** argv) {
   kvbench::add_list_command(app, model);
   kvbench::add_session_command(app, model);
   kvbench::add_score_command(app);
+  kvbench::add_probe_heads_command(app, model);
   kvbench::add_run_command(app, model);
   kvbench::add_sweep_command(app, model);
   kvbench::add_report_command(app);
