@@ -36,7 +36,7 @@ void KvCache::append(int32_t layer, const float* k, const float* v, const int32_
 
 void KvCache::attend(int32_t layer, const AttentionQuery& query) {
   LayerKv& store = *layers_[layer];
-  if (prefill_ && !decode_step_) {
+  if (prefill_ && !decode_step_ && (!context_ended_ || prefill_->sparse_after_context())) {
     // A sparse prefill reads the store's fp32 view (every row of it, some query reads each).
     const DenseKv kv = store.view();
     const AttentionPairs pairs = prefill_->attend(query, kv, forward_end_);

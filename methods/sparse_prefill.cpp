@@ -157,6 +157,11 @@ const char* const kChoiceDevice =
     "on --device cuda the attention runs on the GPU (attention_sparse_cuda: 64-slot tiles no "
     "query head of a block reads are skipped unloaded); the pattern is chosen and the pairs "
     "counted on the host, from the positions copied down";
+const char* const kChoiceTurns =
+    "every prefill forward reads the pattern: the context's and, after it, each turn's query "
+    "and appended answer (a question of tens of tokens then sees the sink and its local "
+    "window only, Tri-shape's last rows and MInference's columns aside); queries=dense keeps "
+    "the pattern to the context's prefill";
 const char* const kChoiceChunks =
     "prefill runs in chunks of 512 tokens: each chunk's attention over all keys before it is "
     "sparse; the prompt's end (Tri-shape's dense rows) is the forward's end";
@@ -169,12 +174,22 @@ ParamInfo local_param() {
   return int_param("local", 112, 1, kMaxTokens,
                    "positions up to its own each prefill query reads (the authors' n_local)");
 }
+ParamInfo queries_param() {
+  return choice_param("queries", "", {"sparse", "dense"},
+                      "dense: only the context's prefill reads the pattern, each turn's query "
+                      "and appended answer attend densely (as decode does); default sparse");
+}
+bool dense_queries(const MethodParams& params) {
+  return params.has("queries") && params.get("queries") == "dense";
+}
+
 SparsePrefillRule shape_rule(const MethodParams& params, SparsePrefillRule::Shape shape) {
   SparsePrefillRule rule;
   rule.shape = shape;
   rule.sink = static_cast<int32_t>(params.get_int("sink"));
   rule.local = static_cast<int32_t>(params.get_int("local"));
   if (params.has("last")) rule.last = static_cast<int32_t>(params.get_int("last"));
+  rule.dense_queries = dense_queries(params);
   return rule;
 }
 
@@ -188,9 +203,9 @@ MethodInfo a_shape_method() {
   info.choices = {
       "sink=16, local=112 (128 keys per query) where the authors use n_init=128, "
       "n_local=3968 (4096 of 128K contexts): scaled for kvbench's 0.5-2K-token tasks",
-      kChoiceFullCache, kChoiceFlops, kChoiceChunks, kChoiceDevice,
+      kChoiceFullCache, kChoiceTurns, kChoiceFlops, kChoiceChunks, kChoiceDevice,
   };
-  info.params = {sink_param(), local_param()};
+  info.params = {sink_param(), local_param(), queries_param()};
   info.make_prefill = [](const MethodParams& params) {
     return std::make_shared<const SparsePrefill>(
         shape_rule(params, SparsePrefillRule::Shape::AShape));
@@ -206,11 +221,12 @@ MethodInfo tri_shape_method() {
       "sink=16, local=112 where the authors use n_init=128, n_local=3968 (128K contexts); "
       "last=64 where their tri_shape_kernel defaults to n_last=100: kvbench's questions are "
       "tens of tokens",
-      kChoiceFullCache, kChoiceFlops, kChoiceChunks, kChoiceDevice,
+      kChoiceFullCache, kChoiceTurns, kChoiceFlops, kChoiceChunks, kChoiceDevice,
   };
   info.params = {sink_param(), local_param(),
                  int_param("last", 64, 0, kMaxTokens,
-                           "the prompt's last query rows that read every key (n_last)")};
+                           "the prompt's last query rows that read every key (n_last)"),
+                 queries_param()};
   info.make_prefill = [](const MethodParams& params) {
     return std::make_shared<const SparsePrefill>(
         shape_rule(params, SparsePrefillRule::Shape::TriShape));
@@ -240,7 +256,7 @@ MethodInfo minference_method() {
       "on --device cuda the attention runs on the GPU as a_shape's; the estimate runs on the "
       "host, over copies of the chunk's last last_q query rows and the layer's keys (the CPU's "
       "code, so the same pattern), not on the device",
-      kChoiceFullCache, kChoiceFlops,
+      kChoiceFullCache, kChoiceTurns, kChoiceFlops,
   };
   info.params = {
       int_param("last_q", 64, 1, 4096, "the chunk's last queries whose attention picks the "
@@ -249,6 +265,7 @@ MethodInfo minference_method() {
                 "key columns kept per query head, the first 30 included"),
       int_param("slash", 128, kMinSlash, kMaxTokens,
                 "diagonals kept per query head, the 30 nearest included"),
+      queries_param(),
   };
   info.make_prefill = [](const MethodParams& params) {
     SparsePrefillRule rule;
@@ -256,6 +273,7 @@ MethodInfo minference_method() {
     rule.last_q = static_cast<int32_t>(params.get_int("last_q"));
     rule.vertical = static_cast<int32_t>(params.get_int("vertical"));
     rule.slash = static_cast<int32_t>(params.get_int("slash"));
+    rule.dense_queries = dense_queries(params);
     return std::make_shared<const SparsePrefill>(rule);
   };
   return info;

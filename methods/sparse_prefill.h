@@ -22,6 +22,7 @@ struct SparsePrefillRule {
   int32_t last_q = 64;    // minference: the chunk's last queries the pattern is estimated by
   int32_t vertical = 0;   // minference: key columns kept per query head
   int32_t slash = 0;      // minference: diagonals (query - key offsets) kept per query head
+  bool dense_queries = false;  // the forwards after the context (queries, answers) dense
 };
 
 // MInference keeps the first columns and the nearest diagonals whatever the estimate says
@@ -50,6 +51,7 @@ class SparsePrefill : public PrefillAttention {
   // methods/cuda/sparse_prefill.h's, attention_sparse_cuda).
   AttentionPairs attend(const AttentionQuery& query, const DenseKv& kv,
                         int64_t prompt_end) const override;
+  bool sparse_after_context() const override { return !rule_.dense_queries; }
 
  private:
   SparsePrefillRule rule_;

@@ -359,6 +359,53 @@ TEST_CASE("sparse prefill: the cache counts attention FLOPs of prefill only",
   CHECK(full.attn_flops() == 0);
 }
 
+TEST_CASE("sparse prefill: queries=dense keeps the pattern to the context's prefill",
+          "[unit][sparse_prefill]") {
+  SixTokens six;
+  KvShape shape;
+  shape.n_layers = 1;
+  shape.n_kv_heads = 1;
+  shape.head_dim = 4;
+  shape.n_heads = 2;
+  std::vector<float> out(six.q.size());
+  AttentionQuery q = six.query;
+  q.out = out.data();
+  // Three context tokens, then a "query" forward of the other three after end_context.
+  const auto run = [&](const std::string& spec) {
+    KvCache cache = make_cache(spec, shape);
+    AttentionQuery first = q;
+    first.n_queries = 3;
+    cache.begin_forward(3);
+    cache.append(0, six.k.data(), six.v.data(), six.positions.data(), 3);
+    cache.attend(0, first);
+    cache.advance(3);
+    const double context_flops = cache.attn_flops();
+    cache.end_context();
+    AttentionQuery rest = q;
+    rest.q += 3 * 2 * 4;  // queries 3-5: 2 heads x head_dim 4 floats each
+    rest.q_positions += 3;
+    rest.out += 3 * 2 * 4;
+    rest.n_queries = 3;
+    cache.begin_forward(3);
+    cache.append(0, six.k.data() + 3 * 4, six.v.data() + 3 * 4, six.positions.data() + 3, 3);
+    cache.attend(0, rest);
+    cache.advance(3);
+    return std::make_pair(context_flops, cache.attn_flops());
+  };
+  const auto sparse = run("a_shape:sink=1,local=2");
+  const auto dense = run("a_shape:sink=1,local=2,queries=dense");
+  CHECK(sparse.first == dense.first);  // the context's prefill reads the pattern either way
+  CHECK(sparse.second > sparse.first);  // the query's forward too, by default
+  CHECK(dense.second == dense.first);   // not with queries=dense: dense, not counted
+  // Dense after the context means the full cache's attention there, bit for bit.
+  std::vector<float> dense_out = out;
+  run("full");
+  CHECK(out == dense_out);
+  CHECK(resolve_method_spec("a_shape").canonical == "a_shape:sink=16,local=112");
+  CHECK(resolve_method_spec("minference:queries=dense").canonical ==
+        "minference:last_q=64,vertical=64,slash=128,queries=dense");
+}
+
 TEST_CASE("sparse prefill: specs compose with eviction, storage and retrieval, and refuse",
           "[unit][sparse_prefill]") {
   for (const std::string ok :
