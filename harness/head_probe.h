@@ -14,13 +14,14 @@ struct ResolvedSpec;
 class Tokenizer;
 
 // [n_layers * n_kv_heads] scores, higher more retrieval-like. Four generated contexts of
-// about 450 tokens (filler sentences with a pass key at depths 20%, 40%, 60%, 80%; fixed
+// about 265 tokens (filler sentences with a pass key at depths 20%, 40%, 60%, 80%; fixed
 // seed), each followed by the question and the teacher-forced answer: a KV head scores the
 // attention mass its query heads (their mean) put on the pass-key sentence from the rows
 // that read out the answer, averaged over the rows and the probes. Deterministic; CPU only.
 // `seed` and `filler_sentences` vary the probe's texts (its pass keys and filler; 36 filler
-// sentences are about 450 tokens), to measure how far the ranking depends on them
-// (docs/methods.md, "DuoAttention"); duo_attention uses the defaults.
+// sentences are about 265 tokens with the Qwen2.5 and SmolLM2 tokenizers), to measure how
+// far the ranking depends on them (docs/methods.md, "DuoAttention"), or to probe at the
+// length a sweep runs (`kvbench probe-heads`); duo_attention uses the defaults.
 struct ProbeTexts {
   uint32_t seed = 21;
   int filler_sentences = 36;

@@ -226,9 +226,11 @@ MethodInfo duo_attention_method() {
       "NOT the paper's heads: the authors LEARN a gate per KV head (2000 optimisation steps on "
       "passkey data); kvbench finds them training-free, by the attention each KV head's "
       "queries pay to a pass key when answering it in 4 generated needle probes "
-      "(harness/head_probe.h), cached per model file sha256. pattern=FILE takes the authors' "
-      "gates instead (their full_attention_heads.tsv, published for Llama-3-8B, Llama-3.1-8B "
-      "and Mistral-7B), ranked the same way",
+      "(harness/head_probe.h) of about 265 tokens, cached per model file sha256. "
+      "pattern=FILE takes the authors' gates instead (their full_attention_heads.tsv, "
+      "published for Llama-3-8B, Llama-3.1-8B and Mistral-7B), ranked the same way, or the "
+      "probe at the length a sweep runs, as `kvbench probe-heads --context-tokens N` writes it "
+      "(configs/duo/: 4K probes of the three models)",
       "budget/ratio set the share of retrieval heads, R = floor(H (B - s) / (n - s)) of all H "
       "heads for budget B, context n and s = sink + recent, so the mean over all layers' heads "
       "is at most B at the end of the context (kvpress's head_compression_ratio is the "
@@ -249,7 +251,8 @@ MethodInfo duo_attention_method() {
   info.params.push_back(text_param(
       "pattern", "",
       "the authors' learned gates: a full_attention_heads.tsv of their attn_patterns/ (one "
-      "row per layer, one gate per KV head); empty: kvbench's needle probe"));
+      "row per layer, one gate per KV head), or kvbench probe-heads' file of the probe at "
+      "another length; empty: kvbench's needle probe of about 265 tokens"));
   info.ragged_heads = true;
   info.needs_head_retrieval = true;  // unless a pattern is given (harness/head_probe.h)
   info.check = [](const MethodParams& params) {

@@ -2,7 +2,7 @@
 // (harness/head_probe.h) at a length of the user's choosing, written in the DuoAttention
 // authors' gate format, so that a sweep at that length pins its heads with
 // `duo_attention:pattern=FILE` (a file in the tree) rather than the cached probe of about
-// 450 tokens.
+// 265 tokens.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -86,7 +86,7 @@ void add_probe_heads_command(CLI::App& app, ModelOptions& model) {
       "Rank the model's KV heads by retrieval with duo_attention's needle probe, at a chosen "
       "length, as a gate file for duo_attention:pattern=FILE");
   cmd->add_option("--context-tokens", args->context_tokens,
-                  "Length of each of the 4 probes in tokens (default: about 450, the probe "
+                  "Length of each of the 4 probes in tokens (default: about 265, the probe "
                   "duo_attention runs without a pattern)")
       ->check(CLI::Range(int64_t{64}, int64_t{1} << 20));
   cmd->add_option("--seed", args->seed, "Seed of the pass keys and filler (default 21)");
