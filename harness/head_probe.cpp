@@ -93,10 +93,6 @@ std::filesystem::path cache_dir() {
   return std::filesystem::path(home && *home ? home : ".") / ".cache" / "kvbench" / "heads";
 }
 
-}  // namespace
-
-namespace {
-
 // One needle probe: filler with a pass-key sentence at [needle_begin, needle_end), the
 // question, and the teacher-forced answer (its first row the question's last token).
 struct Probe {
@@ -146,10 +142,11 @@ int64_t probe_context_tokens(const Tokenizer& tokenizer, const ProbeTexts& texts
   return total / kProbes;
 }
 
-int filler_sentences_for(const Tokenizer& tokenizer, int64_t context_tokens) {
+int filler_sentences_for(const Tokenizer& tokenizer, int64_t context_tokens, uint32_t seed) {
   // Scaled by the probes' measured length, twice: a sentence's tokens depend on its
   // neighbours (a leading space), and the needle and the question add about 25.
   ProbeTexts texts;
+  texts.seed = seed;
   for (int round = 0; round < 2; ++round) {
     const double per_sentence =
         static_cast<double>(probe_context_tokens(tokenizer, texts) - 25) / texts.filler_sentences;

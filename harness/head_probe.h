@@ -32,7 +32,7 @@ std::vector<float> probe_retrieval_heads(const LlamaModel& model, const ProbeTex
 // that make them about `context_tokens` long: the probe at the length a sweep runs
 // (`kvbench probe-heads --context-tokens`).
 int64_t probe_context_tokens(const Tokenizer& tokenizer, const ProbeTexts& texts);
-int filler_sentences_for(const Tokenizer& tokenizer, int64_t context_tokens);
+int filler_sentences_for(const Tokenizer& tokenizer, int64_t context_tokens, uint32_t seed);
 
 // The scores in the DuoAttention authors' gate format (full_attention_heads.tsv: one line per
 // layer, a tab-separated value per KV head), which duo_attention:pattern=FILE reads back and

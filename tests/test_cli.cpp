@@ -317,9 +317,7 @@ TEST_CASE("cli: run refuses bad knob values and a context longer than the window
                       "max_new 1048576 is more tokens than the model's context of 256");
 }
 
-// Issue 55: another tool runs exactly kvbench's inputs and is scored by kvbench's scorers:
-// `list tasks --export` writes a generated task's samples, `session` runs them scored (they
-// name their task) and writes every turn with --out, and `score` scores any predictions.
+// duo_attention's probe at another length, as a gate file its pattern= reads.
 TEST_CASE("cli: probe-heads writes a gate file that duo_attention reads back", "[unit]") {
   testing::TinyLlamaSpec spec;
   spec.context_length = 1024;
@@ -363,6 +361,9 @@ TEST_CASE("cli: probe-heads writes a gate file that duo_attention reads back", "
   require_clear_error(run_kvbench("--model " + model + " probe-heads -o " + model), "-o");
 }
 
+// Issue 55: another tool runs exactly kvbench's inputs and is scored by kvbench's scorers:
+// `list tasks --export` writes a generated task's samples, `session` runs them scored (they
+// name their task) and writes every turn with --out, and `score` scores any predictions.
 TEST_CASE("cli: export a task, run it as a session, score the answers", "[unit]") {
   testing::TinyLlamaSpec wide;
   wide.context_length = 4096;

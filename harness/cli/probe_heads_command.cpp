@@ -39,7 +39,8 @@ void run_probe_heads(const ModelOptions& model_options, const ProbeHeadsArgs& ar
   ProbeTexts texts;
   texts.seed = args.seed;
   if (args.context_tokens > 0) {
-    texts.filler_sentences = filler_sentences_for(model->tokenizer(), args.context_tokens);
+    texts.filler_sentences =
+        filler_sentences_for(model->tokenizer(), args.context_tokens, texts.seed);
   }
   const int64_t tokens = probe_context_tokens(model->tokenizer(), texts);
   // The probe with its question and answer must fit the model's window (checked before it runs).
