@@ -27,12 +27,13 @@
 // and read-policy interfaces, ScorerMethod. Raised whenever one of them changes: 2 since
 // TokenPolicy::plans_on_kv and LayerKv::attend_scored (version 1 plugins crashed in them),
 // 3 since LayerKv::settle_each_chunk and KvCache::settle_context_chunks, 4 since
-// AttentionQuery::rounding.
-// The hash is of every header this one includes, comments aside ("<version>:<sha256>"); a
-// test fails when they change and it is not recorded again (tests/test_plugins.cpp).
-#define KVBENCH_PLUGIN_INTERFACE_VERSION 4
+// AttentionQuery::rounding, 5 since PrefillAttention::sparse_after_context.
+// The hash is of every installed seam header (cache/*.h) and every header they include,
+// comments aside ("<version>:<sha256>"); a test fails when they change and it is not
+// recorded again (tests/test_plugins.cpp).
+#define KVBENCH_PLUGIN_INTERFACE_VERSION 5
 #define KVBENCH_PLUGIN_INTERFACE_HASH \
-  "4:5df6046043aa5340cea1ac03b6e03647c0d962797ddddaf8008ecb9bebabc0f0"
+  "5:739fb0b9132b13c8074b970813a0e1fa87fa3fdfc17b40b2b549d9184bf3e675"
 
 namespace kvbench {
 
