@@ -445,6 +445,11 @@ BENCHMARK_CAPTURE(BM_DecodeGemm, q4_k_896x4864, BlockFormat::Q4_K, 896, 4864)
     ->ArgsProduct({{1, 8}, {0, 1, 2}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_DecodeGemm, q6_k_896x4864, BlockFormat::Q6_K, 896, 4864)
     ->ArgsProduct({{1, 8}, {0, 1, 2}})->UseRealTime()->Unit(benchmark::kMicrosecond);
+// Qwen2.5-Coder-1.5B's shapes: ffn_up and ffn_gate (Q4_K), ffn_down (Q6_K).
+BENCHMARK_CAPTURE(BM_DecodeGemm, q4_k_8960x1536, BlockFormat::Q4_K, 8960, 1536)
+    ->ArgsProduct({{1, 8}, {0, 2}})->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_DecodeGemm, q6_k_1536x8960, BlockFormat::Q6_K, 1536, 8960)
+    ->ArgsProduct({{1, 8}, {0, 2}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_DecodeGemm, q8_0_4864x896, BlockFormat::Q8_0, 4864, 896)
     ->ArgsProduct({{1, 8}, {0, 1, 2}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_DecodeGemm, q4_1_1536x576, BlockFormat::Q4_1, 1536, 576)

@@ -450,11 +450,11 @@ TEST_CASE("pack_q8 at the format's width holds the same values in about the GGUF
             REQUIRE(std::memcmp(&a, &b, sizeof(float)) == 0);
           }
         }
-        // Per 16-row tile: the GGUF blocks' bytes, plus at most a third (Q4_K's scales and
-        // mins, which it keeps in 6 bits, kept as floats; Q6_K's scales the same).
+        // Per 16-row tile: the GGUF blocks' bytes, plus at most 3% (Q4_K's 6-bit scales and
+        // mins kept in a byte each: 148 bytes a super-block row against 144).
         const double gguf = static_cast<double>(kvbench::block_format_bytes(f)) * cols /
                             kvbench::block_format_elements(f) * narrow.tiles() * 16;
-        CHECK(static_cast<double>(narrow.bytes()) <= 4.0 / 3.0 * gguf);
+        CHECK(static_cast<double>(narrow.bytes()) <= 1.03 * gguf);
         CHECK(narrow.bytes() < bytes.bytes());
         for (int64_t n : {1, 2, 5, 8, 9}) {
           std::mt19937 rng(static_cast<uint32_t>(cols * 11 + n));

@@ -333,7 +333,9 @@ TEMPLATE_TEST_CASE("parity: int8 prefill activations stay within llama.cpp's rou
         top8_differences<TestType>(prompt, logits, TestType::llama_cpp_first_position);
     to_llama.insert(to_llama.end(), diffs.begin(), diffs.end());
     const std::vector<float>& fp32 = prompt_logits<TestType>(prompt);
-    for (size_t pos = 0; pos < tokens.size(); ++pos) {
+    // From llama.cpp's first compared position: the 1.5B's first token carries activations
+    // too large for 8-bit rounding per 32 values, ours as llama.cpp's (its own note above).
+    for (size_t pos = TestType::llama_cpp_first_position; pos < tokens.size(); ++pos) {
       const auto ids = prompt["top_ids"][pos].get<std::vector<int32_t>>();
       for (int32_t id : ids) {
         to_fp32.push_back(std::abs(logits[pos * vocab + id] - fp32[pos * vocab + id]));

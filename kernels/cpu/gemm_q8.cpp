@@ -33,6 +33,10 @@ struct Block32 {
   uint8_t u[kBlock];
   float d[2];
   float c[2];
+  // K formats: d = half(super_d) * sub[g], c = half(super_min) * sub_min (Q4_K), exactly.
+  int8_t sub[2] = {0, 0};
+  int8_t sub_min = 0;
+  uint16_t super_d = 0, super_min = 0;
 };
 
 Block32 unpack_block32(BlockFormat format, const uint8_t* row, int64_t b) {
@@ -93,6 +97,10 @@ Block32 unpack_block32(BlockFormat format, const uint8_t* row, int64_t b) {
       q4_k_scale_min(static_cast<int>(j), blk + kQ4_KScales, &scale, &min);
       out.d[0] = half_to_float(load_u16(blk)) * static_cast<float>(scale);
       out.c[0] = -half_to_float(load_u16(blk + 2)) * static_cast<float>(min);
+      out.sub[0] = static_cast<int8_t>(scale);
+      out.sub_min = static_cast<int8_t>(min);
+      out.super_d = load_u16(blk);
+      out.super_min = static_cast<uint16_t>(load_u16(blk + 2) ^ 0x8000);  // -dmin
       const uint8_t* qs = blk + kQ4_KQs + 32 * (j / 2);
       for (int l = 0; l < kBlock; ++l) out.u[l] = j % 2 ? qs[l] >> 4 : qs[l] & 0x0F;
       break;
@@ -112,7 +120,9 @@ Block32 unpack_block32(BlockFormat format, const uint8_t* row, int64_t b) {
       for (int k = 0; k < 2; ++k) {
         out.d[k] = d * static_cast<float>(scales[8 * h + 2 * g + k]);
         out.c[k] = -32.0f * out.d[k];
+        out.sub[k] = scales[8 * h + 2 * g + k];
       }
+      out.super_d = load_u16(blk + kQ6_KD);
       break;
     }
     case BlockFormat::F32:
@@ -147,20 +157,21 @@ struct FormatTraits {
   int bits;
   float zero;    // c = -zero * d for every block (0: offsets of their own)
   bool half;     // scales (and offsets) are the format's half-precision values
+  bool super;    // scales (and offsets) are small integers times a super-block's half
 };
 
 constexpr FormatTraits traits_of(BlockFormat f) {
   switch (f) {
-    case BlockFormat::Q8_0: return {8, 128.0f, true};
-    case BlockFormat::Q4_0: return {4, 8.0f, true};
-    case BlockFormat::Q5_0: return {5, 16.0f, true};
-    case BlockFormat::Q4_1: return {4, 0.0f, true};
-    case BlockFormat::Q5_1: return {5, 0.0f, true};
-    case BlockFormat::Q4_K: return {4, 0.0f, false};
-    case BlockFormat::Q6_K: return {6, 32.0f, false};
+    case BlockFormat::Q8_0: return {8, 128.0f, true, false};
+    case BlockFormat::Q4_0: return {4, 8.0f, true, false};
+    case BlockFormat::Q5_0: return {5, 16.0f, true, false};
+    case BlockFormat::Q4_1: return {4, 0.0f, true, false};
+    case BlockFormat::Q5_1: return {5, 0.0f, true, false};
+    case BlockFormat::Q4_K: return {4, 0.0f, false, true};
+    case BlockFormat::Q6_K: return {6, 32.0f, false, true};
     case BlockFormat::F32: break;
   }
-  return {8, 0.0f, false};
+  return {8, 0.0f, false, false};
 }
 
 // f as binary16, for f that came from one (every value is exact).
@@ -181,7 +192,7 @@ constexpr int64_t kNibbleBytes = kTileBlockCodes / 2;  // 4 vectors of 64 bytes
 // What the width leaves of the format's traits: Byte keeps every code in a byte, its offsets
 // stored.
 FormatTraits packed_traits(const PackedQ8Matrix& w) {
-  return w.width == CodeWidth::Byte ? FormatTraits{8, 0.0f, false} : traits_of(w.format);
+  return w.width == CodeWidth::Byte ? FormatTraits{8, 0.0f, false, false} : traits_of(w.format);
 }
 
 // Code e (0..31) of row i (0..15) of block b of a tile, in either width.
@@ -197,12 +208,23 @@ uint8_t code_at(const PackedQ8Matrix& w, int64_t tile_block, int64_t i, int e) {
   return static_cast<uint8_t>(u);
 }
 
+// Where the super-block scale of the scale at `at` is: 8 blocks a super-block, 16 rows a tile.
+int64_t super_at(const PackedQ8Matrix& w, int64_t at) {
+  return at / (kQ8TileRows * w.groups) / (kSuper / kBlock) * kQ8TileRows + at % kQ8TileRows;
+}
+
 float scale_at(const PackedQ8Matrix& w, int64_t at) {
+  if (!w.sub_scales.empty()) {
+    return half_to_float(w.super_scales[super_at(w, at)]) * static_cast<float>(w.sub_scales[at]);
+  }
   return w.scales.empty() ? half_to_float(w.half_scales[at]) : w.scales[at];
 }
 float offset_at(const PackedQ8Matrix& w, int64_t at) {
   const float zero = packed_traits(w).zero;
   if (zero > 0) return -zero * scale_at(w, at);
+  if (!w.sub_mins.empty()) {
+    return half_to_float(w.super_mins[super_at(w, at)]) * static_cast<float>(w.sub_mins[at]);
+  }
   return w.offsets.empty() ? half_to_float(w.half_offsets[at]) : w.offsets[at];
 }
 
@@ -244,7 +266,14 @@ PackedQ8Matrix narrow(PackedQ8Matrix p) {
     }
     p.scales.clear();
   }
-  if (t.half || t.zero > 0) p.offsets.clear();
+  if (t.super) p.scales.clear();
+  if (t.half || t.super || t.zero > 0) p.offsets.clear();
+  if (!t.super) {
+    p.sub_scales.clear();
+    p.sub_mins.clear();
+    p.super_scales.clear();
+    p.super_mins.clear();
+  }
   p.scales.shrink_to_fit();
   p.offsets.shrink_to_fit();
   return p;
@@ -296,6 +325,12 @@ void tile_kernel(const PackedQ8Matrix& w, int64_t tile, const int8_t* const* x_c
 
 inline __m256i halves(const uint16_t* sixteen) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sixteen));
+}
+
+// Sixteen int8 as floats.
+inline __m512 small_ints(const int8_t* sixteen) {
+  return _mm512_cvtepi32_ps(
+      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sixteen))));
 }
 
 // The same for CodeWidth::Format: each block's codes widened to bytes in registers (once per
@@ -354,14 +389,21 @@ void narrow_tile_kernel(const PackedQ8Matrix& w, int64_t tile, const int8_t* con
     KVBENCH_UNROLL
     for (int g = 0; g < G; ++g) {
       const int64_t at = ((first + b) * G + g) * kQ8TileRows;
+      const int64_t super = (first + b) / (kSuper / kBlock) * kQ8TileRows;
       __m512 d, c;
-      if constexpr (kT.half) {
+      if constexpr (kT.super) {
+        d = _mm512_mul_ps(_mm512_cvtph_ps(halves(w.super_scales.data() + super)),
+                          small_ints(w.sub_scales.data() + at));
+      } else if constexpr (kT.half) {
         d = _mm512_cvtph_ps(halves(w.half_scales.data() + at));
       } else {
         d = _mm512_loadu_ps(w.scales.data() + at);
       }
       if constexpr (kT.zero > 0) {
         c = _mm512_mul_ps(_mm512_set1_ps(-kT.zero), d);
+      } else if constexpr (kT.super) {
+        c = _mm512_mul_ps(_mm512_cvtph_ps(halves(w.super_mins.data() + super)),
+                          small_ints(w.sub_mins.data() + at));
       } else if constexpr (kT.half) {
         c = _mm512_cvtph_ps(halves(w.half_offsets.data() + at));
       } else {
@@ -462,6 +504,14 @@ PackedQ8Matrix pack_q8(const BlockMatrix& w, CodeWidth width) {
   p.codes.assign(static_cast<size_t>(tiles * nb * kTileBlockCodes), 0);
   p.scales.assign(static_cast<size_t>(tiles * nb * p.groups * kQ8TileRows), 0.0f);
   p.offsets.assign(p.scales.size(), 0.0f);
+  const bool super = width == CodeWidth::Format && traits_of(w.format).super;
+  if (super) {
+    assert(w.cols % kSuper == 0);
+    p.sub_scales.assign(p.scales.size(), 0);
+    p.sub_mins.assign(w.format == BlockFormat::Q4_K ? p.scales.size() : 0, 0);
+    p.super_scales.assign(static_cast<size_t>(tiles * (w.cols / kSuper) * kQ8TileRows), 0);
+    p.super_mins.assign(p.sub_mins.empty() ? 0 : p.super_scales.size(), 0);
+  }
   const auto* base = static_cast<const uint8_t*>(w.data);
 #pragma omp parallel for schedule(static)
   for (int64_t tile = 0; tile < tiles; ++tile) {
@@ -477,6 +527,16 @@ PackedQ8Matrix pack_q8(const BlockMatrix& w, CodeWidth width) {
           const int64_t at = ((tile * nb + b) * p.groups + g) * kQ8TileRows + i;
           p.scales[at] = blk.d[g];
           p.offsets[at] = blk.c[g];
+          if (super) p.sub_scales[at] = blk.sub[g];
+        }
+        if (super) {
+          const int64_t at = (tile * nb + b) * p.groups * kQ8TileRows + i;
+          const int64_t sat = super_at(p, at);
+          p.super_scales[sat] = blk.super_d;
+          if (!p.sub_mins.empty()) {
+            p.sub_mins[at] = blk.sub_min;
+            p.super_mins[sat] = blk.super_min;
+          }
         }
       }
     }

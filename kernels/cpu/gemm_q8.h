@@ -30,7 +30,11 @@ constexpr int64_t kQ8TileRows = 16;
 // groups j and j + 4 in its low and high nibbles), a fifth and sixth bit as 64-bit masks per
 // group, and scales and offsets in half precision where the format's own are (Q4_0, Q4_1,
 // Q5_0, Q5_1, Q8_0) or left out where they are -zero * d (Q4_0, Q5_0, Q8_0, Q6_K). The
-// values, and so every product, are the same in both widths, bit for bit.
+// values, and so every product, are the same in both widths, bit for bit. The K formats keep
+// their sub-block scales (and Q4_K its mins) as the file's small integers beside one half
+// super-block scale per 256 elements, multiplied in the kernel: an exact product, so the
+// floats are the byte-wide packing's, for 0.58 (Q4_K) and 0.82 (Q6_K) bytes a weight where
+// floats took 0.75 and 1.0.
 enum class CodeWidth { Byte, Format };
 
 struct PackedQ8Matrix {
@@ -44,13 +48,18 @@ struct PackedQ8Matrix {
   std::vector<float> scales;      // [tiles, cols / 32, groups, 16], or empty for half_scales
   std::vector<float> offsets;     // the same, or empty (half_offsets, or c = -zero * d)
   std::vector<uint16_t> half_scales, half_offsets;  // the same in half precision
+  // K formats in the format's width: scale d = super_scales * sub_scales, offset c =
+  // super_mins * sub_mins (Q4_K: super_mins holds -dmin) or -zero * d (Q6_K).
+  std::vector<int8_t> sub_scales, sub_mins;        // [tiles, cols / 32, groups, 16]
+  std::vector<uint16_t> super_scales, super_mins;  // [tiles, cols / 256, 16], half precision
 
   bool empty() const { return rows == 0; }
   int64_t tiles() const { return (rows + kQ8TileRows - 1) / kQ8TileRows; }
   int64_t bytes() const {
     return static_cast<int64_t>(codes.size() + 8 * planes.size() + 4 * scales.size() +
                                 4 * offsets.size() + 2 * half_scales.size() +
-                                2 * half_offsets.size());
+                                2 * half_offsets.size() + sub_scales.size() + sub_mins.size() +
+                                2 * super_scales.size() + 2 * super_mins.size());
   }
 };
 
