@@ -159,6 +159,13 @@ KvCache KvCache::scoring_copy(int64_t begin, int64_t end) const {
   return copy;
 }
 
+bool KvCache::adopt_scores(const TokenPolicy& scored, int64_t scored_peak) {
+  assert(!context_ended_);
+  if (!policy_ || !policy_->adopt_scores(scored)) return false;
+  bytes_peak_ = std::max(bytes_peak_, scored_peak);
+  return true;
+}
+
 void KvCache::adopt_scoring(KvCache&& scratch) {
   policy_ = std::move(scratch.policy_);
   bytes_peak_ = std::max(bytes_peak_, scratch.bytes_peak_);

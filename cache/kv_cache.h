@@ -220,6 +220,10 @@ class KvCache {
   // policy, which observed that forward, and its peak (the prompt's KV was really held).
   KvCache scoring_copy(int64_t begin, int64_t end) const;
   void adopt_scoring(KvCache&& scratch);
+  // Takes the reconstruction scores of another cache of the same contents
+  // (TokenPolicy::adopt_scores), with the peak that cache reached scoring (`scored_peak`):
+  // what the forwards would have left here. False (nothing changed) when the policy cannot.
+  bool adopt_scores(const TokenPolicy& scored, int64_t scored_peak);
 
   // Shows the policy the context's tokens as text (TokenPolicy::context_text).
   void show_context_text(const std::vector<std::string>& token_texts) {

@@ -27,13 +27,14 @@
 // and read-policy interfaces, ScorerMethod. Raised whenever one of them changes: 2 since
 // TokenPolicy::plans_on_kv and LayerKv::attend_scored (version 1 plugins crashed in them),
 // 3 since LayerKv::settle_each_chunk and KvCache::settle_context_chunks, 4 since
-// AttentionQuery::rounding, 5 since PrefillAttention::sparse_after_context.
+// AttentionQuery::rounding, 5 since PrefillAttention::sparse_after_context, 6 since
+// TokenPolicy::adopt_scores.
 // The hash is of every installed seam header (cache/*.h) and every header they include,
 // comments aside ("<version>:<sha256>"); a test fails when they change and it is not
 // recorded again (tests/test_plugins.cpp).
-#define KVBENCH_PLUGIN_INTERFACE_VERSION 5
+#define KVBENCH_PLUGIN_INTERFACE_VERSION 6
 #define KVBENCH_PLUGIN_INTERFACE_HASH \
-  "5:739fb0b9132b13c8074b970813a0e1fa87fa3fdfc17b40b2b549d9184bf3e675"
+  "6:1251bc4b8b2295d2c697a9411c1062f4631c91496681441f3c0f025b3e463d7a"
 
 namespace kvbench {
 

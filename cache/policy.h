@@ -132,6 +132,12 @@ class TokenPolicy {
   // context positions [begin, end); the prompt's queries sit at positions >= n_context.
   virtual bool scores_by_reconstruction() const { return false; }
   virtual void reconstructing(int64_t /*begin*/, int64_t /*end*/, int64_t /*n_context*/) {}
+  // Takes the reconstruction's scores another policy computed over the same cache contents
+  // and the same forwards (`scored`: a copy of that policy once it observed them; its budget
+  // may differ), and returns true, when they are exactly what this policy's own observing
+  // would hold; false leaves it as it was. The sweep's methods that differ only in budget
+  // then run the reconstruction once per context (harness/shared_prefill.h).
+  virtual bool adopt_scores(const TokenPolicy& /*scored*/) { return false; }
 
   // Token-selective propagation (FastKV): the layer after which only the context tokens this
   // policy selects go on through the model while the context is prefilled

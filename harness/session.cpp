@@ -158,16 +158,33 @@ void check_fits(const LlamaModel& model, const Sample& sample, const SessionToke
 
 // KVzip's reconstruction forwards (harness/reconstruction.h), run before the context's end
 // when the method scores that way: the spans start after the chat head, and the template's
-// query tail closes the prompt, as the authors take both from the chat template.
+// query tail closes the prompt, as the authors take both from the chat template. A cache
+// forked from `shared` with dense stores takes the scores another budget's fork computed over
+// the same span where there are some (SharedPrefill::adopt_reconstruction), adding what they
+// took to *elsewhere_ms, and otherwise keeps its own there for the next.
 void reconstruct_context(const LlamaModel& model, KvCache& cache,
-                         const std::vector<int32_t>& context) {
+                         const std::vector<int32_t>& context,
+                         const SharedPrefill* shared = nullptr, double* elsewhere_ms = nullptr) {
   if (!cache.policy() || !cache.policy()->scores_by_reconstruction()) return;
+  double kept_ms = 0;
+  if (shared && shared->adopt_reconstruction(context, cache, &kept_ms)) {
+    *elsewhere_ms += kept_ms;
+    return;
+  }
+  const auto start = std::chrono::steady_clock::now();
   const ChatLayout layout = chat_layout(model);
   const std::vector<int32_t> head = encode_segment(model.tokenizer(), layout.head, true);
   const bool has_head =
       head.size() <= context.size() && std::equal(head.begin(), head.end(), context.begin());
   score_by_reconstruction(model, cache, context,
                           has_head ? static_cast<int64_t>(head.size()) : 0, layout.query_tail);
+  if (shared) shared->keep_reconstruction(context, cache, seconds_since(start) * 1e3);
+}
+
+// The shared prefill when a fork of `spec` may share KVzip's reconstruction: its stores are
+// the dense ones the shared forward's copies hold (a storage method's may read otherwise).
+const SharedPrefill* reconstruction_share(const ResolvedSpec& spec, const SharedPrefill* shared) {
+  return spec.find(MethodKind::Storage) ? nullptr : shared;
 }
 
 // Shows the cache's policy the context's tokens as text (TokenPolicy::context_text), for a
@@ -239,7 +256,7 @@ KvCache context_cache(const LlamaModel& model, const ResolvedSpec& spec,
                       std::vector<float>* logits = nullptr) {
   if (std::optional<KvCache> forked = fork_context(spec, shared, result, elsewhere_ms)) {
     show_context_text(model.tokenizer(), *forked, context);
-    reconstruct_context(model, *forked, context);
+    reconstruct_context(model, *forked, context, reconstruction_share(spec, shared), elsewhere_ms);
     forked->end_context();
     return std::move(*forked);
   }
@@ -275,6 +292,7 @@ KvCache aware_cache(const LlamaModel& model, const ResolvedSpec& spec, const Ses
   }
   const std::vector<int32_t>& query = tokens.turns[t].query;
   std::optional<KvCache> cache = fork_context(spec, shared, result, elsewhere_ms);
+  const SharedPrefill* share = cache ? reconstruction_share(spec, shared) : nullptr;
   if (!cache) {
     cache.emplace(new_cache(model, spec));
     cache->reserve_more(static_cast<int64_t>(tokens.context.size()));
@@ -284,7 +302,7 @@ KvCache aware_cache(const LlamaModel& model, const ResolvedSpec& spec, const Ses
   cache->reserve_more(static_cast<int64_t>(query.size()));
   *logits = model.forward(query, *cache);
   show_context_text(model.tokenizer(), *cache, span);
-  reconstruct_context(model, *cache, span);
+  reconstruct_context(model, *cache, span, share, elsewhere_ms);
   cache->end_context();
   return std::move(*cache);
 }

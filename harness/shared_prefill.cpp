@@ -161,4 +161,20 @@ KvCache SharedPrefill::fork(const std::string& canonical, double* prefill_ms) co
   throw std::invalid_argument("SharedPrefill: no prefill ran for " + canonical);
 }
 
+bool SharedPrefill::adopt_reconstruction(const std::vector<int32_t>& span, KvCache& cache,
+                                         double* ms) const {
+  for (const Reconstruction& r : reconstructions_) {
+    if (r.span != span || !cache.adopt_scores(*r.scored, r.peak)) continue;
+    *ms = r.ms;
+    ++reconstructions_adopted_;
+    return true;
+  }
+  return false;
+}
+
+void SharedPrefill::keep_reconstruction(const std::vector<int32_t>& span, const KvCache& cache,
+                                        double ms) const {
+  reconstructions_.push_back({span, cache.policy()->clone(), cache.stats().bytes_peak, ms});
+}
+
 }  // namespace kvbench

@@ -58,14 +58,34 @@ class SharedPrefill {
   int64_t context_tokens() const { return context_tokens_; }
   double forward_ms() const { return forward_ms_; }  // the shared forward, all observing
 
+  // KVzip's reconstruction forwards (harness/reconstruction.h) depend on the cache's contents
+  // and not on the budget, so the first fork that runs them over `span` (the context, or
+  // query-aware the context and a request's query) keeps its scores here for the forks of
+  // the same method at other budgets: a fork with dense stores, `span` fed, adopts them
+  // (KvCache::adopt_scores) and *ms gets what the scoring took where it ran.
+  bool adopt_reconstruction(const std::vector<int32_t>& span, KvCache& cache, double* ms) const;
+  void keep_reconstruction(const std::vector<int32_t>& span, const KvCache& cache,
+                           double ms) const;
+  int64_t reconstructions_kept() const { return static_cast<int64_t>(reconstructions_.size()); }
+  int64_t reconstructions_adopted() const { return reconstructions_adopted_; }
+
  private:
   struct Method;
+  struct Reconstruction {
+    std::vector<int32_t> span;
+    std::unique_ptr<TokenPolicy> scored;  // a copy of the policy that observed the forwards
+    int64_t peak = 0;                     // the cache's peak after them
+    double ms = 0;
+  };
   const LlamaModel& model_;
   int64_t context_tokens_ = 0;
   double forward_ms_ = 0;
   double base_ms_ = 0;  // the forward less the time spent observing: a plain forward
   std::unique_ptr<KvCache> full_;
   std::vector<Method> methods_;
+  // Kept and adopted by the sample's units, which run one after the other.
+  mutable std::vector<Reconstruction> reconstructions_;
+  mutable int64_t reconstructions_adopted_ = 0;
 };
 
 }  // namespace kvbench

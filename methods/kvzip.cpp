@@ -50,6 +50,24 @@ class KvzipPolicy : public TokenPolicy {
 
   bool scores_by_reconstruction() const override { return true; }
 
+  // The scores depend on the context and the forwards alone: budget and level only plan.
+  bool adopt_scores(const TokenPolicy& scored) override {
+    const auto* other = dynamic_cast<const KvzipPolicy*>(&scored);
+    if (!other || other->n_kv_heads_ != n_kv_heads_ || other->scores_.size() != scores_.size() ||
+        other->n_context_ == 0 || n_context_ != 0) {
+      return false;
+    }
+    for (size_t l = 0; l < compressed_.size(); ++l) {
+      if (compressed_[l] || other->compressed_[l]) return false;
+    }
+    scores_ = other->scores_;
+    n_context_ = other->n_context_;
+    head_ = other->head_;
+    begin_ = other->begin_;
+    end_ = other->end_;
+    return true;
+  }
+
   void reconstructing(int64_t begin, int64_t end, int64_t n_context) override {
     if (n_context_ != n_context) {  // the first span: the chat head before it scores 1
       n_context_ = n_context;

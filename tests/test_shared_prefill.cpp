@@ -93,6 +93,11 @@ const std::vector<std::string> kSpecs = {
     "zipcache",
     "zipcache:gap=4",
     "kvzip:budget=64",
+    // Other budgets and level: they adopt the first kvzip fork's reconstruction scores.
+    "kvzip:budget=32",
+    "kvzip:budget=96,level=pair-uniform",
+    // A storage method behind: its own reconstruction (its stores, not the dense copies).
+    "kvzip:budget=64+kivi:bits=2,residual=32",
 };
 
 }  // namespace
@@ -131,6 +136,14 @@ TEST_CASE("shared prefill: every dense-prefill method equals a prefill of its ow
                 (mode == SessionMode::MultiTurn ? 1 : static_cast<int64_t>(own.turns.size())));
       testing::require_same_turns(own, forked);
     }
+    // The three dense kvzip forks (one reconstruction a request: multi-request compresses the
+    // context anew for each) ran it once per span, query-aware multi-request having a span per
+    // request; the fork with KIVI stores ran its own, not kept.
+    const int64_t requests =
+        mode == SessionMode::MultiRequest ? static_cast<int64_t>(sample.turns.size()) : 1;
+    const int64_t spans = query == QuerySetting::Aware ? requests : 1;
+    CHECK(shared.reconstructions_kept() == spans);
+    CHECK(shared.reconstructions_adopted() == 3 * requests - spans);
   }
 }
 
