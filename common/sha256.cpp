@@ -1,7 +1,9 @@
 #include "common/sha256.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <vector>
 
@@ -106,6 +108,23 @@ std::string sha256_file(const std::string& path) {
   size_t n;
   while ((n = std::fread(buffer.data(), 1, buffer.size(), file.get())) > 0) hash.update(buffer.data(), n);
   if (std::ferror(file.get())) throw InputError(path + ": read error while hashing");
+  return hash.hex_digest();
+}
+
+std::string sha256_model(const std::string& path) {
+  std::error_code error;
+  if (!std::filesystem::is_directory(path, error)) return sha256_file(path);
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(path, error)) {
+    if (entry.is_regular_file(error)) names.push_back(entry.path().filename().string());
+  }
+  if (error) throw InputError(path + ": cannot list the folder to hash it");
+  std::sort(names.begin(), names.end());
+  Sha256 hash;
+  for (const std::string& name : names) {
+    const std::string line = name + '\0' + sha256_file(path + "/" + name) + '\n';
+    hash.update(line.data(), line.size());
+  }
   return hash.hex_digest();
 }
 

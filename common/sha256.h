@@ -24,5 +24,8 @@ class Sha256 {
 
 // The hex SHA-256 of a file's bytes; throws InputError naming the file when it cannot be read.
 std::string sha256_file(const std::string& path);
+// A model's: the file's, or for a folder (a Hugging Face model) the hash of its regular files'
+// names and hashes in name order.
+std::string sha256_model(const std::string& path);
 
 }  // namespace kvbench

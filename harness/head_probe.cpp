@@ -204,7 +204,7 @@ std::string head_scores_tsv(const std::vector<float>& scores, int32_t n_layers,
 std::vector<float> cached_retrieval_heads(const LlamaModel& model, const std::string& model_path) {
   const KvShape shape = model.kv_shape();
   const size_t heads = static_cast<size_t>(shape.n_layers) * shape.n_kv_heads;
-  const std::string sha = sha256_file(model_path);
+  const std::string sha = sha256_model(model_path);
   const std::filesystem::path path = cache_dir() / (sha + ".json");
   std::error_code error;
   if (std::filesystem::exists(path, error)) {

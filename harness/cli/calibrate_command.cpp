@@ -78,7 +78,7 @@ void run_calibrate(const ModelOptions& model_options, const CalibrateArgs& args)
   const std::string path = args.output.empty() ? calibration_path(model_path) : args.output;
   check_output_file(path, {model_path}, "-o");
   check_writable(path, "calibration file");  // before a cell is computed, not after
-  const std::string sha = sha256_file(model_path);
+  const std::string sha = sha256_model(model_path);
   const std::string name = known_model_name(model_path);
   const std::string model_name =
       name.empty() ? std::filesystem::path(model_path).filename().string() : name;

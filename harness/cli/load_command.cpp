@@ -88,7 +88,7 @@ void run_load_command(const ModelOptions& model_options, const LoadArgs& args) {
   RunRecord run;
   const std::string name = known_model_name(model_path);
   run.model_path = name.empty() ? model_path : name;
-  run.model_sha256 = sha256_file(model_path);
+  run.model_sha256 = sha256_model(model_path);
   nlohmann::json config{{"serving",
                                     {{"endpoint", args.endpoint},
                                      {"label", options.label},

@@ -297,7 +297,7 @@ PreparedSweep prepare_sweep(const ModelOptions& model_options, SweepConfig confi
   for (const std::string& method : config.methods) {
     check_runs_on(resolve_method_spec(method), model_device(options));
   }
-  p.run.model_sha256 = sha256_file(p.run.model_path);
+  p.run.model_sha256 = sha256_model(p.run.model_path);
   // The calibration: which tasks run (min_full_accuracy) and the plan's time estimate. A
   // sweep that needs it fails on a bad file; one that only reads timings goes without.
   const std::string calibration_file = calibration_path(p.run.model_path);

@@ -1,15 +1,12 @@
 #include "harness/model/gguf.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstring>
 #include <limits>
 #include <set>
 #include <utility>
+
+#include "harness/model/mapped_file.h"
 
 namespace kvbench {
 
@@ -307,14 +304,6 @@ GgufValue read_value(Reader& r, GgufValueType type, const std::string& what) {
   return v;
 }
 
-// A memory mapping that unmaps itself unless released; keeps the constructor exception-safe.
-struct Mapping {
-  void* addr = nullptr;
-  size_t size = 0;
-  ~Mapping() {
-    if (addr != nullptr) munmap(addr, size);
-  }
-};
 
 // Names come from the file, so they are escaped and shortened to keep the message one line.
 std::string quoted(const std::string& s) {
@@ -369,32 +358,11 @@ int64_t GgufTensorInfo::n_elements() const {
 int64_t GgufTensorInfo::n_bytes() const { return ggml_row_bytes(type, n_elements()); }
 
 GgufFile::GgufFile(const std::string& path) : path_(path) {
-  // O_NONBLOCK: a FIFO given as the model opens at once (and is refused below) instead of
-  // waiting for a writer; it changes nothing for a regular file.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) {
-    throw InputError(path + ": cannot open (" + std::strerror(errno) + "); expected a GGUF file");
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw InputError(path + ": not a regular file; expected a GGUF file");
-  }
-  Mapping mapping;
-  mapping.size = static_cast<size_t>(st.st_size);
-  if (mapping.size > 0) {
-    void* addr = ::mmap(nullptr, mapping.size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (addr == MAP_FAILED) {
-      const int err = errno;
-      ::close(fd);
-      throw InputError(path + ": cannot memory-map (" + std::strerror(err) + ")");
-    }
-    mapping.addr = addr;
-  }
-  ::close(fd);  // the mapping stays valid without the descriptor
-
-  const auto* base = static_cast<const uint8_t*>(mapping.addr);
-  Reader r(path_, base, mapping.size);
+  auto file = std::make_shared<const MappedFile>(path, "a GGUF file");
+  const MappedFile& mapping = *file;
+  owned_.push_back(file);
+  const uint8_t* base = mapping.data();
+  Reader r(path_, base, mapping.size());
 
   const uint32_t magic = r.read<uint32_t>("the magic");
   if (magic != kGgufMagic) {
@@ -492,7 +460,7 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
   // The data section starts at the next multiple of the alignment after the tensor table.
   const uint64_t header_end = r.pos();
   const uint64_t data_start = (header_end + alignment_ - 1) / alignment_ * alignment_;
-  const uint64_t file_size = mapping.size;
+  const uint64_t file_size = mapping.size();
   for (GgufTensorInfo& info : tensors_) {
     const auto n_bytes = static_cast<uint64_t>(info.n_bytes());
     const bool fits = data_start <= file_size && info.offset <= file_size - data_start &&
@@ -504,15 +472,23 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
     }
     info.data = base + data_start + info.offset;
   }
-
-  map_ = mapping.addr;
-  map_size_ = mapping.size;
-  mapping.addr = nullptr;
 }
 
-GgufFile::~GgufFile() {
-  if (map_ != nullptr) munmap(map_, map_size_);
+GgufFile::GgufFile(std::string path, std::map<std::string, GgufValue> metadata,
+                   std::vector<GgufTensorInfo> tensors, std::vector<std::shared_ptr<const void>> owned)
+    : path_(std::move(path)),
+      version_(3),
+      metadata_(std::move(metadata)),
+      tensors_(std::move(tensors)),
+      owned_(std::move(owned)) {
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    if (!tensor_index_.emplace(tensors_[i].name, i).second) {
+      throw InputError(path_ + ": tensor '" + tensors_[i].name + "' given twice");
+    }
+  }
 }
+
+GgufFile::~GgufFile() = default;
 
 const GgufTensorInfo* GgufFile::find_tensor(const std::string& name) const {
   auto it = tensor_index_.find(name);

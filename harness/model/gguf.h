@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <variant>
@@ -66,6 +67,10 @@ class GgufFile {
   // Maps and parses the file. Throws InputError naming the path on any malformed input:
   // bad magic, unsupported version, truncation, out-of-range tensor data, unknown type.
   explicit GgufFile(const std::string& path);
+  // The same contents from elsewhere (harness/model/hf_folder.h: a Hugging Face folder read
+  // as llama.cpp's converter would write it): tensors' data live in `owned`.
+  GgufFile(std::string path, std::map<std::string, GgufValue> metadata,
+           std::vector<GgufTensorInfo> tensors, std::vector<std::shared_ptr<const void>> owned);
   ~GgufFile();
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
@@ -101,8 +106,7 @@ class GgufFile {
   std::map<std::string, GgufValue> metadata_;
   std::vector<GgufTensorInfo> tensors_;
   std::map<std::string, size_t> tensor_index_;
-  void* map_ = nullptr;
-  size_t map_size_ = 0;
+  std::vector<std::shared_ptr<const void>> owned_;  // the mapping(s) and buffers tensors point in
 };
 
 }  // namespace kvbench

@@ -9,6 +9,7 @@
 
 #include "harness/model/dequant.h"
 #include "harness/model/gguf.h"
+#include "harness/model/hf_folder.h"
 #include "harness/model/tokenizer.h"
 #include "kernels/cpu/block_matvec.h"
 #include "kernels/cpu/block_matvec_q8.h"
@@ -627,7 +628,8 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, ModelDevic
   auto impl = std::make_unique<Impl>();
   impl->device = device;
   impl->dtype = dtype;
-  impl->file = std::make_unique<GgufFile>(path);
+  // A Hugging Face folder is read as the GGUF its converter would write (hf_folder.h).
+  impl->file = is_hf_folder(path) ? read_hf_folder(path) : std::make_unique<GgufFile>(path);
   const GgufFile& f = *impl->file;
   impl->config = ModelConfig::from_gguf(f);
   const ModelConfig& c = impl->config;
