@@ -5,7 +5,10 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -335,4 +338,40 @@ TEST_CASE("hf folder: every bad folder is one InputError naming the file", "[uni
     testing::write_file(f.dir + "/config.json", {'{', '"'});
     CHECK_THAT(load_error(f, "config.json"), Catch::Contains("not JSON"));
   }
+}
+
+TEST_CASE("hf folder: a random Qwen3 made by transformers, logits within 1e-3 of its own",
+          "[unit]") {
+  // tests/fixtures/hf_qwen3_tiny: scripts/make_qwen3_fixture.py (config.json and bf16
+  // model.safetensors as save_pretrained wrote them, transformers' fp32 logits beside them);
+  // the tokenizer files are the tiny llama's, which the forward over fixed ids does not read.
+  const std::string dir = testing::temp_path("hf_qwen3");
+  std::filesystem::create_directories(dir);
+  const std::string fixture = std::string(KVBENCH_FIXTURES) + "/hf_qwen3_tiny";
+  for (const char* file : {"config.json", "model.safetensors"}) {
+    std::filesystem::copy_file(fixture + "/" + file, dir + "/" + file,
+                               std::filesystem::copy_options::overwrite_existing);
+  }
+  const Folder tiny = tiny_folder("hf_qwen3_tokenizer");
+  write_json(dir + "/tokenizer.json", tiny.tokenizer);
+  write_json(dir + "/tokenizer_config.json", tiny.tokenizer_config);
+  const auto model = LlamaModel::load(dir);
+  CHECK(model->config().architecture == "qwen3");
+  CHECK(model->config().head_dim == 32);  // not hidden_size / heads (16)
+  CHECK(model->config().qk_norm);
+  const json expected = json::parse(std::ifstream(fixture + "/logits.json"));
+  const auto ids = expected["ids"].get<std::vector<int32_t>>();
+  KvCache kv = make_full_cache(model->kv_shape());
+  const std::vector<float> logits = model->forward(ids, kv, /*all_logits=*/true);
+  const int64_t vocab = model->config().vocab_size;
+  double worst = 0;
+  for (size_t pos = 0; pos < ids.size(); ++pos) {
+    const auto row = expected["logits"][pos].get<std::vector<float>>();
+    REQUIRE(static_cast<int64_t>(row.size()) == vocab);
+    for (int64_t t = 0; t < vocab; ++t) {
+      worst = std::max(worst, static_cast<double>(std::abs(logits[pos * vocab + t] - row[t])));
+    }
+  }
+  WARN("Qwen3 against transformers: largest logit difference " << worst);
+  CHECK(worst < 1e-3);
 }

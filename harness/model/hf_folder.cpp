@@ -100,9 +100,10 @@ std::string architecture_of(const Folder& folder, const json& config) {
   const std::string name = archs.empty() || !archs[0].is_string() ? "" : archs[0].get<std::string>();
   if (name == "LlamaForCausalLM" || name == "MistralForCausalLM") return "llama";
   if (name == "Qwen2ForCausalLM") return "qwen2";
+  if (name == "Qwen3ForCausalLM") return "qwen3";
   folder.fail("config.json", "architecture '" + one_line(name) +
                                  "' is not one kvbench runs (LlamaForCausalLM, "
-                                 "MistralForCausalLM, Qwen2ForCausalLM)");
+                                 "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)");
 }
 
 // Llama 3's RoPE scaling as llama.cpp's converter writes it: a divisor per frequency pair
@@ -354,6 +355,10 @@ std::unique_ptr<GgufFile> read_hf_folder(const std::string& dir) {
   const auto flag = [&](const char* key, bool fallback) {
     return field(folder, config, key, T::boolean, fallback).get<bool>();
   };
+  const std::string act = field(folder, config, "hidden_act", json::value_t::string, "silu");
+  if (act != "silu") {
+    folder.fail("config.json", "hidden_act '" + one_line(act) + "' is not implemented (silu)");
+  }
   if (flag("attention_bias", false) || flag("mlp_bias", false)) {
     folder.fail("config.json", "attention_bias or mlp_bias: biases on o_proj or the MLP are not implemented");
   }
@@ -471,6 +476,10 @@ std::unique_ptr<GgufFile> read_hf_folder(const std::string& dir) {
     add(g + "attn_q.weight", h + "self_attn.q_proj.weight", {q_width, n_embd}, llama ? n_heads : 0);
     add(g + "attn_k.weight", h + "self_attn.k_proj.weight", {kv_width, n_embd}, llama ? n_kv_heads : 0);
     add(g + "attn_v.weight", h + "self_attn.v_proj.weight", {kv_width, n_embd});
+    if (arch == "qwen3") {
+      add(g + "attn_q_norm.weight", h + "self_attn.q_norm.weight", {head_dim});
+      add(g + "attn_k_norm.weight", h + "self_attn.k_norm.weight", {head_dim});
+    }
     if (arch == "qwen2") {
       add(g + "attn_q.bias", h + "self_attn.q_proj.bias", {q_width});
       add(g + "attn_k.bias", h + "self_attn.k_proj.bias", {kv_width});

@@ -205,6 +205,7 @@ std::vector<int64_t> neox_to_interleaved_rows(int64_t n_heads, int64_t head_dim)
 
 struct Layer {
   std::vector<float> attn_norm, ffn_norm;
+  std::vector<float> q_norm, k_norm;  // [head_dim] (ModelConfig::qk_norm), else empty
   Linear q, k, v, o, gate, up, down;
 };
 
@@ -335,6 +336,11 @@ struct LlamaModel::Impl {
     w.q.apply(h, s.q.data(), activations, decode_rows);
     w.k.apply(h, s.k.data(), activations, decode_rows);
     w.v.apply(h, s.v.data(), activations, decode_rows);
+    if (c.qk_norm) {
+      rms_norm_cpu(s.q.data(), w.q_norm.data(), s.q.data(), n * c.n_heads, c.head_dim, c.rms_eps);
+      rms_norm_cpu(s.k.data(), w.k_norm.data(), s.k.data(), n * c.n_kv_heads, c.head_dim,
+                   c.rms_eps);
+    }
     rope_interleaved_cpu(s.q.data(), positions, n, c.n_heads, c.head_dim, c.rope_inv_freq.data());
     rope_interleaved_cpu(s.k.data(), positions, n, c.n_kv_heads, c.head_dim,
                          c.rope_inv_freq.data());
@@ -655,6 +661,12 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, ModelDevic
     layer.q = load_linear(f, p + "attn_q.weight", q_width, c.n_embd, q_order);
     layer.k = load_linear(f, p + "attn_k.weight", kv_width, c.n_embd, k_order);
     layer.v = load_linear(f, p + "attn_v.weight", kv_width, c.n_embd);
+    if (c.qk_norm) {  // per head, in the order the Q and K rows were put in
+      const std::vector<int64_t> head_order =
+          c.rope_neox ? neox_to_interleaved_rows(1, c.head_dim) : std::vector<int64_t>{};
+      layer.q_norm = load_vector(f, p + "attn_q_norm.weight", c.head_dim, head_order);
+      layer.k_norm = load_vector(f, p + "attn_k_norm.weight", c.head_dim, head_order);
+    }
     if (c.qkv_bias) {
       layer.q.bias = load_vector(f, p + "attn_q.bias", q_width, q_order);
       layer.k.bias = load_vector(f, p + "attn_k.bias", kv_width, k_order);
@@ -673,6 +685,10 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, ModelDevic
                               c.vocab_size, c.n_embd);
 #ifdef KVBENCH_WITH_CUDA
   if (device == ModelDevice::Cuda) {
+    if (c.qk_norm) {
+      throw InputError("--device cuda: " + path + " is " + c.architecture +
+                       ", whose per-head query and key norms the CUDA forward does not run yet");
+    }
     if (c.head_dim != 64 && c.head_dim != 128) {
       throw InputError("--device cuda: " + path + " has head_dim " + std::to_string(c.head_dim) +
                        "; the CUDA attention kernels take 64 or 128");

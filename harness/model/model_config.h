@@ -10,7 +10,7 @@ namespace kvbench {
 class GgufFile;
 
 struct ModelConfig {
-  std::string architecture;  // general.architecture ("llama" or "qwen2")
+  std::string architecture;  // general.architecture ("llama", "qwen2" or "qwen3")
   std::string name;          // general.name, or the file name
   int32_t n_layers = 0;
   int32_t n_embd = 0;
@@ -27,6 +27,9 @@ struct ModelConfig {
   std::vector<float> rope_inv_freq;  // [head_dim / 2]
   bool tied_embeddings = true;  // no output.weight: the LM head is token_embd
   bool qkv_bias = false;
+  // Each query and key head RMS-normalized over head_dim before RoPE, by weights of its own
+  // per layer (qwen3: attn_q_norm, attn_k_norm).
+  bool qk_norm = false;
   // RoPE rotates the pairs (i, i + head_dim/2) (GPT-NeoX style: qwen2) rather than (2i, 2i+1).
   // The loader permutes Q and K rows into interleaved order, so every kernel sees one layout.
   bool rope_neox = false;
