@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <set>
 
 #include "cache/registry.h"
@@ -16,6 +17,7 @@
 #include "datasets/generator.h"
 #include "harness/cli/commands.h"
 #include "harness/model/gguf.h"
+#include "harness/model/hf_folder.h"
 #include "harness/model/known_models.h"
 #include "harness/model/model_config.h"
 #include "harness/model/tokenizer.h"
@@ -40,7 +42,9 @@ void list_models(const ModelOptions& options) {
   if (env && *env) others.insert(model_path_of(env));
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(models_dir(), ec)) {
-    if (entry.path().extension() == ".gguf") others.insert(entry.path().string());
+    if (entry.path().extension() == ".gguf" || is_hf_folder(entry.path().string())) {
+      others.insert(entry.path().string());
+    }
   }
   for (const std::string& path : others) {
     if (seen.insert(path).second) models.emplace_back("", path);
@@ -61,13 +65,22 @@ void list_models(const ModelOptions& options) {
       continue;
     }
     try {
-      GgufFile file(path);
-      const ModelConfig c = ModelConfig::from_gguf(file);
-      int64_t params = 0;
-      for (const auto& t : file.tensors()) params += t.n_elements();
-      std::printf("%-13s %-40.40s %-6s %6.0fM %6d %2d/%-2d %5d %8.1f  %s\n", shown, c.name.c_str(),
-                  c.architecture.c_str(), params / 1e6, c.n_layers, c.n_heads, c.n_kv_heads,
-                  c.context_length, std::filesystem::file_size(path, ec) / 1048576.0, path.c_str());
+      // A Hugging Face folder is read as its GGUF would be (hf_folder.h); its size is its
+      // tensors' bytes.
+      const bool folder = is_hf_folder(path);
+      const std::unique_ptr<GgufFile> file =
+          folder ? read_hf_folder(path) : std::make_unique<GgufFile>(path);
+      const ModelConfig c = ModelConfig::from_gguf(*file);
+      int64_t params = 0, bytes = 0;
+      for (const auto& t : file->tensors()) {
+        params += t.n_elements();
+        bytes += t.n_bytes();
+      }
+      if (!folder) bytes = static_cast<int64_t>(std::filesystem::file_size(path, ec));
+      std::printf("%-13s %-40.40s %-6s %6.0fM %6d %2d/%-2d %5d %8.1f  %s%s\n", shown,
+                  c.name.c_str(), c.architecture.c_str(), params / 1e6, c.n_layers, c.n_heads,
+                  c.n_kv_heads, c.context_length, bytes / 1048576.0, path.c_str(),
+                  folder ? " (Hugging Face folder)" : "");
     } catch (const InputError& e) {
       std::printf("%-13s unusable: %s\n", shown, e.what());
     }
@@ -191,7 +204,8 @@ void export_task(const ModelOptions& model_options, const ExportArgs& args) {
 void add_list_command(CLI::App& app, ModelOptions& model) {
   CLI::App* cmd = app.add_subcommand("list", "List what kvbench can run");
   cmd->require_subcommand(1);
-  cmd->add_subcommand("models", "GGUF models found (models/, $KVBENCH_MODEL, --model)")
+  cmd->add_subcommand("models",
+                     "GGUF models and Hugging Face folders found (models/, $KVBENCH_MODEL, --model)")
       ->callback([&model] { list_models(model); });
   cmd->add_subcommand("methods", "Cache methods with their parameters, defaults and papers")
       ->callback([] { list_methods(); });
