@@ -4,8 +4,9 @@ transformers' own logits on it for kvbench's parity test (tests/test_hf_folder.c
 
 transformers reads the GGUF (dequantizing every weight), and save_pretrained writes
 config.json, model.safetensors and the tokenizer files, as a researcher's folder holds them.
-The fixture holds, for each prompt, the token ids transformers' tokenizer gives and the
-top-8 logits at every position of transformers' fp32 forward over the folder.
+The fixture holds, for each prompt, the token ids transformers' tokenizer gives, the top-8
+logits at every position of transformers' fp32 forward over the folder, and its greedy
+continuation of 12 tokens.
 
 Needs a venv with transformers, torch and gguf (the kvpress venv has them):
     .venv-kvpress/bin/python scripts/export_hf_folder.py \
@@ -55,7 +56,10 @@ def main():
         with torch.no_grad():
             logits = model(torch.tensor([ids])).logits[0]
         top = torch.topk(logits, 8, dim=-1)
-        cases.append({"text": text, "ids": ids,
+        with torch.no_grad():
+            greedy = model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False,
+                                    attention_mask=torch.ones(1, len(ids), dtype=torch.long))
+        cases.append({"text": text, "ids": ids, "greedy": greedy[0][len(ids):].tolist(),
                       "top_ids": top.indices.tolist(),
                       "top_logits": [[round(v, 5) for v in row] for row in top.values.tolist()]})
     with open(args.fixture, "w") as f:
