@@ -1,10 +1,11 @@
-// A real model as a Hugging Face folder exported by transformers itself
-// (scripts/export_hf_folder.py: SmolLM2-135M-Instruct from its GGUF, bf16 weights), held to
-// transformers' own fp32 forward over the same folder (tests/fixtures/hf_parity_smollm2.json):
-// token ids equal to its tokenizer's, top-8 logits at every position, the greedy continuation;
-// and to kvbench's run of the GGUF it came from. The folder is $KVBENCH_HF_SMOLLM2, else
-// ~/.cache/kvbench/hf/smollm2-135m; without it the test is skipped (exit 77): the export needs
-// transformers and torch (about 3 GB), which CI does not install.
+// Real models as Hugging Face folders exported by transformers itself
+// (scripts/export_hf_folder.py: SmolLM2-135M-Instruct and Qwen2.5-Coder-0.5B-Instruct from
+// their GGUFs, bf16 weights), held to transformers' own fp32 forward over the same folder
+// (tests/fixtures/hf_parity_*.json): token ids equal to its tokenizer's, top-8 logits at every
+// position, the greedy continuation. The folders are ~/.cache/kvbench/hf/<short name>
+// ($KVBENCH_HF_DIR for another parent); a missing one is skipped, and the process exits 77
+// (skipped) when both are: the export needs transformers and torch (about 3 GB), which CI
+// does not install.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -26,27 +27,47 @@ using nlohmann::json;
 
 namespace {
 
-std::string folder_or_skip() {
-  const char* env = std::getenv("KVBENCH_HF_SMOLLM2");
+std::string exported_folder(const std::string& name) {
+  const char* env = std::getenv("KVBENCH_HF_DIR");
   const char* home = std::getenv("HOME");
-  const std::string path = env && *env ? env
-                           : home      ? std::string(home) + "/.cache/kvbench/hf/smollm2-135m"
-                                       : "";
-  if (path.empty() || !std::filesystem::exists(path + "/config.json")) {
-    std::printf("no exported folder at '%s' (scripts/export_hf_folder.py): skipped\n",
-                path.c_str());
-    std::exit(77);
-  }
-  return path;
+  const std::string parent = env && *env ? env
+                             : home      ? std::string(home) + "/.cache/kvbench/hf"
+                                         : "";
+  const std::string path = parent + "/" + name;
+  return std::filesystem::exists(path + "/config.json") ? path : "";
 }
+
+struct Exported {
+  const char* name;
+  const char* fixture;
+};
+const Exported kExported[] = {{"smollm2-135m", "hf_parity_smollm2.json"},
+                              {"qwen2.5-0.5b", "hf_parity_qwen2.json"}};
+
+// Exits 77 (skipped) before any test runs when no folder was exported.
+const bool kAnyExported = [] {
+  for (const Exported& e : kExported) {
+    if (!exported_folder(e.name).empty()) return true;
+  }
+  std::printf("no exported folder under ~/.cache/kvbench/hf (scripts/export_hf_folder.py): "
+              "skipped\n");
+  std::exit(77);
+}();
 
 }  // namespace
 
-TEST_CASE("hf folder model: SmolLM2 exported by transformers answers as transformers does",
+TEST_CASE("hf folder model: models exported by transformers answer as transformers does",
           "[model]") {
-  const auto model = LlamaModel::load(folder_or_skip());
+  const Exported& exported = GENERATE(kExported[0], kExported[1]);
+  const std::string folder = exported_folder(exported.name);
+  if (folder.empty()) {
+    WARN(exported.name << ": not exported, skipped");
+    return;
+  }
+  INFO(exported.name);
+  const auto model = LlamaModel::load(folder);
   const json fixture =
-      json::parse(std::ifstream(std::string(KVBENCH_FIXTURES) + "/hf_parity_smollm2.json"));
+      json::parse(std::ifstream(std::string(KVBENCH_FIXTURES) + "/" + exported.fixture));
   const int64_t vocab = model->config().vocab_size;
   double worst = 0;
   for (const json& c : fixture["cases"]) {
@@ -74,6 +95,6 @@ TEST_CASE("hf folder model: SmolLM2 exported by transformers answers as transfor
     }
     CHECK(greedy == c["greedy"].get<std::vector<int32_t>>());
   }
-  WARN("SmolLM2 folder against transformers: largest top-8 logit difference " << worst);
+  WARN(exported.name << " folder against transformers: largest top-8 logit difference " << worst);
   CHECK(worst < 1e-3);
 }

@@ -68,8 +68,7 @@ void list_models(const ModelOptions& options) {
       // A Hugging Face folder is read as its GGUF would be (hf_folder.h); its size is its
       // tensors' bytes.
       const bool folder = is_hf_folder(path);
-      const std::unique_ptr<GgufFile> file =
-          folder ? read_hf_folder(path) : std::make_unique<GgufFile>(path);
+      const std::unique_ptr<GgufFile> file = open_model_file(path);
       const ModelConfig c = ModelConfig::from_gguf(*file);
       int64_t params = 0, bytes = 0;
       for (const auto& t : file->tensors()) {
@@ -184,9 +183,9 @@ void export_task(const ModelOptions& model_options, const ExportArgs& args) {
   g.task = task.name;
   g.knobs = task.knobs;
   // Samples are sized in the model's tokens: its tokenizer, not its weights.
-  const GgufFile file(resolve_model_path(model_options));
+  const std::unique_ptr<GgufFile> file = open_model_file(resolve_model_path(model_options));
   std::string text;
-  for (Sample& sample : generate_samples(g, Tokenizer::from_gguf(file))) {
+  for (Sample& sample : generate_samples(g, Tokenizer::from_gguf(*file))) {
     sample.task = task.name;
     text += sample_jsonl_line(sample) + "\n";
   }

@@ -16,6 +16,7 @@
 #include "datasets/generator.h"
 #include "harness/cli/commands.h"
 #include "harness/model/gguf.h"
+#include "harness/model/hf_folder.h"
 #include "harness/model/known_models.h"
 #include "harness/model/tokenizer.h"
 #include "harness/sweep_config.h"
@@ -55,9 +56,9 @@ void run_load_command(const ModelOptions& model_options, const LoadArgs& args) {
   }
   const std::string model_path = resolve_model_path(model_options);
   const EndpointInfo info = probe_endpoint(args.endpoint);
-  // The samples are sized with the served model's tokenizer: --model names its GGUF.
-  const GgufFile gguf(model_path);
-  const Tokenizer tokenizer = Tokenizer::from_gguf(gguf);
+  // The samples are sized with the served model's tokenizer: --model names its GGUF (or its
+  // Hugging Face folder).
+  const Tokenizer tokenizer = Tokenizer::from_gguf(*open_model_file(model_path));
   GeneratorOptions g;
   g.task = task.name;
   g.knobs = task.knobs;

@@ -15,6 +15,7 @@
 #include "common/subprocess.h"
 #include "harness/cli/prepared_sweep.h"
 #include "harness/model/gguf.h"
+#include "harness/model/hf_folder.h"
 #include "harness/model/model_config.h"
 #include "harness/model/tokenizer.h"
 #include "harness/sweep.h"
@@ -398,9 +399,9 @@ void run_slurm_sweep(const ModelOptions& model_options, const std::string& confi
   if (model.threads <= 0)
     model.threads = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
   for (std::string& plugin : model.plugins) plugin = fs::absolute(plugin, ec).string();
-  const GgufFile file(prepared.run.model_path);
-  const Tokenizer tokenizer = Tokenizer::from_gguf(file);
-  const ModelConfig model_config = ModelConfig::from_gguf(file);
+  const std::unique_ptr<GgufFile> file = open_model_file(prepared.run.model_path);
+  const Tokenizer tokenizer = Tokenizer::from_gguf(*file);
+  const ModelConfig model_config = ModelConfig::from_gguf(*file);
   const SweepModel source{tokenizer, model_config.context_length,
                           []() -> const LlamaModel& {
                             throw InputError("--slurm: the submitting side loads no weights");
@@ -513,7 +514,7 @@ void run_slurm_sweep(const ModelOptions& model_options, const std::string& confi
   std::string time_why = "--time";
   const std::string time =
       args.time.empty() ? shard_time_limit(plans, prepared, &time_why) : args.time;
-  const std::string mem = args.mem.empty() ? shard_memory(prepared, model, file, model_config)
+  const std::string mem = args.mem.empty() ? shard_memory(prepared, model, *file, model_config)
                                              : args.mem;
   if (!to_submit.empty()) {
     std::vector<std::string> sbatch = {"sbatch",

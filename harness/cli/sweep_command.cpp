@@ -28,6 +28,7 @@
 #include "harness/cli/slurm_sweep.h"
 #include "harness/head_probe.h"
 #include "harness/model/gguf.h"
+#include "harness/model/hf_folder.h"
 #include "harness/model/known_models.h"
 #include "harness/model/llama_model.h"
 #include "harness/model/model_config.h"
@@ -367,10 +368,10 @@ void run_prepared_sweep(const ModelOptions& model_options, const PreparedSweep& 
   check_db_holds_this_sweep(*db, run_record);
   // The samples need the tokenizer and the window only; the weights (about 0.8 GB for
   // Qwen2.5-0.5B) load when there is a unit to run.
-  const GgufFile file(run_record.model_path);
-  const Tokenizer tokenizer = Tokenizer::from_gguf(file);
+  const std::unique_ptr<GgufFile> file = open_model_file(run_record.model_path);
+  const Tokenizer tokenizer = Tokenizer::from_gguf(*file);
   std::unique_ptr<LlamaModel> model;
-  const SweepModel source{tokenizer, ModelConfig::from_gguf(file).context_length,
+  const SweepModel source{tokenizer, ModelConfig::from_gguf(*file).context_length,
                           [&]() -> const LlamaModel& {
                             model = load_model(run_record.model_path, model_options);
                             std::vector<ResolvedSpec> specs;

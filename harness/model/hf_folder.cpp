@@ -351,6 +351,16 @@ GgmlType ggml_type_of(const std::string& dtype) {
 
 }  // namespace
 
+std::unique_ptr<GgufFile> open_model_file(const std::string& path) {
+  if (is_hf_folder(path)) return read_hf_folder(path);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    throw InputError(path + ": a folder without config.json; expected a GGUF file or a Hugging "
+                     "Face model folder");
+  }
+  return std::make_unique<GgufFile>(path);
+}
+
 bool is_hf_folder(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) &&

@@ -23,4 +23,8 @@ bool is_hf_folder(const std::string& path);
 // tensor, a wrong shape or dtype, a truncated shard (safetensors.h).
 std::unique_ptr<GgufFile> read_hf_folder(const std::string& dir);
 
+// A model as --model names it: a Hugging Face folder (read_hf_folder) or a GGUF file; a folder
+// without config.json is one InputError naming it.
+std::unique_ptr<GgufFile> open_model_file(const std::string& path);
+
 }  // namespace kvbench

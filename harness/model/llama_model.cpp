@@ -636,11 +636,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, ModelDevic
   impl->device = device;
   impl->dtype = dtype;
   // A Hugging Face folder is read as the GGUF its converter would write (hf_folder.h).
-  if (!is_hf_folder(path) && std::filesystem::is_directory(path)) {
-    throw InputError(path + ": a folder without config.json; expected a GGUF file or a Hugging "
-                     "Face model folder");
-  }
-  impl->file = is_hf_folder(path) ? read_hf_folder(path) : std::make_unique<GgufFile>(path);
+  impl->file = open_model_file(path);
   const GgufFile& f = *impl->file;
   impl->config = ModelConfig::from_gguf(f);
   const ModelConfig& c = impl->config;
