@@ -64,7 +64,9 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   const uint64_t data_bytes = size - 8 - header_bytes;
   const uint8_t* data = base + 8 + header_bytes;
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
-  for (const auto& [name, entry] : header.items()) {
+  for (const auto& item : header.items()) {
+    const std::string& name = item.key();
+    const json& entry = item.value();
     if (name == "__metadata__") continue;
     const auto bad = [&](const std::string& why) { fail("tensor " + shown(name) + ": " + why); };
     if (!entry.is_object() || !entry.contains("dtype") || !entry["dtype"].is_string() ||
