@@ -1,10 +1,10 @@
 // Real models as Hugging Face folders exported by transformers itself
-// (scripts/export_hf_folder.py: SmolLM2-135M-Instruct and Qwen2.5-Coder-0.5B-Instruct from
-// their GGUFs, bf16 weights), held to transformers' own fp32 forward over the same folder
+// (scripts/export_hf_folder.py: SmolLM2-135M-Instruct, Qwen2.5-Coder-0.5B-Instruct and
+// Qwen2.5-Coder-1.5B-Instruct from their GGUFs, bf16 weights), held to transformers' own fp32 forward over the same folder
 // (tests/fixtures/hf_parity_*.json): token ids equal to its tokenizer's, top-8 logits at every
 // position, the greedy continuation. The folders are ~/.cache/kvbench/hf/<short name>
 // ($KVBENCH_HF_DIR for another parent); a missing one is skipped, and the process exits 77
-// (skipped) when both are: the export needs transformers and torch (about 3 GB), which CI
+// (skipped) when all are: the export needs transformers and torch (about 3 GB), which CI
 // does not install.
 #include <catch2/catch.hpp>
 
@@ -42,7 +42,8 @@ struct Exported {
   const char* fixture;
 };
 const Exported kExported[] = {{"smollm2-135m", "hf_parity_smollm2.json"},
-                              {"qwen2.5-0.5b", "hf_parity_qwen2.json"}};
+                              {"qwen2.5-0.5b", "hf_parity_qwen2.json"},
+                              {"qwen2.5-1.5b", "hf_parity_qwen2_1.5b.json"}};
 
 // Exits 77 (skipped) before any test runs when no folder was exported.
 const bool kAnyExported = [] {
@@ -58,7 +59,7 @@ const bool kAnyExported = [] {
 
 TEST_CASE("hf folder model: models exported by transformers answer as transformers does",
           "[model]") {
-  const Exported& exported = GENERATE(kExported[0], kExported[1]);
+  const Exported& exported = GENERATE(kExported[0], kExported[1], kExported[2]);
   const std::string folder = exported_folder(exported.name);
   if (folder.empty()) {
     WARN(exported.name << ": not exported, skipped");
