@@ -304,7 +304,6 @@ GgufValue read_value(Reader& r, GgufValueType type, const std::string& what) {
   return v;
 }
 
-
 // Names come from the file, so they are escaped and shortened to keep the message one line.
 std::string quoted(const std::string& s) {
   constexpr size_t kMaxShown = 120;
