@@ -465,8 +465,10 @@ std::unique_ptr<GgufFile> read_hf_folder(const std::string& dir) {
   const auto add = [&](const std::string& gguf, const std::string& hf, std::vector<int64_t> shape,
                        int64_t permute_heads = 0) {
     const auto [t, file] = find(hf);
-    if (!t) {
-      folder.fail(shards.begin()->first, "missing tensor '" + hf + "' (" + arch + " needs it)");
+    if (!t) {  // named where the weights are listed: the index, or the one file
+      const bool indexed = folder.has("model.safetensors.index.json");
+      folder.fail(indexed ? "model.safetensors.index.json" : shards.begin()->first,
+                  "missing tensor '" + hf + "' (" + arch + " needs it)");
     }
     if (t->shape != shape) {
       std::string want, got;
