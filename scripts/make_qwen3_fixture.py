@@ -5,7 +5,7 @@ holds kvbench's forward over the same folder to them.
 
     .venv-kvpress/bin/python scripts/make_qwen3_fixture.py tests/fixtures/hf_qwen3_tiny
 
-head_dim (32) is not hidden_size / heads (16), as in the Qwen3 models, and the per-head
+head_dim (64: what the CUDA kernels take) is not hidden_size / heads (16), as in the Qwen3 models, and the per-head
 query and key norms get random weights, so that a misplaced norm or a wrong order of its
 weights moves the logits. The weights are saved in bfloat16; transformers runs them in fp32.
 """
@@ -19,7 +19,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 out = sys.argv[1]
 torch.manual_seed(0)
 config = Qwen3Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                     num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                     num_attention_heads=4, num_key_value_heads=2, head_dim=64,
                      max_position_embeddings=256, rms_norm_eps=1e-6, rope_theta=10000.0,
                      tie_word_embeddings=False, attention_bias=False)
 model = Qwen3ForCausalLM(config)

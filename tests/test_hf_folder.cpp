@@ -23,6 +23,11 @@
 #include "harness/model/safetensors.h"
 #include "harness/model/tokenizer.h"
 #include "cache/full_cache.h"
+#include "cache/registry.h"
+#include "harness/model_cache.h"
+#ifdef KVBENCH_WITH_CUDA
+#include "harness/model/cuda_forward.h"
+#endif
 
 using namespace kvbench;
 using nlohmann::json;
@@ -357,7 +362,7 @@ TEST_CASE("hf folder: a random Qwen3 made by transformers, logits within 1e-3 of
   write_json(dir + "/tokenizer_config.json", tiny.tokenizer_config);
   const auto model = LlamaModel::load(dir);
   CHECK(model->config().architecture == "qwen3");
-  CHECK(model->config().head_dim == 32);  // not hidden_size / heads (16)
+  CHECK(model->config().head_dim == 64);  // not hidden_size / heads (16)
   CHECK(model->config().qk_norm);
   const json expected = json::parse(std::ifstream(fixture + "/logits.json"));
   const auto ids = expected["ids"].get<std::vector<int32_t>>();
@@ -374,4 +379,19 @@ TEST_CASE("hf folder: a random Qwen3 made by transformers, logits within 1e-3 of
   }
   WARN("Qwen3 against transformers: largest logit difference " << worst);
   CHECK(worst < 1e-3);
+#ifdef KVBENCH_WITH_CUDA
+  // The same on the GPU forward (under the CUDA emulation in CI's sanitizer tree).
+  if (cuda_device_present()) {
+    const auto gpu = LlamaModel::load(dir, ModelDevice::Cuda);
+    KvCache gpu_kv = new_cache(*gpu, resolve_method_spec("full"));
+    const std::vector<float> on_gpu = gpu->forward(ids, gpu_kv, /*all_logits=*/true);
+    REQUIRE(on_gpu.size() == logits.size());
+    double gap = 0;
+    for (size_t i = 0; i < logits.size(); ++i) {
+      gap = std::max(gap, static_cast<double>(std::abs(on_gpu[i] - logits[i])));
+    }
+    WARN("Qwen3 on the GPU forward against the CPU's: largest logit difference " << gap);
+    CHECK(gap < 1e-3);
+  }
+#endif
 }

@@ -606,7 +606,8 @@ HostWeights host_weights(const std::vector<Layer>& layers, const std::vector<flo
   for (const Layer& l : layers) {
     w.layers.push_back(HostLayer{l.attn_norm.data(), l.ffn_norm.data(), host_view(l.q),
                                  host_view(l.k), host_view(l.v), host_view(l.o),
-                                 host_view(l.gate), host_view(l.up), host_view(l.down)});
+                                 host_view(l.gate), host_view(l.up), host_view(l.down),
+                                 l.q_norm.data(), l.k_norm.data()});
   }
   w.output_norm = output_norm.data();
   w.lm_head = host_view(lm_head);
@@ -686,10 +687,6 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, ModelDevic
                               c.vocab_size, c.n_embd);
 #ifdef KVBENCH_WITH_CUDA
   if (device == ModelDevice::Cuda) {
-    if (c.qk_norm) {
-      throw InputError("--device cuda: " + path + " is " + c.architecture +
-                       ", whose per-head query and key norms the CUDA forward does not run yet");
-    }
     if (c.head_dim != 64 && c.head_dim != 128) {
       throw InputError("--device cuda: " + path + " has head_dim " + std::to_string(c.head_dim) +
                        "; the CUDA attention kernels take 64 or 128");
