@@ -325,6 +325,12 @@ std::string quoted(const std::string& s) {
 
 }  // namespace
 
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
 const char* ggml_type_name(GgmlType type) {
   const TypeTraits* t = traits(type);
   return t != nullptr ? t->name : "unknown";

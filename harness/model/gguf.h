@@ -31,6 +31,8 @@ enum class GgmlType : uint32_t {
 };
 
 const char* ggml_type_name(GgmlType type);  // "F32", ..., or "unknown"
+// A tensor shape as "[a, b]", for messages.
+std::string shape_text(const std::vector<int64_t>& shape);
 bool ggml_type_supported(GgmlType type);
 int64_t ggml_block_elements(GgmlType type);  // elements per block (1 for F32/F16/BF16)
 int64_t ggml_block_bytes(GgmlType type);     // bytes per block

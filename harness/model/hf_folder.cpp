@@ -5,13 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 #include <vector>
 
+#include "common/files.h"
 #include "common/input_error.h"
 #include "harness/model/gguf.h"
 #include "harness/model/safetensors.h"
@@ -43,13 +42,11 @@ class Folder {
   [[noreturn]] void fail(const std::string& name, const std::string& why) const {
     throw InputError(path(name) + ": " + why);
   }
+  // The file's text, read up to a cap (tokenizer.json, the largest, is 7-33 MB in the models
+  // of the field).
   std::string text(const std::string& name) const {
     if (!has(name)) fail(name, "missing (a Hugging Face model folder holds it)");
-    std::ifstream in(path(name), std::ios::binary);
-    std::ostringstream out;
-    out << in.rdbuf();
-    if (!in && !in.eof()) fail(name, "cannot be read");
-    return out.str();
+    return read_regular_file(path(name), "model folder's file", uint64_t{256} << 20);
   }
   json object(const std::string& name) const {
     json j;
@@ -471,10 +468,8 @@ std::unique_ptr<GgufFile> read_hf_folder(const std::string& dir) {
                   "missing tensor '" + hf + "' (" + arch + " needs it)");
     }
     if (t->shape != shape) {
-      std::string want, got;
-      for (int64_t d : shape) want += (want.empty() ? "" : ", ") + std::to_string(d);
-      for (int64_t d : t->shape) got += (got.empty() ? "" : ", ") + std::to_string(d);
-      folder.fail(file, "tensor '" + hf + "' has shape [" + got + "], expected [" + want + "]");
+      folder.fail(file, "tensor '" + hf + "' has shape " + shape_text(t->shape) + ", expected " +
+                            shape_text(shape));
     }
     if (t->dtype != "F32" && t->dtype != "F16" && t->dtype != "BF16") {
       folder.fail(file, "tensor '" + hf + "' is " + t->dtype + " (expected BF16, F16 or F32)");

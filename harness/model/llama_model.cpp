@@ -3,7 +3,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -36,12 +35,6 @@ bool few_rows_of(int64_t n, bool decode_rows = false) { return n <= kMaxBlockRow
 
 Activations rounding_of(CpuActivations activations, int64_t n, bool decode_rows = false) {
   return few_rows_of(n, decode_rows) ? activations.decode : activations.prefill;
-}
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
 }
 
 bool block_format_of(GgmlType type, BlockFormat* format) {
