@@ -268,12 +268,6 @@ PackedQ8Matrix narrow(PackedQ8Matrix p) {
   }
   if (t.super) p.scales.clear();
   if (t.half || t.super || t.zero > 0) p.offsets.clear();
-  if (!t.super) {
-    p.sub_scales.clear();
-    p.sub_mins.clear();
-    p.super_scales.clear();
-    p.super_mins.clear();
-  }
   p.scales.shrink_to_fit();
   p.offsets.shrink_to_fit();
   return p;
