@@ -8,10 +8,11 @@ The fixture holds, for each prompt, the token ids transformers' tokenizer gives,
 logits at every position of transformers' fp32 forward over the folder, and its greedy
 continuation of 12 tokens.
 
-Needs a venv with transformers, torch and gguf (the kvpress venv has them):
-    .venv-kvpress/bin/python scripts/export_hf_folder.py \
+scripts/hf_folders.sh runs it for kvbench's three models in a venv of its own (transformers,
+torch, gguf, accelerate, pinned); by hand:
+    .venv-hf/bin/python scripts/export_hf_folder.py \
         --gguf models/SmolLM2-135M-Instruct.Q4_1.gguf --out ~/.cache/kvbench/hf/smollm2-135m \
-        [--dtype bfloat16] [--fixture tests/fixtures/hf_parity_smollm2.json]
+        [--dtype bfloat16] [--fixture ~/.cache/kvbench/hf/smollm2-135m/transformers_parity.json]
 """
 import argparse
 import json

@@ -203,14 +203,14 @@ TEST_CASE("hf folder: the same model as its GGUF, bit for bit", "[unit]") {
   const auto from_folder = LlamaModel::load(f.dir);
   const ModelConfig& a = from_gguf->config();
   const ModelConfig& b = from_folder->config();
-  CHECK(b.architecture == "llama");
+  CHECK(b.arch->name == "llama");
   CHECK(b.n_layers == a.n_layers);
   CHECK(b.n_heads == a.n_heads);
   CHECK(b.n_kv_heads == a.n_kv_heads);
   CHECK(b.head_dim == a.head_dim);
   CHECK(b.vocab_size == a.vocab_size);
   CHECK(b.rope_inv_freq == a.rope_inv_freq);
-  CHECK(b.rope_neox == a.rope_neox);
+  CHECK(b.arch == a.arch);
   const std::string text = "<|im_start|>user\nkey 42 holds 7, 1234 apples.<|im_end|>";
   const std::vector<int32_t> ids = from_gguf->tokenizer().encode(text);
   CHECK(from_folder->tokenizer().encode(text) == ids);
@@ -361,9 +361,9 @@ TEST_CASE("hf folder: a random Qwen3 made by transformers, logits within 1e-3 of
   write_json(dir + "/tokenizer.json", tiny.tokenizer);
   write_json(dir + "/tokenizer_config.json", tiny.tokenizer_config);
   const auto model = LlamaModel::load(dir);
-  CHECK(model->config().architecture == "qwen3");
+  CHECK(model->config().arch->name == "qwen3");
   CHECK(model->config().head_dim == 64);  // not hidden_size / heads (16)
-  CHECK(model->config().qk_norm);
+  CHECK(model->config().arch->qk_norm);
   const json expected = json::parse(std::ifstream(fixture + "/logits.json"));
   const auto ids = expected["ids"].get<std::vector<int32_t>>();
   KvCache kv = make_full_cache(model->kv_shape());

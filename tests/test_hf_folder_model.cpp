@@ -1,11 +1,12 @@
-// Real models as Hugging Face folders exported by transformers itself
-// (scripts/export_hf_folder.py: SmolLM2-135M-Instruct, Qwen2.5-Coder-0.5B-Instruct and
-// Qwen2.5-Coder-1.5B-Instruct from their GGUFs, bf16 weights), held to transformers' own fp32 forward over the same folder
-// (tests/fixtures/hf_parity_*.json): token ids equal to its tokenizer's, top-8 logits at every
-// position, the greedy continuation. The folders are ~/.cache/kvbench/hf/<short name>
-// ($KVBENCH_HF_DIR for another parent); a missing one is skipped, and the process exits 77
-// (skipped) when all are: the export needs transformers and torch (about 3 GB), which CI
-// does not install.
+// Real models as Hugging Face folders exported by transformers itself (scripts/hf_folders.sh:
+// SmolLM2-135M-Instruct, Qwen2.5-Coder-0.5B-Instruct and Qwen2.5-Coder-1.5B-Instruct from
+// their GGUFs, bf16 weights), held to transformers' own fp32 forward over the same folder,
+// written beside it by the same export (transformers_parity.json): token ids equal to its
+// tokenizer's, top-8 logits at every position, the greedy continuation. The folders are
+// ~/.cache/kvbench/hf/<short name> ($KVBENCH_HF_DIR for another parent); a missing one is
+// skipped, and the process exits 77 (skipped) when all are: the export needs transformers
+// and torch (about 6 GB from PyPI). CI exports all three and runs this test
+// (.ci/run, docs/ci.md).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -34,23 +35,21 @@ std::string exported_folder(const std::string& name) {
                              : home      ? std::string(home) + "/.cache/kvbench/hf"
                                          : "";
   const std::string path = parent + "/" + name;
-  return std::filesystem::exists(path + "/config.json") ? path : "";
+  // The parity file is the export's last step: without it the export did not finish.
+  return std::filesystem::exists(path + "/transformers_parity.json") ? path : "";
 }
 
 struct Exported {
   const char* name;
-  const char* fixture;
 };
-const Exported kExported[] = {{"smollm2-135m", "hf_parity_smollm2.json"},
-                              {"qwen2.5-0.5b", "hf_parity_qwen2.json"},
-                              {"qwen2.5-1.5b", "hf_parity_qwen2_1.5b.json"}};
+const Exported kExported[] = {{"smollm2-135m"}, {"qwen2.5-0.5b"}, {"qwen2.5-1.5b"}};
 
 // Exits 77 (skipped) before any test runs when no folder was exported.
 const bool kAnyExported = [] {
   for (const Exported& e : kExported) {
     if (!exported_folder(e.name).empty()) return true;
   }
-  std::printf("no exported folder under ~/.cache/kvbench/hf (scripts/export_hf_folder.py): "
+  std::printf("no exported folder under ~/.cache/kvbench/hf (scripts/hf_folders.sh): "
               "skipped\n");
   std::exit(77);
 }();
@@ -67,8 +66,8 @@ TEST_CASE("hf folder model: models exported by transformers answer as transforme
   }
   INFO(exported.name);
   const auto model = LlamaModel::load(folder);
-  const json fixture =
-      json::parse(std::ifstream(std::string(KVBENCH_FIXTURES) + "/" + exported.fixture));
+  const json fixture = json::parse(std::ifstream(folder + "/transformers_parity.json"));
+  INFO(fixture["source"].get<std::string>());
   const int64_t vocab = model->config().vocab_size;
   double worst = 0;
   for (const json& c : fixture["cases"]) {

@@ -77,7 +77,7 @@ void list_models(const ModelOptions& options) {
       }
       if (!folder) bytes = static_cast<int64_t>(std::filesystem::file_size(path, ec));
       std::printf("%-13s %-40.40s %-6s %6.0fM %6d %2d/%-2d %5d %8.1f  %s%s\n", shown,
-                  c.name.c_str(), c.architecture.c_str(), params / 1e6, c.n_layers, c.n_heads,
+                  c.name.c_str(), std::string(c.arch->name).c_str(), params / 1e6, c.n_layers, c.n_heads,
                   c.n_kv_heads, c.context_length, bytes / 1048576.0, path.c_str(),
                   folder ? " (Hugging Face folder)" : "");
     } catch (const InputError& e) {

@@ -59,7 +59,7 @@ int64_t bytes_of(const DeviceLinear& l) { return l.w.bytes() + l.w_bf16.bytes() 
 
 struct DeviceLayer {
   DeviceBuffer<float> attn_norm, ffn_norm;
-  DeviceBuffer<float> q_norm, k_norm;  // ModelConfig::qk_norm, else empty
+  DeviceBuffer<float> q_norm, k_norm;  // Architecture::qk_norm, else empty
   DeviceLinear q, k, v, o, gate, up, down;
 };
 
@@ -202,7 +202,7 @@ struct CudaForward::Impl {
     linear(w.q, in, n, s.q.data());
     linear(w.k, in, n, s.k.data());
     linear(w.v, in, n, s.v.data());
-    if (c.qk_norm) {  // each head over head_dim, in place, as the CPU block
+    if (c.arch->qk_norm) {  // each head over head_dim, in place, as the CPU block
       rms_norm_cuda(s.q.data(), w.q_norm.data(), s.q.data(), n * c.n_heads, c.head_dim, c.rms_eps,
                     nullptr);
       rms_norm_cuda(s.k.data(), w.k_norm.data(), s.k.data(), n * c.n_kv_heads, c.head_dim,
@@ -246,7 +246,7 @@ CudaForward::CudaForward(const ModelConfig& config, const HostWeights& weights,
     DeviceLayer d;
     d.attn_norm = upload.vector(h.attn_norm, config.n_embd);
     d.ffn_norm = upload.vector(h.ffn_norm, config.n_embd);
-    if (config.qk_norm) {
+    if (config.arch->qk_norm) {
       d.q_norm = upload.vector(h.q_norm, config.head_dim);
       d.k_norm = upload.vector(h.k_norm, config.head_dim);
     }

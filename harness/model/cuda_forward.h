@@ -50,7 +50,7 @@ struct HostLayer {
   const float* attn_norm = nullptr;  // [n_embd]
   const float* ffn_norm = nullptr;   // [n_embd]
   HostLinear q, k, v, o, gate, up, down;
-  const float* q_norm = nullptr;  // [head_dim] per-head query norm (ModelConfig::qk_norm)
+  const float* q_norm = nullptr;  // [head_dim] per-head query norm (Architecture::qk_norm)
   const float* k_norm = nullptr;  // [head_dim] per-head key norm
 };
 

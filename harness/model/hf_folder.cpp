@@ -12,6 +12,7 @@
 
 #include "common/files.h"
 #include "common/input_error.h"
+#include "harness/model/arch/architecture.h"
 #include "harness/model/gguf.h"
 #include "harness/model/safetensors.h"
 #include "harness/model/tokenizer.h"
@@ -91,16 +92,13 @@ json field(const Folder& folder, const json& config, const char* key, json::valu
   return v;
 }
 
-// The architecture kvbench runs for config.json's "architectures" (llama.cpp's name for it).
-std::string architecture_of(const Folder& folder, const json& config) {
+// The architecture config.json's "architectures" names (arch/architecture.h).
+const Architecture& architecture_of(const Folder& folder, const json& config) {
   const json archs = field(folder, config, "architectures", json::value_t::array);
   const std::string name = archs.empty() || !archs[0].is_string() ? "" : archs[0].get<std::string>();
-  if (name == "LlamaForCausalLM" || name == "MistralForCausalLM") return "llama";
-  if (name == "Qwen2ForCausalLM") return "qwen2";
-  if (name == "Qwen3ForCausalLM") return "qwen3";
-  folder.fail("config.json", "architecture '" + one_line(name) +
-                                 "' is not one kvbench runs (LlamaForCausalLM, "
-                                 "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)");
+  if (const Architecture* arch = find_hf_architecture(name)) return *arch;
+  folder.fail("config.json", "architecture '" + one_line(name) + "' is not one kvbench runs (" +
+                                 hf_class_names() + ")");
 }
 
 // Llama 3's RoPE scaling as llama.cpp's converter writes it: a divisor per frequency pair
@@ -367,8 +365,8 @@ bool is_hf_folder(const std::string& path) {
 std::unique_ptr<GgufFile> read_hf_folder(const std::string& dir) {
   const Folder folder(dir);
   const json config = folder.object("config.json");
-  const std::string arch = architecture_of(folder, config);
-  const std::string a = arch + ".";
+  const Architecture& arch = architecture_of(folder, config);
+  const std::string a = std::string(arch.name) + ".";
   using T = json::value_t;
   // Ranges as ModelConfig checks them, here before anything is sized by them.
   const auto integer = [&](const char* key, int64_t lo, int64_t hi, const json& fallback = nullptr) {
@@ -394,11 +392,11 @@ std::unique_ptr<GgufFile> read_hf_folder(const std::string& dir) {
     folder.fail("config.json", "attention_bias or mlp_bias: biases on o_proj or the MLP are not implemented");
   }
   if (config.contains("sliding_window") && !config["sliding_window"].is_null() &&
-      (arch == "llama" || flag("use_sliding_window", false))) {
+      (!arch.sliding_window_flagged || flag("use_sliding_window", false))) {
     folder.fail("config.json", "sliding-window attention is not implemented (sliding_window is set)");
   }
   std::map<std::string, GgufValue> meta;
-  meta["general.architecture"] = string_value(arch);
+  meta["general.architecture"] = string_value(std::string(arch.name));
   std::string name = dir;
   while (name.size() > 1 && name.back() == '/') name.pop_back();
   meta["general.name"] = string_value(name.substr(name.find_last_of('/') + 1));
@@ -465,7 +463,7 @@ std::unique_ptr<GgufFile> read_hf_folder(const std::string& dir) {
     if (!t) {  // named where the weights are listed: the index, or the one file
       const bool indexed = folder.has("model.safetensors.index.json");
       folder.fail(indexed ? "model.safetensors.index.json" : shards.begin()->first,
-                  "missing tensor '" + hf + "' (" + arch + " needs it)");
+                  "missing tensor '" + hf + "' (" + std::string(arch.name) + " needs it)");
     }
     if (t->shape != shape) {
       folder.fail(file, "tensor '" + hf + "' has shape " + shape_text(t->shape) + ", expected " +
@@ -497,21 +495,22 @@ std::unique_ptr<GgufFile> read_hf_folder(const std::string& dir) {
     tensors.push_back(info);
   };
   const int64_t q_width = n_heads * head_dim, kv_width = n_kv_heads * head_dim;
-  const bool llama = arch == "llama";
+  // transformers holds every model's Q and K rows in NEOX's half-split order.
+  const bool interleave = arch.rope == RopeStyle::Interleaved;
   add("token_embd.weight", "model.embed_tokens.weight", {vocab_size, n_embd});
   for (int64_t l = 0; l < n_layers; ++l) {
     const std::string g = "blk." + std::to_string(l) + ".";
     const std::string h = "model.layers." + std::to_string(l) + ".";
     add(g + "attn_norm.weight", h + "input_layernorm.weight", {n_embd});
     add(g + "ffn_norm.weight", h + "post_attention_layernorm.weight", {n_embd});
-    add(g + "attn_q.weight", h + "self_attn.q_proj.weight", {q_width, n_embd}, llama ? n_heads : 0);
-    add(g + "attn_k.weight", h + "self_attn.k_proj.weight", {kv_width, n_embd}, llama ? n_kv_heads : 0);
+    add(g + "attn_q.weight", h + "self_attn.q_proj.weight", {q_width, n_embd}, interleave ? n_heads : 0);
+    add(g + "attn_k.weight", h + "self_attn.k_proj.weight", {kv_width, n_embd}, interleave ? n_kv_heads : 0);
     add(g + "attn_v.weight", h + "self_attn.v_proj.weight", {kv_width, n_embd});
-    if (arch == "qwen3") {
+    if (arch.qk_norm) {
       add(g + "attn_q_norm.weight", h + "self_attn.q_norm.weight", {head_dim});
       add(g + "attn_k_norm.weight", h + "self_attn.k_norm.weight", {head_dim});
     }
-    if (arch == "qwen2") {
+    if (arch.qkv_bias) {
       add(g + "attn_q.bias", h + "self_attn.q_proj.bias", {q_width});
       add(g + "attn_k.bias", h + "self_attn.k_proj.bias", {kv_width});
       add(g + "attn_v.bias", h + "self_attn.v_proj.bias", {kv_width});

@@ -199,7 +199,7 @@ std::vector<int64_t> neox_to_interleaved_rows(int64_t n_heads, int64_t head_dim)
 
 struct Layer {
   std::vector<float> attn_norm, ffn_norm;
-  std::vector<float> q_norm, k_norm;  // [head_dim] (ModelConfig::qk_norm), else empty
+  std::vector<float> q_norm, k_norm;  // [head_dim] (Architecture::qk_norm), else empty
   Linear q, k, v, o, gate, up, down;
 };
 
@@ -330,7 +330,7 @@ struct LlamaModel::Impl {
     w.q.apply(h, s.q.data(), activations, decode_rows);
     w.k.apply(h, s.k.data(), activations, decode_rows);
     w.v.apply(h, s.v.data(), activations, decode_rows);
-    if (c.qk_norm) {
+    if (c.arch->qk_norm) {
       rms_norm_cpu(s.q.data(), w.q_norm.data(), s.q.data(), n * c.n_heads, c.head_dim, c.rms_eps);
       rms_norm_cpu(s.k.data(), w.k_norm.data(), s.k.data(), n * c.n_kv_heads, c.head_dim,
                    c.rms_eps);
@@ -644,7 +644,8 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, ModelDevic
   const int64_t q_width = static_cast<int64_t>(c.n_heads) * c.head_dim;
   const int64_t kv_width = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
   std::vector<int64_t> q_order, k_order;  // empty: the file's order
-  if (c.rope_neox) {
+  const bool neox = c.arch->rope == RopeStyle::Neox;
+  if (neox) {
     q_order = neox_to_interleaved_rows(c.n_heads, c.head_dim);
     k_order = neox_to_interleaved_rows(c.n_kv_heads, c.head_dim);
   }
@@ -656,9 +657,9 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, ModelDevic
     layer.q = load_linear(f, p + "attn_q.weight", q_width, c.n_embd, q_order);
     layer.k = load_linear(f, p + "attn_k.weight", kv_width, c.n_embd, k_order);
     layer.v = load_linear(f, p + "attn_v.weight", kv_width, c.n_embd);
-    if (c.qk_norm) {  // per head, in the order the Q and K rows were put in
+    if (c.arch->qk_norm) {  // per head, in the order the Q and K rows were put in
       const std::vector<int64_t> head_order =
-          c.rope_neox ? neox_to_interleaved_rows(1, c.head_dim) : std::vector<int64_t>{};
+          neox ? neox_to_interleaved_rows(1, c.head_dim) : std::vector<int64_t>{};
       layer.q_norm = load_vector(f, p + "attn_q_norm.weight", c.head_dim, head_order);
       layer.k_norm = load_vector(f, p + "attn_k_norm.weight", c.head_dim, head_order);
     }

@@ -10,15 +10,13 @@ namespace kvbench {
 
 ModelConfig ModelConfig::from_gguf(const GgufFile& file) {
   ModelConfig c;
-  c.architecture = file.get_string("general.architecture");
-  if (c.architecture != "llama" && c.architecture != "qwen2" && c.architecture != "qwen3") {
-    throw InputError(file.path() + ": unsupported architecture '" + c.architecture +
-                     "' (kvbench runs llama-family models: general.architecture llama, qwen2 "
-                     "or qwen3)");
+  const std::string architecture = file.get_string("general.architecture");
+  c.arch = find_architecture(architecture);
+  if (!c.arch) {
+    throw InputError(file.path() + ": unsupported architecture '" + architecture +
+                     "' (kvbench runs general.architecture " + architecture_names() + ")");
   }
-  // llama.cpp's rope type for the architecture (llama_model_rope_type): NEOX for the Qwens.
-  c.rope_neox = c.architecture == "qwen2" || c.architecture == "qwen3";
-  const std::string a = c.architecture + ".";
+  const std::string a = architecture + ".";
   c.name = file.get_string("general.name", file.path());
   // Each read as int64 and checked before narrowing: block_count = 2^32 + 2 must not load
   // as 2 layers. The limits are far beyond any real model.
@@ -100,7 +98,6 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& file) {
   c.vocab_size = count("vocab_size", 1, 1 << 24, embd.shape.size() == 2 ? embd.shape[1] : 0);
   c.tied_embeddings = file.find_tensor("output.weight") == nullptr;
   c.qkv_bias = file.find_tensor("blk.0.attn_q.bias") != nullptr;
-  c.qk_norm = c.architecture == "qwen3";
   return c;
 }
 

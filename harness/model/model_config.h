@@ -5,12 +5,15 @@
 #include <string>
 #include <vector>
 
+#include "harness/model/arch/architecture.h"
+
 namespace kvbench {
 
 class GgufFile;
 
 struct ModelConfig {
-  std::string architecture;  // general.architecture ("llama", "qwen2" or "qwen3")
+  // general.architecture's entry (arch/architecture.h): what the layer loop does differently.
+  const Architecture* arch = nullptr;  // never null once read
   std::string name;          // general.name, or the file name
   int32_t n_layers = 0;
   int32_t n_embd = 0;
@@ -26,13 +29,9 @@ struct ModelConfig {
   // (how llama.cpp's converter stores Llama-3.1 scaling) or by a linear scaling factor.
   std::vector<float> rope_inv_freq;  // [head_dim / 2]
   bool tied_embeddings = true;  // no output.weight: the LM head is token_embd
+  // blk.N.attn_{q,k,v}.bias are in the file (any architecture: llama.cpp reads them where
+  // present).
   bool qkv_bias = false;
-  // Each query and key head RMS-normalized over head_dim before RoPE, by weights of its own
-  // per layer (qwen3: attn_q_norm, attn_k_norm).
-  bool qk_norm = false;
-  // RoPE rotates the pairs (i, i + head_dim/2) (GPT-NeoX style: qwen2) rather than (2i, 2i+1).
-  // The loader permutes Q and K rows into interleaved order, so every kernel sees one layout.
-  bool rope_neox = false;
 
   // Throws InputError naming the file for an unsupported architecture or missing keys.
   static ModelConfig from_gguf(const GgufFile& file);
