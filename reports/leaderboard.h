@@ -27,6 +27,9 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
                                     const std::vector<Aggregate>& rows,
                                     const std::vector<HeadMap>& head_maps = {});
 
+// The HTML pages' style sheet: the leaderboard's and a serving db's report.
+extern const char* const kReportStyle;
+
 // `kvbench report DB -o DIR`: reads the db (read-only), writes DIR/leaderboard.md and
 // DIR/leaderboard.html (creating DIR), each atomically (temp file + rename), KV bytes
 // measured against `reference` (reports/aggregate.h). Throws InputError naming the db or
