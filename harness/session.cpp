@@ -555,6 +555,198 @@ int64_t note_tiers(std::vector<TierStats> now_tiers, const std::vector<TierStats
   return moved;
 }
 
+// The reuse a multi-request session keeps across its requests: prefix blocks in their tiers,
+// or, behind an eviction method, whole compressed contexts (the unit of reuse is then the
+// compressed context). Their disk files and Redis keys live as long as it does; their TTLs
+// read the session's simulated clock: 0 at the first request, advanced by the turn gap before
+// each later one (nothing sleeps; the requests take no simulated time). A multi-turn
+// conversation keeps its cache across turns, so reuse acts on requests only.
+struct RequestReuse {
+  std::shared_ptr<double> now = std::make_shared<double>(0.0);  // simulated seconds
+  std::unique_ptr<PrefixCache> prefix;
+  std::unique_ptr<ContextSnapshots> snapshots;
+  std::string snapshot_key;
+
+  bool any() const { return prefix || snapshots; }
+  std::vector<TierStats> tiers() const {
+    return prefix      ? prefix->tier_stats()
+           : snapshots ? std::vector<TierStats>{snapshots->stats()}
+                       : std::vector<TierStats>{};
+  }
+};
+
+RequestReuse request_reuse(const LlamaModel& model, const ResolvedSpec& spec,
+                           const SessionTokens& tokens, const SessionOptions& options) {
+  RequestReuse reuse;
+  const std::unique_ptr<ReuseConfig> config = prefix_reuse_config(spec);
+  if (!config || options.mode != SessionMode::MultiRequest) return reuse;
+  const auto clock = [now = reuse.now] { return *now; };
+  const std::string model_id = model_identity(model.file().path());
+  if (spec.find(MethodKind::Eviction)) {
+    reuse.snapshots = std::make_unique<ContextSnapshots>(config->tiers.device_bytes,
+                                                         config->tiers.policy, config->tiers.ttl_s,
+                                                         clock, config->tiers.pin_ttl_s);
+    reuse.snapshot_key = context_key(model_id, per_sequence_spec(spec), tokens.context);
+  } else {
+    reuse.prefix = std::make_unique<PrefixCache>(*config, model_id, model.kv_shape(), clock);
+  }
+  return reuse;
+}
+
+// What a turn records of its prompt, however it was prefilled: TTFT from `start` to the
+// first token chosen (plus `elsewhere_ms`, its share of a shared prefill run before it), the
+// prompt's tokens and the rate of the `prefilled` ones, the attention work, and the first
+// token's log-probabilities.
+void record_prompt(TurnRecord& record, const std::vector<float>& logits, Clock::time_point start,
+                   double elsewhere_ms, int64_t prompt_tokens, int64_t prefilled,
+                   double attn_flops, double attn_flops_dense) {
+  const double prefill_s = seconds_since(start) + elsewhere_ms / 1e3;
+  argmax(logits);  // the first token chosen: TTFT ends here
+  record.ttft_ms = seconds_since(start) * 1e3 + elsewhere_ms;
+  record.attn_flops = attn_flops;
+  record.attn_flops_dense = attn_flops_dense;
+  record.prompt_tokens = prompt_tokens;
+  record.prefill_tokens_per_s = prefilled / std::max(prefill_s, 1e-9);
+  record.own.first_logprobs = log_softmax(logits);
+}
+
+// One session's fixed inputs, and its turns: a conversation's (one cache through the session)
+// or a request's (a fresh cache, the context prefilled, loaded or forked again).
+class SessionRun {
+ public:
+  SessionRun(const LlamaModel& model, const ResolvedSpec& spec, const Sample& sample,
+             const SessionTokens& tokens, const SessionOptions& options,
+             const SharedPrefill* shared, SessionResult& result)
+      : model_(model), spec_(spec), tokens_(tokens), options_(options), shared_(shared),
+        result_(result), aware_(options.query == QuerySetting::Aware),
+        blend_(blend_documents(model, spec, sample, tokens)),
+        reuse_(request_reuse(model, spec, tokens, options)) {}
+
+  // Multi-turn: the conversation's cache with the context in (query-aware: none yet; the
+  // context goes in with the first query, as turn 1).
+  void start_conversation() {
+    if (blend_) {
+      const auto start = Clock::now();
+      conversation_.emplace(new_cache(model_, spec_));
+      feed_blended_context(model_, *conversation_, tokens_, *blend_);
+      result_.context_prefill_ms = seconds_since(start) * 1e3;
+    } else if (!aware_) {
+      double elsewhere_ms = 0;
+      const auto start = Clock::now();
+      conversation_.emplace(
+          context_cache(model_, spec_, tokens_.context, shared_, result_, &elsewhere_ms));
+      result_.context_prefill_ms = seconds_since(start) * 1e3 + elsewhere_ms;
+    }
+  }
+
+  // Turn t of the conversation: its query into the conversation's cache, then its answer.
+  void conversation_turn(size_t t, int64_t room, TurnRecord& record) {
+    const TurnTokens& turn = tokens_.turns[t];
+    const int64_t query_n = static_cast<int64_t>(turn.query.size());
+    std::vector<float> logits;
+    if (aware_ && t == 0 && !blend_) {
+      // The context and the first query prefilled as one span, then compressed: TTFT is all
+      // of it, as in a request (context_prefill_ms stays 0: nothing ran before the query).
+      double elsewhere_ms = 0;
+      const auto start = Clock::now();
+      conversation_.emplace(aware_cache(model_, spec_, tokens_, options_, 0, shared_, result_,
+                                        &elsewhere_ms, &logits));
+      conversation_->reserve_more(room - query_n);
+      const int64_t prompt = static_cast<int64_t>(tokens_.context.size()) + query_n;
+      record_prompt(record, logits, start, elsewhere_ms, prompt, prompt,
+                    conversation_->attn_flops(), conversation_->attn_flops_dense());
+    } else {
+      KvCache& cache = *conversation_;
+      cache.reset_peak();
+      cache.reserve_more(room);
+      const double flops_before = cache.attn_flops();
+      const double dense_before = cache.attn_flops_dense();
+      const auto start = Clock::now();
+      logits = model_.forward(turn.query, cache);
+      record_prompt(record, logits, start, 0, query_n, query_n,
+                    cache.attn_flops() - flops_before, cache.attn_flops_dense() - dense_before);
+    }
+    answer_turn(model_, *conversation_, logits, turn, tokens_.answer_tail, options_, true, record);
+  }
+
+  // Turn t as a request: a fresh cache, the context prefilled (or its cached prefix or
+  // compressed context loaded) and compressed, then the query (query-aware: compressed after
+  // it); all of it counts towards TTFT. The turn gap passes first on the simulated clock.
+  void request_turn(size_t t, int64_t room, TurnRecord& record) {
+    const TurnTokens& turn = tokens_.turns[t];
+    const int64_t query_n = static_cast<int64_t>(turn.query.size());
+    const int64_t n_context = static_cast<int64_t>(tokens_.context.size());
+    if (t > 0) *reuse_.now += options_.turn_gap_s;
+    const auto start = Clock::now();
+    KvCache cache = new_cache(model_, spec_);
+    const std::vector<TierStats> tiers_before = reuse_.tiers();
+    std::vector<float> logits;
+    int64_t loaded = 0;
+    double elsewhere_ms = 0;  // the shared prefill's share for this method
+    std::optional<KvCache> to_store;
+    if (reuse_.prefix) {
+      loaded = request_prompt(model_, *reuse_.prefix, cache, tokens_.context, turn.query, room,
+                              aware_, record.reuse, logits);
+      result_.prefilled_tokens += std::max<int64_t>(0, n_context - loaded);
+    } else if (reuse_.snapshots) {
+      loaded = request_from_snapshot(model_, *reuse_.snapshots, reuse_.snapshot_key, cache,
+                                     tokens_.context, turn.query, room, record.reuse, logits,
+                                     to_store);
+      result_.prefilled_tokens += n_context - loaded;
+    } else if (blend_) {
+      record.reuse = feed_blended_context(model_, cache, tokens_, *blend_);
+      record.reuse.tokens_looked_up = n_context + query_n;
+      if (t == 0) {  // the documents' own prefills, done once before the first request
+        record.reuse.blocks_stored = static_cast<int64_t>(blend_->chunks.size());
+        record.reuse.bytes_stored = blend_->bytes;
+        record.reuse.store_ms = blend_->prefill_ms;
+      }
+      cache.reserve_more(room);
+      logits = model_.forward(turn.query, cache);
+    } else if (aware_) {
+      // Every request is the first of its conversation: its own query compressed with the
+      // context, which every request forks from the shared prefill.
+      cache = aware_cache(model_, spec_, tokens_, options_, t, shared_, result_, &elsewhere_ms,
+                          &logits);
+      cache.reserve_more(room - query_n);
+    } else {
+      cache = context_cache(model_, spec_, tokens_.context, shared_, result_, &elsewhere_ms);
+      cache.reserve_more(room);
+      logits = model_.forward(turn.query, cache);
+    }
+    const int64_t prompt = n_context + query_n;
+    // A fresh cache: its attention work is the request's whole prefill.
+    record_prompt(record, logits, start, elsewhere_ms, prompt, prompt - loaded,
+                  cache.attn_flops(), cache.attn_flops_dense());
+    // Stored after the first token, as LMCache stores.
+    if (reuse_.prefix) reuse_.prefix->store(cache, record.reuse);
+    if (to_store) {
+      const auto store_start = Clock::now();
+      record.reuse.blocks_stored = 1;
+      record.reuse.bytes_stored = to_store->bytes_resident();
+      reuse_.snapshots->put(reuse_.snapshot_key, std::move(*to_store));
+      record.reuse.store_ms = seconds_since(store_start) * 1e3;
+    }
+    const int64_t moved = reuse_.any() ? note_tiers(reuse_.tiers(), tiers_before, record) : 0;
+    answer_turn(model_, cache, logits, turn, tokens_.answer_tail, options_, false, record);
+    record.cache.hits = record.reuse.blocks_hit;
+    record.cache.misses = record.reuse.blocks_missed;
+    record.cache.bytes_moved = moved;
+  }
+
+ private:
+  const LlamaModel& model_;
+  const ResolvedSpec& spec_;
+  const SessionTokens& tokens_;
+  const SessionOptions& options_;
+  const SharedPrefill* shared_;
+  SessionResult& result_;
+  const bool aware_;
+  const std::unique_ptr<BlendDocuments> blend_;
+  RequestReuse reuse_;
+  std::optional<KvCache> conversation_;  // multi-turn: the one cache of the conversation
+};
+
 }  // namespace
 
 std::vector<int32_t> session_context_tokens(const LlamaModel& model, const Sample& sample,
@@ -569,7 +761,6 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
   if (options.max_new_tokens < 1) throw InputError("max_new_tokens must be at least 1");
   check_query_setting(spec, options.query);
   if (!(options.turn_gap_s >= 0)) throw InputError("turn gap must be >= 0 seconds");
-  const bool aware = options.query == QuerySetting::Aware;
   const SessionTokens tokens = tokenize_sample(model, sample, options);
   check_fits(model, sample, tokens, options);
   if (reference) {
@@ -589,170 +780,29 @@ SessionResult run_session(const LlamaModel& model, const Sample& sample,
   result.append = options.append;
   result.context_tokens = static_cast<int64_t>(tokens.context.size());
   result.fidelity = reference != nullptr;
-
-  // Reuse across the requests of this sample (prefix blocks in their tiers); its disk files
-  // and Redis keys live as long as it does. A multi-turn conversation keeps its cache
-  // across turns, so prefix reuse acts on requests only.
-  // With an eviction method the unit of reuse is the compressed context, else prefix blocks.
-  // Their TTLs read the session's simulated clock: 0 at the first request, advanced by the
-  // turn gap before each later one (nothing sleeps; the requests take no simulated time).
-  std::unique_ptr<PrefixCache> reuse;
-  std::unique_ptr<ContextSnapshots> snapshots;
-  std::string snapshot_key;
-  const auto simulated_now = std::make_shared<double>(0.0);
-  const auto simulated_clock = [simulated_now] { return *simulated_now; };
-  const std::unique_ptr<ReuseConfig> config = prefix_reuse_config(spec);
-  if (config && options.mode == SessionMode::MultiRequest) {
-    const std::string model_id = model_identity(model.file().path());
-    if (spec.find(MethodKind::Eviction)) {
-      snapshots = std::make_unique<ContextSnapshots>(config->tiers.device_bytes,
-                                                     config->tiers.policy, config->tiers.ttl_s,
-                                                     simulated_clock, config->tiers.pin_ttl_s);
-      snapshot_key = context_key(model_id, per_sequence_spec(spec), tokens.context);
-    } else {
-      reuse = std::make_unique<PrefixCache>(*config, model_id, model.kv_shape(), simulated_clock);
-    }
-  }
-
-  const std::unique_ptr<BlendDocuments> blend = blend_documents(model, spec, sample, tokens);
-
   {
     const std::unique_ptr<TokenPolicy> policy = make_cache_parts(spec, model.kv_shape()).policy;
     const int64_t chunk = policy ? policy->context_block() : 0;
     result.prefill = chunk > 0 ? "stream:" + std::to_string(chunk) : "dense";
   }
-  std::optional<KvCache> conversation;  // multi-turn: the one cache of the conversation
-  if (options.mode == SessionMode::MultiTurn) {
-    if (blend) {
-      const auto start = Clock::now();
-      conversation.emplace(new_cache(model, spec));
-      feed_blended_context(model, *conversation, tokens, *blend);  // timed as context_prefill_ms
-      result.context_prefill_ms = seconds_since(start) * 1e3;
-    } else if (!aware) {
-      double elsewhere_ms = 0;
-      const auto start = Clock::now();
-      conversation.emplace(
-          context_cache(model, spec, tokens.context, shared, result, &elsewhere_ms));
-      result.context_prefill_ms = seconds_since(start) * 1e3 + elsewhere_ms;
-    }
-    // Query-aware, the context goes in with the first query, as turn 1 (below).
-  }
 
+  SessionRun run(model, spec, sample, tokens, options, shared, result);
+  const bool conversation = options.mode == SessionMode::MultiTurn;
+  if (conversation) run.start_conversation();
   for (size_t t = 0; t < tokens.turns.size(); ++t) {
     const TurnTokens& turn = tokens.turns[t];
     TurnRecord record;
     record.turn = static_cast<int32_t>(t + 1);
     record.query = sample.turns[t].input;
     record.reference = gold_text(sample.turns[t]);
-    const int64_t query_n = static_cast<int64_t>(turn.query.size());
-    const int64_t room = query_n + std::max<int64_t>(
+    // The cache room the turn needs: its query, and its answer as given or decoded.
+    const int64_t room = static_cast<int64_t>(turn.query.size()) + std::max<int64_t>(
         static_cast<int64_t>(turn.answer.size() + tokens.answer_tail.size()),
         options.append == AnswerSource::Model ? options.max_new_tokens + 1 : 0);
-
-    std::vector<float> logits;
-    if (options.mode == SessionMode::MultiTurn && aware && t == 0 && !blend) {
-      // The context and the first query prefilled as one span, then compressed: TTFT is all
-      // of it, as in a request (context_prefill_ms stays 0: nothing ran before the query).
-      double elsewhere_ms = 0;
-      const auto start = Clock::now();
-      conversation.emplace(
-          aware_cache(model, spec, tokens, options, 0, shared, result, &elsewhere_ms, &logits));
-      conversation->reserve_more(room - query_n);
-      const double prefill_s = seconds_since(start) + elsewhere_ms / 1e3;
-      argmax(logits);
-      record.ttft_ms = seconds_since(start) * 1e3 + elsewhere_ms;
-      record.attn_flops = conversation->attn_flops();
-      record.attn_flops_dense = conversation->attn_flops_dense();
-      record.prompt_tokens = static_cast<int64_t>(tokens.context.size()) + query_n;
-      record.prefill_tokens_per_s = record.prompt_tokens / std::max(prefill_s, 1e-9);
-      record.own.first_logprobs = log_softmax(logits);
-      answer_turn(model, *conversation, logits, turn, tokens.answer_tail, options, true, record);
-    } else if (options.mode == SessionMode::MultiTurn) {
-      conversation->reset_peak();
-      conversation->reserve_more(room);
-      const double flops_before = conversation->attn_flops();
-      const double dense_before = conversation->attn_flops_dense();
-      const auto start = Clock::now();
-      logits = model.forward(turn.query, *conversation);
-      const double prefill_s = seconds_since(start);
-      argmax(logits);  // the first token chosen: TTFT ends here
-      record.ttft_ms = seconds_since(start) * 1e3;
-      record.attn_flops = conversation->attn_flops() - flops_before;
-      record.attn_flops_dense = conversation->attn_flops_dense() - dense_before;
-      record.prompt_tokens = query_n;
-      record.prefill_tokens_per_s = query_n / std::max(prefill_s, 1e-9);
-      record.own.first_logprobs = log_softmax(logits);
-      answer_turn(model, *conversation, logits, turn, tokens.answer_tail, options, true, record);
+    if (conversation) {
+      run.conversation_turn(t, room, record);
     } else {
-      // A request: a fresh cache, the context prefilled (or its cached prefix loaded) and
-      // compressed, then the query (query-aware: compressed after it); all of it counts
-      // towards TTFT. The turn gap passes first on the simulated clock.
-      if (t > 0) *simulated_now += options.turn_gap_s;
-      const auto start = Clock::now();
-      KvCache cache = new_cache(model, spec);
-      const auto tiers_now = [&] {
-        return reuse       ? reuse->tier_stats()
-               : snapshots ? std::vector<TierStats>{snapshots->stats()}
-                           : std::vector<TierStats>{};
-      };
-      const std::vector<TierStats> tiers_before = tiers_now();
-      int64_t loaded = 0;
-      double elsewhere_ms = 0;  // the shared prefill's share for this method
-      std::optional<KvCache> to_store;
-      const int64_t n_context = static_cast<int64_t>(tokens.context.size());
-      if (reuse) {
-        loaded = request_prompt(model, *reuse, cache, tokens.context, turn.query, room, aware,
-                                record.reuse, logits);
-        result.prefilled_tokens += std::max<int64_t>(0, n_context - loaded);
-      } else if (snapshots) {
-        loaded = request_from_snapshot(model, *snapshots, snapshot_key, cache, tokens.context,
-                                       turn.query, room, record.reuse, logits, to_store);
-        result.prefilled_tokens += n_context - loaded;
-      } else {
-        if (blend) {
-          record.reuse = feed_blended_context(model, cache, tokens, *blend);
-          record.reuse.tokens_looked_up = static_cast<int64_t>(tokens.context.size()) + query_n;
-          if (t == 0) {  // the documents' own prefills, done once before the first request
-            record.reuse.blocks_stored = static_cast<int64_t>(blend->chunks.size());
-            record.reuse.bytes_stored = blend->bytes;
-            record.reuse.store_ms = blend->prefill_ms;
-          }
-          cache.reserve_more(room);
-          logits = model.forward(turn.query, cache);
-        } else if (aware) {
-          // Every request is the first of its conversation: its own query compressed with
-          // the context, which every request forks from the shared prefill.
-          cache = aware_cache(model, spec, tokens, options, t, shared, result, &elsewhere_ms,
-                              &logits);
-          cache.reserve_more(room - query_n);
-        } else {
-          cache = context_cache(model, spec, tokens.context, shared, result, &elsewhere_ms);
-          cache.reserve_more(room);
-          logits = model.forward(turn.query, cache);
-        }
-      }
-      const double prefill_s = seconds_since(start) + elsewhere_ms / 1e3;
-      argmax(logits);
-      record.ttft_ms = seconds_since(start) * 1e3 + elsewhere_ms;
-      record.attn_flops = cache.attn_flops();  // a fresh cache: the request's whole prefill
-      record.attn_flops_dense = cache.attn_flops_dense();
-      record.prompt_tokens = static_cast<int64_t>(tokens.context.size()) + query_n;
-      record.prefill_tokens_per_s = (record.prompt_tokens - loaded) / std::max(prefill_s, 1e-9);
-      // Stored after the first token, as LMCache stores.
-      if (reuse) reuse->store(cache, record.reuse);
-      if (to_store) {
-        const auto store_start = Clock::now();
-        record.reuse.blocks_stored = 1;
-        record.reuse.bytes_stored = to_store->bytes_resident();
-        snapshots->put(snapshot_key, std::move(*to_store));
-        record.reuse.store_ms = seconds_since(store_start) * 1e3;
-      }
-      const int64_t moved = reuse || snapshots ? note_tiers(tiers_now(), tiers_before, record) : 0;
-      record.own.first_logprobs = log_softmax(logits);
-      answer_turn(model, cache, logits, turn, tokens.answer_tail, options, false, record);
-      record.cache.hits = record.reuse.blocks_hit;
-      record.cache.misses = record.reuse.blocks_missed;
-      record.cache.bytes_moved = moved;
+      run.request_turn(t, room, record);
     }
     if (reference) fill_fidelity(record, reference->turns[t]);
     result.turns.push_back(std::move(record));
