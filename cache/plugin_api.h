@@ -28,13 +28,13 @@
 // TokenPolicy::plans_on_kv and LayerKv::attend_scored (version 1 plugins crashed in them),
 // 3 since LayerKv::settle_each_chunk and KvCache::settle_context_chunks, 4 since
 // AttentionQuery::rounding, 5 since PrefillAttention::sparse_after_context, 6 since
-// TokenPolicy::adopt_scores.
+// TokenPolicy::adopt_scores, 7 since DenseKv's checked accessors (key, value, position).
 // The hash is of every installed seam header (cache/*.h) and every header they include,
 // comments aside ("<version>:<sha256>"); a test fails when they change and it is not
 // recorded again (tests/test_plugins.cpp).
-#define KVBENCH_PLUGIN_INTERFACE_VERSION 6
+#define KVBENCH_PLUGIN_INTERFACE_VERSION 7
 #define KVBENCH_PLUGIN_INTERFACE_HASH \
-  "6:1251bc4b8b2295d2c697a9411c1062f4631c91496681441f3c0f025b3e463d7a"
+  "7:01c0359c12e2634f0bdf91cdfd2fff6ead7f28dc1d655f2f4de62c154b99fb03"
 
 namespace kvbench {
 

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 namespace kvbench {
 
@@ -18,6 +20,22 @@ struct DenseKv {
   int32_t head_dim;
   int64_t capacity;          // row stride between heads, in tokens
   int64_t n_tokens;          // stored tokens, all valid
+
+  // Token t of KV head h: its key and its value (head_dim floats each) and its position.
+  // A head's tokens are `capacity` rows apart, not n_tokens (the two differ once the cache
+  // has room for more), so code outside the kernels reads through these; each checks that
+  // h < n_kv_heads and t < n_tokens (std::out_of_range otherwise), once a row.
+  const float* key(int32_t h, int64_t t) const { return k + row(h, t) * head_dim; }
+  const float* value(int32_t h, int64_t t) const { return v + row(h, t) * head_dim; }
+  int32_t position(int32_t h, int64_t t) const { return positions[row(h, t)]; }
+  int64_t row(int32_t h, int64_t t) const {
+    if (h < 0 || h >= n_kv_heads || t < 0 || t >= n_tokens) {
+      throw std::out_of_range("DenseKv: token " + std::to_string(t) + " of KV head " +
+                              std::to_string(h) + " (" + std::to_string(n_tokens) +
+                              " tokens, " + std::to_string(n_kv_heads) + " heads)");
+    }
+    return static_cast<int64_t>(h) * capacity + t;
+  }
 };
 
 // How a narrow store holds each key and value element (kernels/cpu/narrow.h converts):

@@ -163,3 +163,26 @@ TEST_CASE("move_rows_cpu rejects bad moves before writing anything", "[unit]") {
   CHECK(std::memcmp(src.v.data(), untouched.v.data(), src.v.size() * sizeof(float)) == 0);
   CHECK(src.positions == untouched.positions);
 }
+
+TEST_CASE("DenseKv's accessors step heads by capacity, not n_tokens, and check bounds", "[unit]") {
+  // 2 heads, room for 5 tokens each, 3 stored: head 1's tokens start at row 5, not 3.
+  const int32_t head_dim = 2;
+  std::vector<float> k(2 * 5 * head_dim), v(k.size());
+  std::vector<int32_t> pos(2 * 5);
+  for (size_t i = 0; i < k.size(); ++i) {
+    k[i] = static_cast<float>(i);
+    v[i] = -static_cast<float>(i);
+  }
+  for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(100 + i);
+  const DenseKv kv{k.data(), v.data(), pos.data(), 2, head_dim, /*capacity=*/5, /*n_tokens=*/3};
+  CHECK(kv.key(1, 0) == k.data() + 5 * head_dim);
+  CHECK(kv.value(1, 2) == v.data() + 7 * head_dim);
+  CHECK(kv.position(1, 2) == 107);
+  CHECK(kv.position(0, 2) == 102);
+  // A stride of n_tokens would read head 0's rows for head 1's first tokens.
+  CHECK(kv.key(1, 0)[0] != k[3 * head_dim]);
+  CHECK_THROWS_AS(kv.key(0, 3), std::out_of_range);  // a slot past n_tokens, inside capacity
+  CHECK_THROWS_AS(kv.value(2, 0), std::out_of_range);
+  CHECK_THROWS_AS(kv.position(-1, 0), std::out_of_range);
+  CHECK_THROWS_AS(kv.key(0, -1), std::out_of_range);
+}

@@ -24,10 +24,10 @@ kvbench::ScorerMethod value_attention() {
   m.score = [](const kvbench::ScorerInput& in, float* scores) {
     const kvbench::DenseKv& kv = *in.kv;
     for (int32_t h = 0; h < kv.n_kv_heads; ++h) {
-      const float* v = kv.v + static_cast<int64_t>(h) * kv.capacity * kv.head_dim;
       for (int64_t t = 0; t < kv.n_tokens; ++t) {
+        const float* v = kv.value(h, t);  // rows `capacity` apart: kv.value says where
         float l1 = 0.f;
-        for (int32_t d = 0; d < kv.head_dim; ++d) l1 += std::fabs(v[t * kv.head_dim + d]);
+        for (int32_t d = 0; d < kv.head_dim; ++d) l1 += std::fabs(v[d]);
         const int64_t i = h * kv.n_tokens + t;
         scores[i] = in.window_attention[i] * l1;
       }
