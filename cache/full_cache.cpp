@@ -5,7 +5,6 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "cache/registry.h"
 #include "kernels/cpu/attention.h"
 
 namespace kvbench {
@@ -233,16 +232,5 @@ std::vector<std::unique_ptr<LayerKv>> make_dense_layers(const KvShape& shape) {
 }
 
 KvCache make_full_cache(const KvShape& shape) { return KvCache(shape, make_dense_layers(shape)); }
-
-// Registered as `full` (methods/method_list.cpp).
-MethodInfo full_method() {
-  MethodInfo m;
-  m.name = "full";
-  m.kind = MethodKind::Full;
-  m.stage = "-";
-  m.summary = "every token's keys and values in fp32: the reference for accuracy and fidelity";
-  m.paper = "-";
-  return m;
-}
 
 }  // namespace kvbench

@@ -28,13 +28,15 @@
 // TokenPolicy::plans_on_kv and LayerKv::attend_scored (version 1 plugins crashed in them),
 // 3 since LayerKv::settle_each_chunk and KvCache::settle_context_chunks, 4 since
 // AttentionQuery::rounding, 5 since PrefillAttention::sparse_after_context, 6 since
-// TokenPolicy::adopt_scores, 7 since DenseKv's checked accessors (key, value, position).
+// TokenPolicy::adopt_scores, 7 since DenseKv's checked accessors (key, value, position), 8 since
+// MethodInfo::make_device_layers (a storage method's device twin) replaced cuda_store and
+// MethodInfo::reuses_blocks.
 // The hash is of every installed seam header (cache/*.h) and every header they include,
 // comments aside ("<version>:<sha256>"); a test fails when they change and it is not
 // recorded again (tests/test_plugins.cpp).
-#define KVBENCH_PLUGIN_INTERFACE_VERSION 7
+#define KVBENCH_PLUGIN_INTERFACE_VERSION 8
 #define KVBENCH_PLUGIN_INTERFACE_HASH \
-  "7:01c0359c12e2634f0bdf91cdfd2fff6ead7f28dc1d655f2f4de62c154b99fb03"
+  "8:6d7e9082c01694629c2d7e64706ba76bd67824fa5dd5df09699fcb7df38a2604"
 
 namespace kvbench {
 

@@ -90,6 +90,15 @@ std::string allocating_methods() {
   return join_names(names);
 }
 
+// The reuse methods that keep blocks (tiers and pinning need one), for error messages.
+std::string block_reuse_methods() {
+  std::vector<std::string> names;
+  for (const auto& m : method_registry()) {
+    if (m.kind == MethodKind::Reuse && m.reuses_blocks) names.push_back(m.name);
+  }
+  return join_names(names);
+}
+
 std::string head_splitting_methods() {
   std::vector<std::string> names;
   for (const auto& m : method_registry()) {
@@ -452,17 +461,17 @@ ResolvedSpec resolve_method_spec(const std::string& text) {
     seen[info->kind] = info;
     resolved.components.emplace_back(info, std::move(params));
   }
-  if (seen.count(MethodKind::Tiers) &&
-      (!seen.count(MethodKind::Reuse) || seen[MethodKind::Reuse]->name != "prefix")) {
-    fail_spec(text, "'" + seen[MethodKind::Tiers]->name +
-                        "' says where prefix blocks are stored and needs 'prefix' (cacheblend "
-                        "keeps its documents in memory)");
+  const MethodInfo* reuse = seen.count(MethodKind::Reuse) ? seen[MethodKind::Reuse] : nullptr;
+  const bool blocks = reuse && reuse->reuses_blocks;
+  if (seen.count(MethodKind::Tiers) && !blocks) {
+    fail_spec(text, "'" + seen[MethodKind::Tiers]->name + "' says where reused blocks are "
+                        "stored and needs a reuse method that keeps blocks (" +
+                        block_reuse_methods() + ")");
   }
-  if (seen.count(MethodKind::Pinning) &&
-      (!seen.count(MethodKind::Reuse) || seen[MethodKind::Reuse]->name != "prefix")) {
-    fail_spec(text, "'" + seen[MethodKind::Pinning]->name +
-                        "' pins what prefix reuse stores between requests and needs 'prefix' "
-                        "(prefix:block=256+" + seen[MethodKind::Pinning]->name + ":ttl=30)");
+  if (seen.count(MethodKind::Pinning) && !blocks) {
+    fail_spec(text, "'" + seen[MethodKind::Pinning]->name + "' pins what block reuse stores "
+                        "between requests and needs a reuse method that keeps blocks (" +
+                        block_reuse_methods() + ")");
   }
   if (seen.count(MethodKind::Allocation) && !seen.count(MethodKind::Eviction)) {
     fail_spec(text, "'" + seen[MethodKind::Allocation]->name + "' splits the budget of an "
@@ -477,17 +486,17 @@ ResolvedSpec resolve_method_spec(const std::string& text) {
                         "method in front drops: give one before it (snapkv:ratio=0.25+" +
                         storage->second->name + ")");
   }
-  if (seen.count(MethodKind::Reuse) && seen.count(MethodKind::Eviction)) {
-    if (seen[MethodKind::Reuse]->name != "prefix") {
-      fail_spec(text, "cacheblend recomputes tokens into a context an eviction method has not "
-                      "seen; it composes with full, storage and retrieval caches");
+  if (reuse && seen.count(MethodKind::Eviction)) {
+    if (!blocks) {
+      fail_spec(text, "'" + reuse->name + "' recomputes tokens into a context an eviction "
+                      "method has not seen; it composes with full, storage and retrieval caches");
     }
     const MethodParams* tiers = resolved.find(MethodKind::Tiers);
     for (const char* lower : {"cpu", "disk", "redis"}) {
       if (tiers && tiers->given(lower)) {
         fail_spec(text, "with an eviction method the compressed context is reused whole from "
                         "device memory; the '" + std::string(lower) +
-                        "' tier holds prefix blocks only");
+                        "' tier holds uncompressed blocks only");
       }
     }
   }
@@ -505,7 +514,7 @@ bool runs_on_cuda(const MethodInfo& info) {
     case MethodKind::Reuse:
     case MethodKind::Tiers:
     case MethodKind::Pinning: return false;
-    case MethodKind::Storage: return info.cuda_store;
+    case MethodKind::Storage: return static_cast<bool>(info.make_device_layers);
     default: return true;
   }
 }

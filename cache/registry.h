@@ -131,8 +131,6 @@ struct MethodInfo {
   // A storage method whose stores hold each KV head apart after a ragged plan
   // (LayerKv::head_store; cache/head_split.h): fp16, bf16, fp8, kivi.
   bool splits_heads = false;
-  // A storage method with a device twin (cache/cuda/*_store.h, methods/cuda/kivi_store.h): kivi, fp16, bf16, fp8.
-  bool cuda_store = false;
   // A method that ranks whole KV heads by KvShape::head_retrieval: the driver probes the
   // model for it (harness/head_probe.h) before building such a cache.
   bool needs_head_retrieval = false;
@@ -140,6 +138,10 @@ struct MethodInfo {
   // through the later layers of the context's prefill (TokenPolicy::propagation_layer:
   // FastKV): its prefill is its own (no shared prefill) and runs in the CPU forward only.
   bool propagates_tokens = false;
+  // A reuse method that keeps the context's KV in whole token blocks (prefix): a tiers method
+  // stores its blocks and a pinning method pins them, and an eviction method may sit in front
+  // (its compressed context reused whole). One that does not (cacheblend) takes none of these.
+  bool reuses_blocks = false;
   // Extra cross-parameter checks (e.g. budget xor ratio); throws InputError. May be empty.
   std::function<void(const MethodParams&)> check;
   // Builds one sequence's policy (Eviction), stores (Storage) or read policy (Retrieval). A
@@ -148,6 +150,10 @@ struct MethodInfo {
   std::function<std::unique_ptr<TokenPolicy>(const MethodParams&, const KvShape&)> make_policy;
   std::function<std::vector<std::unique_ptr<LayerKv>>(const MethodParams&, const KvShape&)>
       make_layers;
+  // A storage method's twin in device memory for --device cuda (methods/cuda/*_store.h), set
+  // by a build with CUDA (KVBENCH_WITH_CUDA); empty: the method's stores are host-only.
+  std::function<std::vector<std::unique_ptr<LayerKv>>(const MethodParams&, const KvShape&)>
+      make_device_layers;
   std::function<std::unique_ptr<ReadPolicy>(const MethodParams&, const KvShape&)> make_reader;
   // An allocation method's rule (cache/allocation.h), and an eviction method that takes
   // one: its policy built to split each layer's budget over the KV heads by that rule.

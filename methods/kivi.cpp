@@ -10,6 +10,9 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/kivi_attention.h"
 #include "kernels/cpu/quantize.h"
+#ifdef KVBENCH_WITH_CUDA
+#include "methods/cuda/kivi_store.h"
+#endif
 
 namespace kvbench {
 
@@ -345,7 +348,6 @@ MethodInfo kivi_method() {
     }
   };
   info.splits_heads = true;
-  info.cuda_store = true;
   info.make_layers = [](const MethodParams& params, const KvShape& shape) {
     if (shape.head_dim % 32 != 0) {
       throw InputError("kivi packs channels in groups of 32, but head_dim is " +
@@ -353,6 +355,11 @@ MethodInfo kivi_method() {
     }
     return make_kivi_layers(shape, kivi_config_from(params));
   };
+#ifdef KVBENCH_WITH_CUDA
+  info.make_device_layers = [](const MethodParams& params, const KvShape& shape) {
+    return make_cuda_kivi_layers(shape, kivi_config_from(params));
+  };
+#endif
   return info;
 }
 

@@ -6,6 +6,9 @@
 
 #include "cache/narrow_kv.h"
 #include "cache/registry.h"
+#ifdef KVBENCH_WITH_CUDA
+#include "methods/cuda/narrow_store.h"
+#endif
 
 namespace kvbench {
 
@@ -25,10 +28,14 @@ MethodInfo narrow_method(const std::string& name, KvElement element, const std::
   info.choices = std::move(choices);
   info.context_reads_store = true;
   info.splits_heads = true;
-  info.cuda_store = true;
   info.make_layers = [element](const MethodParams&, const KvShape& shape) {
     return make_narrow_layers(shape, element);
   };
+#ifdef KVBENCH_WITH_CUDA
+  info.make_device_layers = [element](const MethodParams&, const KvShape& shape) {
+    return make_cuda_narrow_layers(shape, element);
+  };
+#endif
   return info;
 }
 

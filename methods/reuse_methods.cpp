@@ -21,6 +21,7 @@ MethodInfo prefix_method() {
       "prefix and prefills the rest (multi-request: the shared context once per sample)";
   m.paper = "vLLM automatic prefix caching, SGLang RadixAttention, LMCache";
   m.params = {int_param("block", 256, 1, 65536, "tokens per block")};
+  m.reuses_blocks = true;
   return m;
 }
 

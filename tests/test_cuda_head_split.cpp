@@ -12,7 +12,7 @@
 #include <memory>
 #include <vector>
 
-#include "cache/cuda/narrow_store.h"
+#include "methods/cuda/narrow_store.h"
 #include "cache/cuda/row_memory.h"
 #include "cache/head_split.h"
 #include "cache/narrow_kv.h"

@@ -411,11 +411,11 @@ TEST_CASE("spec: reuse composes with every per-sequence method", "[unit]") {
       CHECK_THAT(e.what(), Catch::Contains(says) && Catch::Contains(spec));
     }
   };
-  refused("snapkv:budget=64+prefix+tiers:disk=/tmp/kv", "'disk' tier holds prefix blocks");
-  refused("h2o:budget=64+prefix+tiers:cpu=1GB", "'cpu' tier holds prefix blocks");
-  refused("cacheblend+snapkv:budget=64", "cacheblend recomputes");
-  refused("tiers:device=1GB", "needs 'prefix'");
-  refused("cacheblend+tiers:device=1GB", "needs 'prefix'");
+  refused("snapkv:budget=64+prefix+tiers:disk=/tmp/kv", "'disk' tier holds uncompressed blocks");
+  refused("h2o:budget=64+prefix+tiers:cpu=1GB", "'cpu' tier holds uncompressed blocks");
+  refused("cacheblend+snapkv:budget=64", "'cacheblend' recomputes");
+  refused("tiers:device=1GB", "needs a reuse method that keeps blocks (prefix)");
+  refused("cacheblend+tiers:device=1GB", "needs a reuse method that keeps blocks (prefix)");
   refused("prefix+tiers:device=12XB", "must be a size");
   refused("prefix+prefix", "at most one reuse");
   refused("prefix:block=0", "block");

@@ -1,6 +1,6 @@
 // CUDA twin of kernels/cpu/narrow.h: fp32 rows rounded to fp16, bf16 or fp8 e4m3 on the
 // device, bit for bit as encode_kv_rows, and read back as decode_kv_rows; plus the two ways a
-// device narrow store (cache/cuda/narrow_store.h) writes its rows: appending a chunk in the
+// device narrow store (methods/cuda/narrow_store.h) writes its rows: appending a chunk in the
 // projection layout, and moving kept rows within its buffers. Include only from CUDA-aware
 // code: this header pulls in <cuda_runtime.h>.
 #pragma once

@@ -1,16 +1,11 @@
 #include "methods/cuda/device_cache.h"
 
-#include <optional>
-
 #include "cache/cuda/dense_store.h"
 #include "cache/cuda/host_policies.h"
-#include "cache/cuda/narrow_store.h"
 #include "cache/cuda/row_memory.h"
 #include "cache/head_split.h"
 #include "common/input_error.h"
-#include "methods/cuda/kivi_store.h"
 #include "methods/cuda/sparse_prefill.h"
-#include "methods/kivi.h"
 #include "methods/sparse_prefill.h"
 
 namespace kvbench {
@@ -24,13 +19,10 @@ KvCache make_cuda_cache(const ResolvedSpec& spec, const KvShape& shape) {
   }
   for (const auto& [info, params] : spec.components) {
     if (info->kind != MethodKind::Storage) continue;
-    if (info->name == "kivi") {
-      layers = make_cuda_kivi_layers(shape, kivi_config_from(params));
-    } else if (const std::optional<KvElement> element = narrow_method_element(info->name)) {
-      layers = make_cuda_narrow_layers(shape, *element);
-    } else {
+    if (!info->make_device_layers) {
       throw InputError("method '" + info->name + "' does not run on --device cuda yet");
     }
+    layers = info->make_device_layers(params, shape);
     if (ragged) {  // the dense device store holds them itself
       layers = split_heads_on_ragged_plans(std::move(layers), shape.n_kv_heads, shape.head_dim,
                                            device_memory());

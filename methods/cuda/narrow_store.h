@@ -14,8 +14,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
-#include <string>
 #include <vector>
 
 #include "cache/kv_cache.h"
@@ -94,9 +92,5 @@ class CudaNarrowLayerKv : public LayerKv {
 // A device narrow store per layer, empty.
 std::vector<std::unique_ptr<LayerKv>> make_cuda_narrow_layers(const KvShape& shape,
                                                               KvElement element);
-
-// The element a narrow storage method holds (fp16, bf16, fp8: cache/narrow_kv.cpp), by its
-// name; none for any other method.
-std::optional<KvElement> narrow_method_element(const std::string& method);
 
 }  // namespace kvbench

@@ -1,4 +1,4 @@
-#include "cache/cuda/narrow_store.h"
+#include "methods/cuda/narrow_store.h"
 
 #include <algorithm>
 #include <stdexcept>
@@ -261,13 +261,6 @@ std::vector<std::unique_ptr<LayerKv>> make_cuda_narrow_layers(const KvShape& sha
         std::make_unique<CudaNarrowLayerKv>(shape.n_kv_heads, shape.head_dim, element));
   }
   return layers;
-}
-
-std::optional<KvElement> narrow_method_element(const std::string& method) {
-  if (method == "fp16") return KvElement::F16;
-  if (method == "bf16") return KvElement::BF16;
-  if (method == "fp8") return KvElement::F8E4M3;
-  return std::nullopt;
 }
 
 }  // namespace kvbench
