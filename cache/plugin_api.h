@@ -36,7 +36,7 @@
 // recorded again (tests/test_plugins.cpp).
 #define KVBENCH_PLUGIN_INTERFACE_VERSION 8
 #define KVBENCH_PLUGIN_INTERFACE_HASH \
-  "8:6d7e9082c01694629c2d7e64706ba76bd67824fa5dd5df09699fcb7df38a2604"
+  "8:3e7422d4e2bc913235f7c20cc883f7a4a5c4e16394b5a1c3b19b8d75aefe0d79"
 
 namespace kvbench {
 

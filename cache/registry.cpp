@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <iterator>
 #include <map>
+#include <stdexcept>
 
 #include "cache/full_cache.h"
 #include "cache/head_split.h"
@@ -397,7 +398,11 @@ const MethodInfo* find_method(const std::string& name) {
 }
 
 ResolvedSpec resolve_method_spec(const std::string& text) {
-  const MethodSpec spec = parse_method_spec(text);
+  return resolve_method_spec(parse_method_spec(text));
+}
+
+ResolvedSpec resolve_method_spec(const MethodSpec& spec) {
+  const std::string& text = spec.text;
   ResolvedSpec resolved;
   std::map<MethodKind, const MethodInfo*> seen;
   for (const MethodComponent& component : spec.components) {
@@ -506,6 +511,16 @@ ResolvedSpec resolve_method_spec(const std::string& text) {
         (resolved.canonical.empty() ? "" : "+") + info->name + (p.empty() ? "" : ":" + p);
   }
   return resolved;
+}
+
+const ResolvedSpec& full_cache_spec() {
+  static const ResolvedSpec full = [] {
+    for (const MethodInfo& info : method_registry()) {
+      if (info.kind == MethodKind::Full) return resolve_method_spec(info.name);
+    }
+    throw std::logic_error("no full cache among the registered methods");
+  }();
+  return full;
 }
 
 bool runs_on_cuda(const MethodInfo& info) {

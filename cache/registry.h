@@ -196,6 +196,10 @@ struct ResolvedSpec {
   const MethodParams* find(MethodKind kind) const;
 };
 
+// The full cache alone (MethodKind::Full), resolved: the reference every other method is
+// measured against.
+const ResolvedSpec& full_cache_spec();
+
 // Parses and validates; throws InputError naming the spec and the expected form for
 // unknown methods, unknown or missing parameters, values out of range, and compositions
 // that cannot form: full with anything, two methods of one kind, eviction with retrieval
@@ -204,6 +208,7 @@ struct ResolvedSpec {
 // reuse with eviction (loaded blocks skip the prefill queries eviction scores), tiers
 // without a reuse method.
 ResolvedSpec resolve_method_spec(const std::string& spec);
+ResolvedSpec resolve_method_spec(const MethodSpec& spec);  // the same, parsed already
 
 // Whether a method's plans leave each KV head its own count (RetainPlan::head_keep): an
 // allocation method, or an eviction method with ragged_heads.

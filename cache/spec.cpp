@@ -40,7 +40,47 @@ std::vector<std::string> split(const std::string& s, char sep) {
   }
 }
 
+// "key=value" of `spec`: the pair, or the error naming the spec.
+std::pair<std::string, std::string> parse_param(const std::string& spec, const std::string& item) {
+  const size_t eq = item.find('=');
+  if (eq == std::string::npos) fail_spec(spec, "parameter '" + item + "' has no '=value'");
+  std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+  if (!is_name(key)) fail_spec(spec, "'" + key + "' is not a parameter name");
+  if (value.empty()) fail_spec(spec, "parameter '" + key + "' has no value");
+  for (char c : value) {
+    // ':' may appear in a value (redis=127.0.0.1:6379): only the first ':' of a component
+    // ends its name.
+    if (c == '=' || c == ' ' || c == '\t' || c == '\n') {
+      fail_spec(spec, "parameter '" + key + "' has a malformed value '" + value + "'");
+    }
+  }
+  return {std::move(key), std::move(value)};
+}
+
 }  // namespace
+
+std::pair<std::string, std::string> parse_method_param(const std::string& item) {
+  return parse_param(item, item);
+}
+
+std::string method_spec_text(const std::vector<MethodComponent>& components) {
+  std::string text;
+  for (const MethodComponent& c : components) {
+    if (!text.empty()) text += "+";
+    text += c.name;
+    for (size_t i = 0; i < c.params.size(); ++i) {
+      text += (i == 0 ? ":" : ",") + c.params[i].first + "=" + c.params[i].second;
+    }
+  }
+  return text;
+}
+
+MethodSpec with_method_param(MethodSpec spec, size_t component,
+                             std::pair<std::string, std::string> param) {
+  spec.components.at(component).params.push_back(std::move(param));
+  spec.text = method_spec_text(spec.components);
+  return spec;
+}
 
 MethodSpec parse_method_spec(const std::string& text) {
   MethodSpec spec;
@@ -58,21 +98,12 @@ MethodSpec parse_method_spec(const std::string& text) {
       if (params.empty()) fail_spec(text, "no parameters after '" + component.name + ":'");
       std::set<std::string> seen;
       for (const std::string& item : split(params, ',')) {
-        const size_t eq = item.find('=');
         if (item.empty()) fail_spec(text, "empty parameter in '" + part + "'");
-        if (eq == std::string::npos) fail_spec(text, "parameter '" + item + "' has no '=value'");
-        const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
-        if (!is_name(key)) fail_spec(text, "'" + key + "' is not a parameter name");
-        if (value.empty()) fail_spec(text, "parameter '" + key + "' has no value");
-        for (char c : value) {
-          // ':' may appear in a value (redis=127.0.0.1:6379): only the first ':' of a
-          // component ends its name.
-          if (c == '=' || c == ' ' || c == '\t' || c == '\n') {
-            fail_spec(text, "parameter '" + key + "' has a malformed value '" + value + "'");
-          }
+        auto param = parse_param(text, item);
+        if (!seen.insert(param.first).second) {
+          fail_spec(text, "parameter '" + param.first + "' is given twice");
         }
-        if (!seen.insert(key).second) fail_spec(text, "parameter '" + key + "' is given twice");
-        component.params.emplace_back(key, value);
+        component.params.push_back(std::move(param));
       }
     }
     spec.components.push_back(std::move(component));

@@ -24,6 +24,18 @@ struct MethodSpec {
 // given twice, characters outside [A-Za-z0-9_.-] in names and keys.
 MethodSpec parse_method_spec(const std::string& text);
 
+// One "key=value" parameter as a spec writes it (a sweep's budget: "ratio=0.25"), checked as
+// the spec parser checks its parameters; InputError otherwise.
+std::pair<std::string, std::string> parse_method_param(const std::string& item);
+
+// The spec text of `components`, parameters in their order: parse_method_spec's inverse.
+std::string method_spec_text(const std::vector<MethodComponent>& components);
+
+// `spec` with `param` added to its component `component` (a sweep's budget given to the
+// method that takes it), its text written again.
+MethodSpec with_method_param(MethodSpec spec, size_t component,
+                             std::pair<std::string, std::string> param);
+
 // The form every spec error message quotes.
 extern const char* const kSpecForm;
 

@@ -41,12 +41,10 @@ void check_samples_fit(const LlamaModel& model, const std::vector<Sample>& sampl
 }
 
 PrefillCount evaluate(const LlamaModel& model, const std::vector<Sample>& samples,
-                      const std::vector<std::string>& methods, const EvaluationOptions& options,
+                      const std::vector<ResolvedSpec>& specs, const EvaluationOptions& options,
                       const UnitSink& sink) {
-  std::vector<ResolvedSpec> specs;
-  for (const std::string& method : methods) specs.push_back(resolve_method_spec(method));
   check_samples_fit(model, samples, options);
-  const ResolvedSpec full_spec = resolve_method_spec("full");
+  const ResolvedSpec& full_spec = full_cache_spec();
   std::vector<ResolvedSpec> sharing;
   if (options.shared_prefill) {
     if (options.fidelity) sharing.push_back(full_spec);
@@ -72,7 +70,7 @@ PrefillCount evaluate(const LlamaModel& model, const std::vector<Sample>& sample
     double reference_ms = 0;
     if (options.fidelity) {
       const auto start = std::chrono::steady_clock::now();
-      full = run_session(model, sample, "full", session, nullptr, prefill);
+      full = run_session(model, sample, full_spec, session, nullptr, prefill);
       reference_ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
       count.unit_tokens += full->prefilled_tokens;
@@ -87,7 +85,7 @@ PrefillCount evaluate(const LlamaModel& model, const std::vector<Sample>& sample
         unit.session = *full;
       } else {
         unit.reference_ms = std::exchange(reference_ms, 0);
-        unit.session = run_session(model, sample, spec.canonical, session, nullptr, prefill);
+        unit.session = run_session(model, sample, spec, session, nullptr, prefill);
         count.unit_tokens += unit.session.prefilled_tokens;
       }
       if (full) apply_reference(unit.session, reference_of(*full));

@@ -48,12 +48,11 @@ struct UnitResult {
 
 using UnitSink = std::function<void(const UnitResult&)>;
 
-// Runs every sample through every method (canonical or not; resolved here) in order,
-// sample by sample. Checks that every sample fits the model's context before running any
+// Runs every sample through every method in order, sample by sample. Checks that every sample fits the model's context before running any
 // (InputError naming the sample).
 // Returns what was prefilled.
 PrefillCount evaluate(const LlamaModel& model, const std::vector<Sample>& samples,
-                      const std::vector<std::string>& methods, const EvaluationOptions& options,
+                      const std::vector<ResolvedSpec>& methods, const EvaluationOptions& options,
                       const UnitSink& sink);
 
 // Throws the InputError (naming the sample) for the first sample whose context and turns

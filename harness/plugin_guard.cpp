@@ -27,9 +27,9 @@ void on_exit_inside_unit() {
 
 }  // namespace
 
-PluginGuard::PluginGuard(const std::vector<std::string>& specs) {
-  for (const std::string& spec : specs) {
-    for (const auto& [info, params] : resolve_method_spec(spec).components) {
+PluginGuard::PluginGuard(const std::vector<ResolvedSpec>& specs) {
+  for (const ResolvedSpec& spec : specs) {
+    for (const auto& [info, params] : spec.components) {
       if (info->plugin.empty()) continue;
       if (!blame_.empty()) blame_ += ", ";
       blame_ += info->name + " (plugin " + info->plugin + ")";

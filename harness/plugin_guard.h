@@ -8,12 +8,14 @@
 #include <string>
 #include <vector>
 
+#include "cache/registry.h"
+
 namespace kvbench {
 
 class PluginGuard {
  public:
   // Watches while it lives, where one of `specs` comes from a plugin; else does nothing.
-  explicit PluginGuard(const std::vector<std::string>& specs);
+  explicit PluginGuard(const std::vector<ResolvedSpec>& specs);
   ~PluginGuard();
   PluginGuard(const PluginGuard&) = delete;
   PluginGuard& operator=(const PluginGuard&) = delete;

@@ -755,9 +755,8 @@ std::vector<int32_t> session_context_tokens(const LlamaModel& model, const Sampl
 }
 
 SessionResult run_session(const LlamaModel& model, const Sample& sample,
-                          const std::string& method_spec, const SessionOptions& options,
+                          const ResolvedSpec& spec, const SessionOptions& options,
                           const SampleReference* reference, const SharedPrefill* shared) {
-  const ResolvedSpec spec = resolve_method_spec(method_spec);
   if (options.max_new_tokens < 1) throw InputError("max_new_tokens must be at least 1");
   check_query_setting(spec, options.query);
   if (!(options.turn_gap_s >= 0)) throw InputError("turn gap must be >= 0 seconds");

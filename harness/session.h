@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cache/kv_cache.h"
+#include "cache/registry.h"
 #include "datasets/sample.h"
 #include "harness/session_mode.h"
 #include "reuse/prefix_cache.h"
@@ -105,10 +106,11 @@ struct SessionResult {
   std::vector<TurnRecord> turns;
 };
 
-// Runs `sample` with the cache `method_spec` builds. `reference` (from a run with the full
+// Runs `sample` with the cache `method` builds (resolved once, by the caller's entry point). `reference` (from a run with the full
 // cache in the same mode) fills the fidelity fields; without it they stay 0.
-// Throws InputError for a bad spec, and naming the sample id when the context and turns
-// cannot fit the model's context length (checked before anything runs).
+// Throws InputError for a method the session's mode cannot run, and naming the sample id
+// when the context and turns cannot fit the model's context length (checked before anything
+// runs).
 //
 // The chat layout (from the model's template, tokenized segment by segment so every
 // method sees the same tokens): context segment = system prompt + user header + context +
@@ -123,7 +125,7 @@ struct SessionResult {
 // prefill instead of one of its own, bit-identical; its time is the shared forward's share
 // for this method (SharedPrefill::fork), so TTFT and context_prefill_ms mean the same.
 SessionResult run_session(const LlamaModel& model, const Sample& sample,
-                          const std::string& method_spec, const SessionOptions& options,
+                          const ResolvedSpec& method, const SessionOptions& options,
                           const SampleReference* reference,
                           const SharedPrefill* shared = nullptr);
 

@@ -286,7 +286,7 @@ SweepProgress run_sweep(const SweepModel& source, const SweepConfig& config, con
     const Group& group = groups[g];
     std::vector<SweepMethod> left;
     for (const SweepMethod& m : methods) {
-      if (finished.count(unit_key(group, m.spec))) {
+      if (finished.count(unit_key(group, m.spec.canonical))) {
         ++state.skipped;
       } else {
         left.push_back(m);
@@ -330,11 +330,11 @@ SweepProgress run_sweep(const SweepModel& source, const SweepConfig& config, con
     const auto& group = todo_entry.first;
     const auto& left = todo_entry.second;
     const EvaluationOptions options = options_of(*group);
-    std::vector<std::string> specs;
+    std::vector<ResolvedSpec> specs;
     std::map<std::string, std::string> budget_of_spec;
     for (const SweepMethod& m : left) {
       specs.push_back(m.spec);
-      budget_of_spec[m.spec] = m.budget;
+      budget_of_spec[m.spec.canonical] = m.budget;
     }
     // A plugin's code runs inside these units: what it throws (or an exit() in it) is
     // reported naming it, the units it broke left unwritten.
@@ -403,7 +403,7 @@ std::vector<ShardPlan> plan_shards(const SweepModel& source, const SweepConfig& 
   std::vector<ShardPlan> plans(static_cast<size_t>(count));
   for (size_t g = 0; g < groups.size(); ++g) {
     ShardPlan& plan = plans[g % static_cast<size_t>(count)];
-    for (const SweepMethod& m : methods) plan.unit_keys.push_back(unit_key(groups[g], m.spec));
+    for (const SweepMethod& m : methods) plan.unit_keys.push_back(unit_key(groups[g], m.spec.canonical));
     add_planned(plan.planned, config, groups[g], static_cast<int64_t>(methods.size()));
   }
   return plans;
@@ -417,7 +417,7 @@ std::string run_config_json(const SweepConfig& config, ModelDtype dtype,
   // another method, so a db of the old one refuses to resume with it.
   std::map<std::string, std::string> plugins;  // sha256 -> file
   for (const SweepMethod& m : sweep_methods(config)) {
-    for (const auto& [info, params] : resolve_method_spec(m.spec).components) {
+    for (const auto& [info, params] : m.spec.components) {
       if (!info->plugin.empty()) plugins[info->plugin_sha256] = info->plugin;
     }
   }

@@ -78,23 +78,6 @@ std::string budget_of(const ResolvedSpec& spec) {
   return "";
 }
 
-// The budget written into component `index` of the spec text ("snapkv+kivi:bits=2" becomes
-// "snapkv:budget=128+kivi:bits=2", "adakv+snapkv" becomes "adakv+snapkv:budget=128").
-std::string with_budget(const std::string& method, const std::string& budget, int index) {
-  std::string out;
-  size_t start = 0;
-  for (int i = 0;; ++i) {
-    const size_t plus = method.find('+', start);
-    std::string component = method.substr(start, plus == std::string::npos ? plus : plus - start);
-    if (i == index) {
-      component += (component.find(':') == std::string::npos ? ":" : ",") + budget;
-    }
-    out += (i > 0 ? "+" : "") + component;
-    if (plus == std::string::npos) return out;
-    start = plus + 1;
-  }
-}
-
 SweepTask parse_task(const json& v, const std::string& source, size_t index) {
   const std::string where = "tasks[" + std::to_string(index) + "]";
   SweepTask task;
@@ -324,7 +307,7 @@ SweepConfig parse_sweep_config(const std::string& json_text, const std::string& 
     // Every spec, with every budget, must resolve, and run in every query setting.
     for (const SweepMethod& m : sweep_methods(config)) {
       for (const std::string& q : config.query_settings) {
-        check_query_setting(resolve_method_spec(m.spec), parse_query_setting(q));
+        check_query_setting(m.spec, parse_query_setting(q));
       }
     }
   } catch (const InputError& e) {
@@ -345,7 +328,7 @@ std::string canonical_config_json(const SweepConfig& config) {
     tasks.push_back(task);
   }
   json methods = json::array();
-  for (const SweepMethod& m : sweep_methods(config)) methods.push_back(m.spec);
+  for (const SweepMethod& m : sweep_methods(config)) methods.push_back(m.spec.canonical);
   json root = {{"tasks", tasks},
                {"methods", methods},
                {"modes", config.modes},
@@ -388,14 +371,17 @@ std::string canonical_config_json(const SweepConfig& config) {
 std::vector<SweepMethod> sweep_methods(const SweepConfig& config) {
   std::vector<SweepMethod> out;
   std::set<std::string> seen;
-  auto add = [&](const ResolvedSpec& spec) {
-    if (seen.insert(spec.canonical).second) out.push_back({spec.canonical, budget_of(spec)});
+  auto add = [&](ResolvedSpec spec) {
+    if (!seen.insert(spec.canonical).second) return;
+    std::string budget = budget_of(spec);
+    out.push_back({std::move(spec), std::move(budget)});
   };
   for (const std::string& method : config.methods) {
-    const ResolvedSpec base = resolve_method_spec(method);
+    const MethodSpec written = parse_method_spec(method);
+    ResolvedSpec base = resolve_method_spec(written);
     const int at = budget_component(base);
     if (base.is_full() || config.budgets.empty() || at < 0) {
-      add(base);
+      add(std::move(base));
       continue;
     }
     const MethodParams& given = base.components[at].second;
@@ -404,7 +390,7 @@ std::vector<SweepMethod> sweep_methods(const SweepConfig& config) {
                        "methods given without one");
     }
     for (const std::string& budget : config.budgets) {
-      add(resolve_method_spec(with_budget(method, budget, at)));
+      add(resolve_method_spec(with_method_param(written, at, parse_method_param(budget))));
     }
   }
   return out;

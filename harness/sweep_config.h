@@ -26,6 +26,8 @@
 #include <string>
 #include <vector>
 
+#include "cache/registry.h"
+
 namespace kvbench {
 
 constexpr double kDefaultMaxNoContextAccuracy = 0.2;
@@ -95,11 +97,12 @@ SweepConfig load_sweep_config(const std::string& path);  // InputError for an un
 // and what merge compares between shards.
 std::string canonical_config_json(const SweepConfig& config);
 
-// The method specs a sweep runs, canonical, each with its budget text ("" for full or a
-// method given without budgets): methods x budgets, full once, in config order.
+// The methods a sweep runs, each resolved once here with its budget text ("" for full or a
+// method given without budgets): methods x budgets, full once, in config order. The sweep,
+// its sessions and the db writer take them as they are.
 struct SweepMethod {
-  std::string spec;
-  std::string budget;
+  ResolvedSpec spec;
+  std::string budget;  // "budget=128" / "ratio=0.25" / ""
 };
 std::vector<SweepMethod> sweep_methods(const SweepConfig& config);
 

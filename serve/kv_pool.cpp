@@ -55,17 +55,20 @@ ByteBound bound_of(const std::vector<int64_t>& tokens, const std::vector<int64_t
 }  // namespace
 
 StoreCost KvPool::store_cost(const LlamaModel& model, const ResolvedSpec& spec) {
-  std::string storage = "full";
-  for (const auto& [info, params] : spec.components) {
-    if (info->kind != MethodKind::Storage) continue;
-    const std::string text = params.text();
-    storage = text.empty() ? info->name : info->name + ":" + text;
+  // The spec's storage component alone (the full cache's dense store without one): what a
+  // sequence's bytes per token depend on, whatever evicts in front of it.
+  ResolvedSpec store = full_cache_spec();
+  for (const auto& component : spec.components) {
+    if (component.first->kind != MethodKind::Storage) continue;
+    const std::string text = component.second.text();
+    store.canonical = component.first->name + (text.empty() ? "" : ":" + text);
+    store.components = {component};
   }
+  const std::string& storage = store.canonical;
   std::lock_guard<std::mutex> lock(mutex_);
   const auto known = costs_.find(storage);
   if (known != costs_.end()) return known->second;
   const KvShape shape = model.kv_shape();
-  const ResolvedSpec store = resolve_method_spec(storage);
   const int64_t width = static_cast<int64_t>(shape.n_kv_heads) * shape.head_dim;
   StoreCost cost;
 

@@ -10,6 +10,7 @@
 #include "cache/registry.h"
 #include "common/input_error.h"
 #include "harness/session.h"
+#include "tests/session_by_text.h"
 #include "prefix_requests.h"
 #include "reuse/tiered_store.h"
 

@@ -15,6 +15,7 @@
 #include "gguf_writer.h"
 #include "harness/model/llama_model.h"
 #include "harness/session.h"
+#include "tests/session_by_text.h"
 #include "prefix_requests.h"
 #include "reuse/block_codec.h"
 #include "reuse/block_key.h"

@@ -15,6 +15,7 @@
 #include "gguf_writer.h"
 #include "harness/model/llama_model.h"
 #include "harness/session.h"
+#include "tests/session_by_text.h"
 #include "prefix_requests.h"
 #include "reuse/prefix_cache.h"
 #include "tests/redis_server.h"

@@ -11,6 +11,7 @@
 #include "cache/registry.h"
 #include "common/input_error.h"
 #include "harness/session.h"
+#include "tests/session_by_text.h"
 #include "harness/shared_prefill.h"
 #include "harness/sweep_config.h"
 #include "prefix_requests.h"

@@ -16,6 +16,7 @@
 #include "harness/model/llama_model.h"
 #include "harness/model/tokenizer.h"
 #include "harness/session.h"
+#include "tests/session_by_text.h"
 
 using namespace kvbench;
 

@@ -11,6 +11,7 @@
 #include "harness/evaluation.h"
 #include "harness/model/llama_model.h"
 #include "harness/session.h"
+#include "tests/session_by_text.h"
 #include "model_path.h"
 #include "tests/same_turns.h"
 

@@ -12,6 +12,7 @@
 #include "harness/evaluation.h"
 #include "harness/model/llama_model.h"
 #include "harness/session.h"
+#include "tests/session_by_text.h"
 #include "harness/shared_prefill.h"
 #include "tests/same_turns.h"
 
@@ -169,7 +170,7 @@ TEST_CASE("shared prefill: streamed prefills, reuse methods and query-observing 
   CHECK(count.unit_tokens == count.shared_tokens);  // only the streamed one prefilled again
   options.shared_prefill = false;
   const PrefillCount separate =
-      evaluate(model, {long_sample()}, {"snapkv:budget=64,window=8", "kivi"}, options,
+      evaluate(model, {long_sample()}, std::vector<std::string>{"snapkv:budget=64,window=8", "kivi"}, options,
                [](const UnitResult&) {});
   CHECK(separate.shared_prefills == 0);
   CHECK(separate.unit_tokens == 3 * count.shared_tokens);  // full, snapkv, kivi

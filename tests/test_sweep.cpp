@@ -113,9 +113,9 @@ TEST_CASE("sweep config: methods x budgets, full once, canonical JSON", "[unit]"
   CHECK(c.tasks[1].label() == "retr_kv[key_length=8]");
   const auto methods = sweep_methods(c);
   REQUIRE(methods.size() == 5);  // full + 2 methods x 2 budgets
-  CHECK(methods[0].spec == "full");
+  CHECK(methods[0].spec.canonical == "full");
   CHECK(methods[0].budget.empty());
-  CHECK(methods[1].spec == "streamingllm:budget=32,sink=4,prefill=dense");
+  CHECK(methods[1].spec.canonical == "streamingllm:budget=32,sink=4,prefill=dense");
   CHECK(methods[1].budget == "budget=32");
   CHECK(methods[2].budget == "ratio=0.5");
   CHECK(canonical_config_json(c) == canonical_config_json(parse_sweep_config(kSmall, "other.json")));
@@ -126,13 +126,13 @@ TEST_CASE("sweep config: methods x budgets, full once, canonical JSON", "[unit]"
   composed.methods = {"snapkv+kivi:bits=2", "kivi:bits=4", "adakv:floor=0.5+snapkv"};
   const auto with_kivi = sweep_methods(composed);
   REQUIRE(with_kivi.size() == 5);
-  CHECK(with_kivi[3].spec == "adakv:floor=0.5+snapkv:budget=32,window=32,kernel=5,pool=avg");
+  CHECK(with_kivi[3].spec.canonical == "adakv:floor=0.5+snapkv:budget=32,window=32,kernel=5,pool=avg");
   CHECK(with_kivi[3].budget == "budget=32");
   CHECK(with_kivi[4].budget == "ratio=0.5");
-  CHECK(with_kivi[0].spec ==
+  CHECK(with_kivi[0].spec.canonical ==
         "snapkv:budget=32,window=32,kernel=5,pool=avg+kivi:bits=2,residual=128,tail=kivi");
   CHECK(with_kivi[0].budget == "budget=32");
-  CHECK(with_kivi[2].spec == "kivi:bits=4,residual=128,tail=kivi");
+  CHECK(with_kivi[2].spec.canonical == "kivi:bits=4,residual=128,tail=kivi");
   CHECK(with_kivi[2].budget.empty());
   // The default sweep (configs/default.json): a model that can do its tasks, calibrated,
   // budgets as fractions of the context, enough turns for a full-cache interval of +-15.

@@ -132,7 +132,7 @@ void run_calibrate(const ModelOptions& model_options, const CalibrateArgs& args)
       std::vector<std::vector<double>> scores;  // per sample, per turn
       const auto start = std::chrono::steady_clock::now();
       double prefill_ms = 0;  // the contexts' prefills, for the sweeps' time estimates
-      evaluate(*model, samples, {"full"}, evaluation, [&](const UnitResult& unit) {
+      evaluate(*model, samples, {full_cache_spec()}, evaluation, [&](const UnitResult& unit) {
         scores.push_back(unit.scores);
         prefill_ms += unit.session.context_prefill_ms;
       });
@@ -140,7 +140,7 @@ void run_calibrate(const ModelOptions& model_options, const CalibrateArgs& args)
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       // The control: the same questions with the context removed.
       std::vector<std::vector<double>> alone;
-      evaluate(*model, without_context(samples), {"full"}, evaluation,
+      evaluate(*model, without_context(samples), {full_cache_spec()}, evaluation,
                [&](const UnitResult& unit) { alone.push_back(unit.scores); });
       const Interval control = accuracy_interval(alone);
       CalibrationCell cell;

@@ -17,6 +17,7 @@ namespace kvbench {
 // model resolved and hashed, the calibration applied (its left-out tasks printed).
 struct PreparedSweep {
   SweepConfig config;
+  std::vector<SweepMethod> methods;  // sweep_methods(config): every spec resolved once, here
   RunRecord run;  // model path and sha256, config_json
   std::optional<Calibration> calibration;
 };

@@ -87,13 +87,11 @@ void run_run_command(const ModelOptions& model_options, const RunArgs& args,
   evaluation.session.query = query_setting(args.query);
   evaluation.session.turn_gap_s = args.query.turn_gap_s;
   evaluation.fidelity = !args.no_fidelity;
-  std::vector<std::string> methods;
   std::vector<ResolvedSpec> specs;
   for (const std::string& m : args.methods) {
     specs.push_back(resolve_method_spec(m));
     check_query_setting(specs.back(), evaluation.session.query);
     check_runs_on(specs.back(), model_device(model_options));
-    methods.push_back(specs.back().canonical);
   }
   const auto knobs = parse_knobs(args.knobs);
 
@@ -154,7 +152,7 @@ void run_run_command(const ModelOptions& model_options, const RunArgs& args,
   for (const std::string& t : args.tasks) std::printf(" %s", t.c_str());
   if (!file_task.empty()) std::printf(" (%s)", args.data.c_str());
   std::printf("\nmethods:");
-  for (const std::string& m : methods) std::printf(" %s", m.c_str());
+  for (const ResolvedSpec& m : specs) std::printf(" %s", m.canonical.c_str());
   std::printf("\nmode: %s, append %s, query %s", args.mode.c_str(), args.append.c_str(),
               to_string(evaluation.session.query));
   if (args.query.turn_gap_s > 0) {
@@ -173,10 +171,10 @@ void run_run_command(const ModelOptions& model_options, const RunArgs& args,
   std::fflush(stdout);
 
   SummaryTable summary;
-  const size_t units = samples.size() * methods.size();
+  const size_t units = samples.size() * specs.size();
   size_t done = 0;
   auto last = std::chrono::steady_clock::now();
-  evaluate(*model, samples, methods, evaluation, [&](const UnitResult& unit) {
+  evaluate(*model, samples, specs, evaluation, [&](const UnitResult& unit) {
     ++done;
     summary.add(unit);
     if (!args.summary_only) {
@@ -233,7 +231,7 @@ void run_into_db(const ModelOptions& model, const RunArgs& args, const GivenOpti
   config.max_new = args.max_new;
   config.fidelity = !args.no_fidelity;
   for (const SweepMethod& m : sweep_methods(config)) {  // every spec resolves, before the model loads
-    check_query_setting(resolve_method_spec(m.spec), parse_query_setting(config.query_settings[0]));
+    check_query_setting(m.spec, parse_query_setting(config.query_settings[0]));
   }
   SummaryTable summary;
   run_sweep_into(model, config, Shard{}, args.db, [&](const UnitResult& unit) {

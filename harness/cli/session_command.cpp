@@ -126,10 +126,8 @@ void run_session_command(const ModelOptions& model_options, const SessionArgs& a
                   : "fidelity: against the full cache, run once per sample in the same mode\n");
   std::fflush(stdout);
 
-  std::vector<std::string> methods;
-  for (const ResolvedSpec& spec : specs) methods.push_back(spec.canonical);
   std::string lines;
-  evaluate(*model, samples, methods, evaluation, [&](const UnitResult& unit) {
+  evaluate(*model, samples, specs, evaluation, [&](const UnitResult& unit) {
     print_unit(unit);
     for (size_t i = 0; i < unit.session.turns.size(); ++i) lines += turn_line(unit, i) + "\n";
   });

@@ -129,9 +129,7 @@ void check_db_holds_this_sweep(const ResultsDb& db, const RunRecord& run) {
 void forget_for_rerun(ResultsDb& db, const PreparedSweep& prepared,
                       const std::vector<std::string>& names) {
   std::vector<ResolvedSpec> specs;
-  for (const SweepMethod& m : sweep_methods(prepared.config)) {
-    specs.push_back(resolve_method_spec(m.spec));
-  }
+  for (const SweepMethod& m : prepared.methods) specs.push_back(m.spec);
   std::set<std::string> picked;
   for (const std::string& name : names) {
     bool matched = false;
@@ -295,9 +293,8 @@ PreparedSweep prepare_sweep(const ModelOptions& model_options, SweepConfig confi
   }
   PreparedSweep p;
   p.run.model_path = resolve_model_path(options);
-  for (const std::string& method : config.methods) {
-    check_runs_on(resolve_method_spec(method), model_device(options));
-  }
+  p.methods = sweep_methods(config);
+  for (const SweepMethod& m : p.methods) check_runs_on(m.spec, model_device(options));
   p.run.model_sha256 = sha256_model(p.run.model_path);
   // The calibration: which tasks run (min_full_accuracy) and the plan's time estimate. A
   // sweep that needs it fails on a bad file; one that only reads timings goes without.
@@ -375,9 +372,7 @@ void run_prepared_sweep(const ModelOptions& model_options, const PreparedSweep& 
                           [&]() -> const LlamaModel& {
                             model = load_model(run_record.model_path, model_options);
                             std::vector<ResolvedSpec> specs;
-                            for (const std::string& method : prepared.config.methods) {
-                              specs.push_back(resolve_method_spec(method));
-                            }
+                            for (const SweepMethod& m : prepared.methods) specs.push_back(m.spec);
                             // duo_attention's probe
                             prepare_head_retrieval(*model, run_record.model_path, specs);
                             return *model;
