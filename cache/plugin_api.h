@@ -36,7 +36,7 @@
 // recorded again (tests/test_plugins.cpp).
 #define KVBENCH_PLUGIN_INTERFACE_VERSION 8
 #define KVBENCH_PLUGIN_INTERFACE_HASH \
-  "8:3e7422d4e2bc913235f7c20cc883f7a4a5c4e16394b5a1c3b19b8d75aefe0d79"
+  "8:6188e16b99195a232bc7c5213d0648f3c8567407c044773799f58ac45247428c"
 
 namespace kvbench {
 

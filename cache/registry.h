@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "cache/kv_cache.h"
-#include "cache/spec.h"
+#include "common/method_spec.h"
 
 namespace kvbench {
 class HeadAllocation;  // cache/allocation.h

@@ -35,24 +35,12 @@ struct Sums {
   double read_sum = 0;
   int64_t read_n = 0;
   std::string prefill;
+  MethodParts parts;
   int64_t shared = 0;  // units that started from a shared prefill
   UnitTime time;
 };
 
 }  // namespace
-
-std::string method_family(const std::string& spec) {
-  std::string family;
-  size_t start = 0;
-  while (start <= spec.size()) {
-    size_t end = spec.find('+', start);
-    if (end == std::string::npos) end = spec.size();
-    const std::string component = spec.substr(start, end - start);
-    family += (family.empty() ? "" : "+") + component.substr(0, component.find(':'));
-    start = end + 1;
-  }
-  return family;
-}
 
 std::string combine_prefill(const std::string& a, const std::string& b) {
   return a == b ? a : "mixed";
@@ -84,6 +72,7 @@ std::vector<Aggregate> aggregate_units(const std::vector<UnitRecord>& units,
   std::map<Key, Sums> groups;
   for (const UnitRecord& unit : units) {
     Sums& s = groups[Key(unit.task, mode_label(unit), unit.method, unit.budget)];
+    s.parts = unit.parts;  // the same for every unit of the method
     s.prefill = s.units == 0 ? unit.prefill : combine_prefill(s.prefill, unit.prefill);
     s.shared += unit.shared_prefill ? 1 : 0;
     ++s.units;
@@ -137,6 +126,7 @@ std::vector<Aggregate> aggregate_units(const std::vector<UnitRecord>& units,
   for (const auto& [key, s] : groups) {
     Aggregate a;
     std::tie(a.task, a.mode, a.method, a.budget) = key;
+    a.parts = s.parts;
     a.units = s.units;
     a.turns = s.turns;
     a.prefill = s.prefill + (s.shared == s.units && !s.prefill.empty() ? "+shared" : "");
@@ -172,7 +162,7 @@ std::vector<Aggregate> aggregate_units(const std::vector<UnitRecord>& units,
   // kv_vs_reference: against the reference's row on the same task and mode (the one
   // without a budget when there are several).
   std::string ref = reference == KvReference::Bf16 ? "bf16" : "full";
-  const auto is_ref = [&](const Aggregate& a) { return method_family(a.method) == ref; };
+  const auto is_ref = [&](const Aggregate& a) { return a.parts.family == ref; };
   if (std::none_of(out.begin(), out.end(), is_ref)) ref = "full";
   std::map<std::pair<std::string, std::string>, const Aggregate*> refs;
   for (const Aggregate& a : out) {

@@ -28,6 +28,9 @@ struct UnitTime {
 
 struct Aggregate {
   std::string method;  // canonical spec
+  // Its family ("snapkv+kivi": what the report groups and colours by), series and budget in
+  // tokens, read from the db's columns (UnitRecord::parts).
+  MethodParts parts;
   std::string task;
   std::string mode;    // mode_label of its units
   std::string budget;  // as in UnitRecord ("" for full)
@@ -69,10 +72,6 @@ bool is_multi_turn_mode(const std::string& label);
 
 // Combines two units' prefill descriptions (UnitRecord::prefill, "" for the first).
 std::string combine_prefill(const std::string& a, const std::string& b);
-
-// A method's family: its components' names ("snapkv:budget=256" -> "snapkv",
-// "snapkv:budget=256+kivi:bits=2" -> "snapkv+kivi"); what the report groups and colours by.
-std::string method_family(const std::string& spec);
 
 // What a row's KV bytes are measured against: the bf16 cache, the 16-bit cache the engines
 // users run hold (the default), or the fp32 full cache (`--reference fp32`). The fidelity

@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/input_error.h"
+#include "common/method_spec.h"
 #include "reports/html_text.h"
 
 namespace kvbench::board {
@@ -36,55 +38,25 @@ std::string h(const std::string& s) { return html_escape(s); }
 // At most `n` characters: reports/html_text.h.
 std::string truncate(const std::string& s, size_t n) { return truncate_text(s, n); }
 
-// The spec without its budget=/ratio= parameters: what stays the same along a budget sweep.
-std::string strip_budget(const std::string& spec) {
-  std::string out;
-  size_t start = 0;
-  while (start <= spec.size()) {
-    size_t end = spec.find('+', start);
-    if (end == std::string::npos) end = spec.size();
-    const std::string comp = spec.substr(start, end - start);
-    const size_t colon = comp.find(':');
-    std::string kept = comp.substr(0, colon);
-    if (colon != std::string::npos) {
-      std::string params;
-      size_t p = colon + 1;
-      while (p <= comp.size()) {
-        size_t q = comp.find(',', p);
-        if (q == std::string::npos) q = comp.size();
-        const std::string kv = comp.substr(p, q - p);
-        if (kv.rfind("budget=", 0) != 0 && kv.rfind("ratio=", 0) != 0 && !kv.empty()) {
-          params += (params.empty() ? "" : ",") + kv;
-        }
-        p = q + 1;
-      }
-      if (!params.empty()) kept += ":" + params;
-    }
-    out += (out.empty() ? "" : "+") + kept;
-    start = end + 1;
-  }
-  return out;
-}
-
 // A series' short name: its family, plus the parameters that not every other series of the
 // family shares ("snapkv window=8,pool=max"); a composed spec keeps all but the family name.
 std::string variant_name(const std::string& family, const std::string& series,
                          const std::set<std::string>& family_series) {
   if (family_series.size() <= 1) return family;
-  if (series.find('+') != std::string::npos) return series;
+  // A series' parameters, "key=value" each; none for one that does not parse (an edited db).
   auto params_of = [](const std::string& spec) {
     std::vector<std::string> out;
-    const size_t colon = spec.find(':');
-    if (colon == std::string::npos) return out;
-    size_t p = colon + 1;
-    while (p <= spec.size()) {
-      size_t q = spec.find(',', p);
-      if (q == std::string::npos) q = spec.size();
-      if (q > p) out.push_back(spec.substr(p, q - p));
-      p = q + 1;
+    try {
+      const MethodSpec parsed = parse_method_spec(spec);
+      for (const auto& [key, value] : parsed.components.front().params) {
+        out.push_back(key + "=" + value);
+      }
+    } catch (const InputError&) {
     }
     return out;
   };
+  // A composed series (or one that does not parse) is named in full.
+  if (family.find('+') != std::string::npos || family == series) return series;
   std::string differing;
   for (const std::string& param : params_of(series)) {
     bool shared = true;
@@ -106,21 +78,6 @@ std::optional<int64_t> budget_tokens(const std::string& text) {
     return std::nullopt;
   }
   return std::stoll(digits);
-}
-
-// The budget tokens of a row: its budget text, else the spec's own budget= parameter.
-std::optional<int64_t> row_budget_tokens(const std::string& budget, const std::string& spec) {
-  if (auto b = budget_tokens(budget)) return b;
-  if (!budget.empty()) return std::nullopt;  // ratio=
-  size_t p = spec.find("budget=");
-  while (p != std::string::npos) {
-    if (p == 0 || spec[p - 1] == ':' || spec[p - 1] == ',') {
-      size_t q = spec.find_first_of(",+", p);
-      return budget_tokens(spec.substr(p, q == std::string::npos ? std::string::npos : q - p));
-    }
-    p = spec.find("budget=", p + 1);
-  }
-  return std::nullopt;
 }
 
 // "dense+shared" -> "dense, shared"; "" (a db before schema v4) -> the missing mark.
@@ -241,7 +198,7 @@ Board build_board(const std::vector<Aggregate>& aggs) {
   std::vector<double> floor_kls;
   for (const Aggregate& a : aggs) {
     b.reference = a.reference;
-    if (method_family(a.method) == "bf16" && a.first_token_kl) floor_kls.push_back(*a.first_token_kl);
+    if (a.parts.family == "bf16" && a.first_token_kl) floor_kls.push_back(*a.first_token_kl);
     tasks.insert(a.task);
     b.modes.insert(a.mode);
     g[{a.method, a.budget, a.mode}].push_back(&a);
@@ -253,8 +210,9 @@ Board build_board(const std::vector<Aggregate>& aggs) {
   for (const auto& [key, list] : g) {
     Row r;
     std::tie(r.method, r.budget, r.mode) = key;
-    r.family = method_family(r.method);
-    r.series = strip_budget(r.method);
+    r.family = list.front()->parts.family;
+    r.series = list.front()->parts.series;
+    r.budget_tokens = list.front()->parts.budget_tokens;
     std::vector<double> accs, ratios, kls, top1s, decodes, kvs, ttfts, reads, reuses;
     std::vector<std::vector<double>> turn_vals;
     std::vector<std::vector<std::vector<double>>> task_scores;  // per scored task, per unit

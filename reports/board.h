@@ -30,16 +30,12 @@ std::string md_escape(const std::string& s);
 std::string h(const std::string& s);
 std::string truncate(const std::string& s, size_t n);
 
-// The spec without its budget=/ratio= parameters: what stays the same along a budget sweep.
-std::string strip_budget(const std::string& spec);
 // A series' short name: its family, plus the parameters that not every other series of the
 // family shares ("snapkv window=8,pool=max"); a composed spec keeps all but the family name.
 std::string variant_name(const std::string& family, const std::string& series,
                          const std::set<std::string>& family_series);
-// "budget=256" -> 256; otherwise nullopt.
+// A budget column's "budget=256" -> 256; otherwise nullopt.
 std::optional<int64_t> budget_tokens(const std::string& text);
-// The budget tokens of a row: its budget text, else the spec's own budget= parameter.
-std::optional<int64_t> row_budget_tokens(const std::string& budget, const std::string& spec);
 // "dense+shared" -> "dense, shared"; "" (a db before schema v4) -> the missing mark.
 std::string prefill_cell(const std::string& prefill);
 std::string budget_cell(const std::string& budget);
@@ -54,7 +50,8 @@ std::optional<double> mean_of(const std::vector<double>& v);
 
 struct Row {
   std::string method, budget, mode;
-  std::string family, series;  // series: the spec without its budget
+  std::string family, series;  // series: the spec without its budget (MethodParts)
+  std::optional<int64_t> budget_tokens;  // the spec's budget= in tokens, if it has one
   std::map<std::string, std::optional<double>> accuracy;  // by task (present tasks only)
   std::map<std::string, Interval> accuracy_ci;            // by task, where scored
   std::optional<double> average;  // mean of the task accuracies present

@@ -56,11 +56,12 @@ std::vector<HeadMap> first_sample_head_maps(const std::vector<UnitRecord>& units
     const bool repeated = std::any_of(maps.begin(), maps.end(),
                                       [&](const HeadMap& m) { return m.method == u.method; });
     if (repeated) continue;  // a spec twice (another seed's sample of the same id): the first
-    maps.push_back({u.method, u.task, u.sample_id, u.mode, u.head_tokens_seen, u.head_tokens});
+    maps.push_back(
+        {u.method, u.task, u.sample_id, u.mode, u.head_tokens_seen, u.head_tokens, u.parts.family});
   }
   std::stable_sort(maps.begin(), maps.end(), [](const HeadMap& a, const HeadMap& b) {
-    return std::make_tuple(method_family(a.method) != "full", a.method) <
-           std::make_tuple(method_family(b.method) != "full", b.method);
+    return std::make_tuple(a.family != "full", a.method) <
+           std::make_tuple(b.family != "full", b.method);
   });
   return maps;
 }

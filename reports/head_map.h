@@ -19,6 +19,7 @@ struct HeadMap {
   std::string mode;
   int64_t tokens_seen = 0;
   std::vector<std::vector<int64_t>> kept;  // [layer][kv head]
+  std::string family;  // UnitRecord::parts.family
 };
 
 // The maps of one sample, one per method spec: the task that sorts first among the units

@@ -145,6 +145,7 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
   {
     std::map<std::pair<std::string, std::string>, std::vector<const Row*>> rows_of;
     std::vector<std::pair<std::string, std::string>> order;  // series in first-seen order
+    std::map<std::string, std::string> family_of;             // series -> its family
     std::vector<RefLine> refs;
     std::set<double> xs;
     size_t no_ratio = 0;  // scored rows without a full-cache reference: no x to draw them at
@@ -162,22 +163,23 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
         continue;
       }
       auto key = std::make_pair(r.series, r.mode);
+      family_of[r.series] = r.family;
       if (!rows_of.count(key)) order.push_back(key);
       rows_of[key].push_back(&r);
       xs.insert(*r.kv_vs_ref);
     }
     // Series order: by family, then spec, then mode (stable across dbs).
-    std::sort(order.begin(), order.end(), [](const auto& a, const auto& b2) {
-      return std::make_tuple(method_family(a.first), a.first, a.second) <
-             std::make_tuple(method_family(b2.first), b2.first, b2.second);
+    std::sort(order.begin(), order.end(), [&](const auto& a, const auto& b2) {
+      return std::make_tuple(family_of[a.first], a.first, a.second) <
+             std::make_tuple(family_of[b2.first], b2.first, b2.second);
     });
     std::map<std::string, std::set<std::string>> variants;  // family -> series specs
-    for (const auto& k : order) variants[method_family(k.first)].insert(k.first);
+    for (const auto& k : order) variants[family_of[k.first]].insert(k.first);
     std::vector<Series> series;
     std::map<std::string, size_t> nth_of_family;  // the family's 2nd, 3rd series: dashed
     for (const auto& k : order) {
       Series se;
-      const std::string fam = method_family(k.first);
+      const std::string fam = family_of[k.first];
       se.colour = fc.colour_of(fam);
       const size_t nth = nth_of_family[fam]++ + (fc.index_of(fam) / kPaletteSize);
       se.dash = nth == 0 ? "" : nth % 2 == 1 ? " stroke-dasharray=\"6 3\"" : " stroke-dasharray=\"2 2\"";
@@ -267,8 +269,8 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
   std::vector<const Row*> bar_rows;
   for (const Row& r : b.rows) bar_rows.push_back(&r);
   std::stable_sort(bar_rows.begin(), bar_rows.end(), [](const Row* x, const Row* y) {
-    const auto bx = row_budget_tokens(x->budget, x->method);
-    const auto by = row_budget_tokens(y->budget, y->method);
+    const auto& bx = x->budget_tokens;
+    const auto& by = y->budget_tokens;
     return std::make_tuple(!x->is_full(), x->family, x->series, x->mode, !bx.has_value(),
                            bx.value_or(0), x->budget) <
            std::make_tuple(!y->is_full(), y->family, y->series, y->mode, !by.has_value(),
@@ -371,7 +373,7 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
     for (const std::string& m : modes.modes) o << th(m, true);
     o << "</tr>\n";
     for (const ModeComparisonRow& r : modes.rows) {
-      o << (method_family(r.method) == "full" ? "<tr class=\"full\">" : "<tr>")
+      o << (r.full ? "<tr class=\"full\">" : "<tr>")
         << td(h_spec(r.method), "spec") << td(budget_cell(r.budget), "num");
       for (const ModeCell& c : r.cells) o << td(interval_cell(c.accuracy), "num");
       o << "</tr>\n";
@@ -386,7 +388,7 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
       for (size_t m = 0; m < modes.modes.size(); ++m) {
         const std::vector<Interval>& turns = r.cells[m].by_turn;
         if (turns.empty()) continue;
-        o << (method_family(r.method) == "full" ? "<tr class=\"full\">" : "<tr>")
+        o << (r.full ? "<tr class=\"full\">" : "<tr>")
           << td(h_spec(r.method), "spec") << td(budget_cell(r.budget), "num")
           << td(modes.modes[m]);
         for (size_t i = 0; i < k; ++i) {

@@ -25,11 +25,12 @@ ModeComparison compare_modes(const std::vector<Aggregate>& aggregates) {
   using Key = std::tuple<bool, std::string, std::string>;  // not full first, then by spec
   std::map<Key, std::map<std::string, std::vector<std::vector<double>>>> scores;
   for (const Aggregate& a : aggregates) {
-    auto& units = scores[Key(method_family(a.method) != "full", a.method, a.budget)][a.mode];
+    auto& units = scores[Key(a.parts.family != "full", a.method, a.budget)][a.mode];
     units.insert(units.end(), a.unit_scores.begin(), a.unit_scores.end());
   }
   for (const auto& [key, by_mode] : scores) {
     ModeComparisonRow row;
+    row.full = !std::get<0>(key);
     row.method = std::get<1>(key);
     row.budget = std::get<2>(key);
     for (const std::string& mode : out.modes) {

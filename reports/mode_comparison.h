@@ -21,6 +21,7 @@ struct ModeCell {
 
 struct ModeComparisonRow {
   std::string method, budget;
+  bool full = false;  // the full cache's row
   std::vector<ModeCell> cells;  // one per ModeComparison::modes, in that order
 };
 

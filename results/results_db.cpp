@@ -231,6 +231,10 @@ class CheckedRow {
     if (s_.is_null(col)) return std::nullopt;
     return real(col, column, lo, hi);
   }
+  std::optional<int64_t> opt_integer(int col, const char* column, int64_t lo, int64_t hi) const {
+    if (s_.is_null(col)) return std::nullopt;
+    return integer(col, column, lo, hi);
+  }
 
   std::string text(int col, const char* column, size_t max_bytes = kMaxText) const {
     if (s_.type(col) != SQLITE_TEXT) fail(column, "not text");
@@ -436,6 +440,12 @@ ALTER TABLE units ADD COLUMN wall_ms REAL NOT NULL DEFAULT 0;
 ALTER TABLE units ADD COLUMN shared_forward_ms REAL NOT NULL DEFAULT 0;
 ALTER TABLE units ADD COLUMN reference_ms REAL NOT NULL DEFAULT 0;
 )sql",
+    // v9: the spec's parts, so that reports read columns (filled from method: fill_parts)
+    R"sql(
+ALTER TABLE units ADD COLUMN method_family TEXT NOT NULL DEFAULT '';
+ALTER TABLE units ADD COLUMN method_series TEXT NOT NULL DEFAULT '';
+ALTER TABLE units ADD COLUMN budget_tokens INTEGER;
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kResultsSchemaVersion,
               "one migration per schema version");
@@ -450,6 +460,42 @@ int64_t user_version(sqlite3* db, const Stmt::OnError& on_error) {
 int64_t count_schema_objects(sqlite3* db, const Stmt::OnError& on_error) {
   Stmt s(db, "SELECT count(*) FROM sqlite_master", on_error);
   return s.step() ? s.int64(0) : 0;
+}
+
+}  // namespace
+
+MethodParts stored_method_parts(const std::string& method) {
+  try {
+    return method_parts(parse_method_spec(method));
+  } catch (const InputError&) {
+    return MethodParts{method, method, std::nullopt};
+  }
+}
+
+namespace {
+
+// v9's columns for the units written before it.
+void fill_parts(sqlite3* db, const Stmt::OnError& on_error) {
+  std::vector<std::string> methods;
+  {
+    Stmt s(db, "SELECT DISTINCT method FROM units WHERE typeof(method) = 'text'", on_error);
+    while (s.step()) methods.push_back(s.text(0));
+  }
+  Stmt u(db,
+         "UPDATE units SET method_family = ?1, method_series = ?2, budget_tokens = ?3 "
+         "WHERE method = ?4",
+         on_error);
+  for (const std::string& method : methods) {
+    const MethodParts parts = stored_method_parts(method);
+    u.bind(1, parts.family).bind(2, parts.series);
+    if (parts.budget_tokens) {
+      u.bind(3, *parts.budget_tokens);
+    } else {
+      u.bind_null(3);
+    }
+    u.bind(4, method).run();
+    u.reset();
+  }
 }
 
 // Runs the migrations from the db's version up to kResultsSchemaVersion in one transaction.
@@ -467,6 +513,7 @@ void migrate(sqlite3* db, const std::string& path, const Stmt::OnError& on_error
   }
   for (int64_t v = from + 1; v <= kResultsSchemaVersion; ++v) {
     exec(db, kMigrations[v - 1], on_error);
+    if (v == 9) fill_parts(db, on_error);
     // PRAGMA takes no bound parameters; v is an integer of ours, not input.
     exec(db, ("PRAGMA user_version = " + std::to_string(v)).c_str(), on_error);
   }
@@ -850,9 +897,9 @@ void insert_unit(sqlite3* db, const std::string& path, const Stmt::OnError& on_e
          "INSERT INTO units (run_id, unit_key, task, sample_id, method, budget, mode, seed, "
          "context_tokens, context_prefill_ms, finished_at, prefill, shared_prefill, "
          "prefilled_tokens, head_tokens, head_tokens_seen, query_setting, turn_gap_s, wall_ms, "
-         "shared_forward_ms, reference_ms) "
+         "shared_forward_ms, reference_ms, method_family, method_series, budget_tokens) "
          "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, "
-         "?18, ?19, ?20, ?21)",
+         "?18, ?19, ?20, ?21, ?22, ?23, ?24)",
          on_error);
   u.bind(1, run_id)
       .bind(2, unit.key)
@@ -875,6 +922,13 @@ void insert_unit(sqlite3* db, const std::string& path, const Stmt::OnError& on_e
       .bind(19, unit.wall_ms)
       .bind(20, unit.shared_forward_ms)
       .bind(21, unit.reference_ms);
+  const MethodParts parts = stored_method_parts(unit.method);
+  u.bind(22, parts.family).bind(23, parts.series);
+  if (parts.budget_tokens) {
+    u.bind(24, *parts.budget_tokens);
+  } else {
+    u.bind_null(24);
+  }
   u.run();
   const int64_t unit_id = sqlite3_last_insert_rowid(db);
 
@@ -983,7 +1037,8 @@ std::vector<StoredUnit> read_units(sqlite3* db, const std::string& path,
            "SELECT id, run_id, unit_key, task, sample_id, method, budget, mode, seed, "
            "context_tokens, context_prefill_ms, finished_at, prefill, shared_prefill, "
            "prefilled_tokens, head_tokens, head_tokens_seen, query_setting, turn_gap_s, wall_ms, "
-           "shared_forward_ms, reference_ms FROM units ORDER BY id",
+           "shared_forward_ms, reference_ms, method_family, method_series, budget_tokens "
+           "FROM units ORDER BY id",
            on_error);
     while (s.step()) {
       const CheckedRow row(s, path, "units");
@@ -1027,6 +1082,9 @@ std::vector<StoredUnit> read_units(sqlite3* db, const std::string& path,
       u.wall_ms = row.real(19, "wall_ms", 0, kMaxMs);
       u.shared_forward_ms = row.real(20, "shared_forward_ms", 0, kMaxMs);
       u.reference_ms = row.real(21, "reference_ms", 0, kMaxMs);
+      u.parts.family = row.label(22, "method_family");
+      u.parts.series = row.label(23, "method_series");
+      u.parts.budget_tokens = row.opt_integer(24, "budget_tokens", 0, CheckedRow::kMaxCount);
       // The same unit under a second key would count twice in every mean.
       const auto [first, inserted] = key_of.emplace(unit_identity(u), u.key);
       if (!inserted) {

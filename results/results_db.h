@@ -15,11 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "common/method_spec.h"
+
 struct sqlite3;
 
 namespace kvbench {
 
-constexpr int kResultsSchemaVersion = 8;
+constexpr int kResultsSchemaVersion = 9;
 
 struct RunRecord {
   int64_t id = 0;  // assigned by begin_run
@@ -79,6 +81,10 @@ struct TurnRow {
 };
 
 // A finished (sample, method) unit with its turns.
+// The parts the store writes beside a spec (UnitRecord::parts): method_parts of its syntax, or
+// the text itself as family and series where it does not parse (an edited db).
+MethodParts stored_method_parts(const std::string& method);
+
 struct UnitRecord {
   std::string key;        // unique per sweep (what a resumed sweep skips)
   int64_t run_id = 0;     // the run that wrote it (filled when read back)
@@ -86,6 +92,10 @@ struct UnitRecord {
   std::string sample_id;
   std::string method;     // canonical spec
   std::string budget;     // "budget=256", "ratio=0.25", or "" (full)
+  // The spec's parts as the reports group by them (common/method_spec.h, schema v9): written
+  // from `method` (what a record holds is not read), read back from their columns; a db of
+  // an older schema has them filled in as it is migrated.
+  MethodParts parts;
   std::string mode;       // "multi-turn" / "multi-request"
   uint64_t seed = 0;
   int64_t context_tokens = 0;

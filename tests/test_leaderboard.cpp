@@ -47,6 +47,7 @@ UnitRecord unit(const std::string& task, const std::string& method, const std::s
   UnitRecord u;
   u.task = task;
   u.method = method;
+  u.parts = stored_method_parts(method);  // as the db reads them back
   u.budget = budget;
   u.mode = mode;
   u.sample_id = "s";
@@ -432,7 +433,8 @@ TEST_CASE("write_reports: a script payload in every text column of a db survives
       // Units pair up as one method in two modes, multi-turn and a payload, so that the
       // modes table (whose header once took the mode raw) has rows.
       const std::string value =
-          column == "method" ? payload + "((id + 1) / 2)"
+          column == "method" || column == "method_family" || column == "method_series"
+              ? payload + "((id + 1) / 2)"
           : column == "mode" ? "CASE id % 2 WHEN 0 THEN 'multi-turn' ELSE " + payload + "id END"
                              : payload + "id";
       const std::string update = std::string("UPDATE ") + table + " SET " + column + " = " + value;
@@ -442,7 +444,7 @@ TEST_CASE("write_reports: a script payload in every text column of a db survives
     }
   }
   sqlite3_close(db);
-  CHECK(columns == 29);  // 9 in runs, 9 in units, 11 in results
+  CHECK(columns == 31);  // 9 in runs, 11 in units, 11 in results
   write_reports(db_path, (dir / "out").string());
   const std::string html = read_file((dir / "out" / "leaderboard.html").string());
   CHECK(html.find("Multi-turn vs multi-request") != std::string::npos);  // the modes table
@@ -786,6 +788,7 @@ TEST_CASE("head map: one sample of the first task, full first, units without map
     u.task = task;
     u.sample_id = sample;
     u.method = method;
+    u.parts = stored_method_parts(method);
     u.mode = mode;
     u.head_tokens = {{kept, kept}};
     u.head_tokens_seen = 10;

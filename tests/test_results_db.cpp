@@ -419,13 +419,13 @@ TEST_CASE("results db: a unit whose write fails half-way leaves no rows", "[resu
         0);
 }
 
-TEST_CASE("results db: WAL mode, schema version 8, the four tables", "[results]") {
+TEST_CASE("results db: WAL mode, schema version 9, the four tables", "[results]") {
   const std::string path = temp_path("schema.db");
   auto db = ResultsDb::open(path);
   Raw raw(path);
   CHECK(raw.text("PRAGMA journal_mode") == "wal");
   CHECK(raw.integer("PRAGMA user_version") == kResultsSchemaVersion);
-  CHECK(kResultsSchemaVersion == 8);
+  CHECK(kResultsSchemaVersion == 9);
   for (const char* table : {"runs", "units", "results", "serving"}) {
     INFO(table);
     CHECK(raw.integer(std::string("SELECT count(*) FROM sqlite_master WHERE type = 'table' "
@@ -825,6 +825,8 @@ TEST_CASE("results db: a version 1 db migrates to the current version and keeps 
       "COLUMN attn_flops_dense; ALTER TABLE results DROP COLUMN retrieval_recall; "
       "DROP TABLE serving; ALTER TABLE units DROP COLUMN wall_ms; ALTER TABLE units DROP "
       "COLUMN shared_forward_ms; ALTER TABLE units DROP COLUMN reference_ms; "
+      "ALTER TABLE units DROP COLUMN method_family; ALTER TABLE units DROP COLUMN "
+      "method_series; ALTER TABLE units DROP COLUMN budget_tokens; "
       "PRAGMA user_version = 1");
   CHECK(Raw(path).integer("SELECT count(*) FROM pragma_table_info('results') "
                           "WHERE name = 'kv_read_per_step'") == 0);
@@ -845,6 +847,8 @@ TEST_CASE("results db: a version 1 db migrates to the current version and keeps 
   CHECK(units[0].reference_ms == 0);
   CHECK(units[0].turns[0].attn_flops == 0);
   CHECK_FALSE(units[0].turns[0].retrieval_recall.has_value());
+  CHECK(units[0].parts.family == "snapkv");  // v9's columns, filled from the spec
+  CHECK(units[0].parts.series == "snapkv");
   const int64_t run = db->begin_run(make_run());
   UnitRecord u = make_unit("u2");
   u.turns[0].kv_read_per_step = 12345;
@@ -902,6 +906,36 @@ TEST_CASE("results db: head tokens per layer and KV head, one JSON array per uni
   }
 }
 
+TEST_CASE("results db: a version 8 db gets its specs' parts in columns, read or migrated",
+          "[results]") {
+  const std::string path = temp_path("migrate_v8.db");
+  {
+    auto db = ResultsDb::open(path);
+    const int64_t run = db->begin_run(make_run());
+    db->write_unit(run, make_unit("u1", "adakv:floor=0.2+snapkv:budget=96,window=32"));
+    db->write_unit(run, make_unit("u2", "snapkv:ratio=0.5,window=8+kivi:bits=2"));
+    db->write_unit(run, make_unit("u3", "full"));
+    db->finish_run(run);
+  }
+  Raw(path).exec(
+      "ALTER TABLE units DROP COLUMN method_family; ALTER TABLE units DROP COLUMN "
+      "method_series; ALTER TABLE units DROP COLUMN budget_tokens; PRAGMA user_version = 8");
+  for (const bool read_only : {true, false}) {
+    INFO("read only: " << read_only);
+    const auto units = ResultsDb::open(path, read_only)->units();
+    REQUIRE(units.size() == 3);
+    CHECK(units[0].parts.family == "adakv+snapkv");
+    CHECK(units[0].parts.series == "adakv:floor=0.2+snapkv:window=32");
+    CHECK(units[0].parts.budget_tokens == 96);
+    CHECK(units[1].parts.family == "snapkv+kivi");
+    CHECK(units[1].parts.series == "snapkv:window=8+kivi:bits=2");
+    CHECK_FALSE(units[1].parts.budget_tokens.has_value());
+    CHECK(units[2].parts.family == "full");
+    CHECK(units[2].parts.series == "full");
+  }
+  CHECK(Raw(path).integer("PRAGMA user_version") == kResultsSchemaVersion);
+}
+
 TEST_CASE("results db: a version 4 db killed mid-sweep migrates and resumes", "[results]") {
   const std::string path = temp_path("migrate_v4.db");
   {
@@ -916,6 +950,8 @@ TEST_CASE("results db: a version 4 db killed mid-sweep migrates and resumes", "[
       "COLUMN attn_flops_dense; ALTER TABLE results DROP COLUMN retrieval_recall; "
       "DROP TABLE serving; ALTER TABLE units DROP COLUMN wall_ms; ALTER TABLE units DROP "
       "COLUMN shared_forward_ms; ALTER TABLE units DROP COLUMN reference_ms; "
+      "ALTER TABLE units DROP COLUMN method_family; ALTER TABLE units DROP COLUMN "
+      "method_series; ALTER TABLE units DROP COLUMN budget_tokens; "
       "PRAGMA user_version = 4");
   // Read-only, an older schema is read through a migrated copy in memory, the file as it was.
   {

@@ -1,8 +1,11 @@
 // Method spec strings: "name:key=value,key=value", components joined by "+" to compose
-// ("snapkv:budget=512+kivi:bits=2"). Syntax only; cache/registry.h checks names and
-// parameters against what each method accepts.
+// ("snapkv:budget=512+kivi:bits=2"). Syntax only (every layer reads it: the store writes a
+// spec's parts into columns); cache/registry.h checks names and parameters against what each
+// method accepts.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,6 +38,15 @@ std::string method_spec_text(const std::vector<MethodComponent>& components);
 // method that takes it), its text written again.
 MethodSpec with_method_param(MethodSpec spec, size_t component,
                              std::pair<std::string, std::string> param);
+
+// What the reports group a spec's rows by, from its syntax (results/results_db.h keeps them in
+// columns beside the spec).
+struct MethodParts {
+  std::string family;  // the method names, joined by '+': "adakv+snapkv"
+  std::string series;  // the spec without budget= and ratio=: the same along a budget sweep
+  std::optional<int64_t> budget_tokens;  // the first budget=, if 15 digits at most
+};
+MethodParts method_parts(const MethodSpec& spec);
 
 // The form every spec error message quotes.
 extern const char* const kSpecForm;

@@ -1,4 +1,4 @@
-#include "cache/spec.h"
+#include "common/method_spec.h"
 
 #include <set>
 
@@ -80,6 +80,28 @@ MethodSpec with_method_param(MethodSpec spec, size_t component,
   spec.components.at(component).params.push_back(std::move(param));
   spec.text = method_spec_text(spec.components);
   return spec;
+}
+
+MethodParts method_parts(const MethodSpec& spec) {
+  MethodParts parts;
+  std::vector<MethodComponent> series;
+  bool budget_seen = false;  // the first budget= decides
+  for (const MethodComponent& c : spec.components) {
+    parts.family += (parts.family.empty() ? "" : "+") + c.name;
+    MethodComponent kept{c.name, {}};
+    for (const auto& [key, value] : c.params) {
+      if (key == "budget" && !budget_seen) {
+        budget_seen = true;
+        if (value.size() <= 15 && value.find_first_not_of("0123456789") == std::string::npos) {
+          parts.budget_tokens = std::stoll(value);
+        }
+      }
+      if (key != "budget" && key != "ratio") kept.params.emplace_back(key, value);
+    }
+    series.push_back(std::move(kept));
+  }
+  parts.series = method_spec_text(series);
+  return parts;
 }
 
 MethodSpec parse_method_spec(const std::string& text) {
