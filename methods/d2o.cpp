@@ -33,6 +33,7 @@
 #include "cache/plan_helpers.h"
 #include "cache/registry.h"
 #include "kernels/cpu/scores.h"
+#include "methods/received_attention.h"
 
 namespace kvbench {
 
@@ -82,10 +83,7 @@ class D2oPolicy : public TokenPolicy {
   std::unique_ptr<TokenPolicy> clone() const override { return std::make_unique<D2oPolicy>(*this); }
 
   void observe(int32_t layer, const AttentionQuery& query, const DenseKv& kv) override {
-    LayerState& s = layers_[layer];
-    if (s.n_heads == 0) s.n_heads = query.n_heads;
-    grow(s, kv.n_tokens);
-    attention_scores_cpu(query, kv, s.scores.data());
+    layers_[layer].received.observe(query, kv);
   }
 
   // Every row's attention, from the attention pass (KvCache::attend_scored) or the device;
@@ -94,11 +92,7 @@ class D2oPolicy : public TokenPolicy {
   bool plans_on_kv() const override { return true; }
   void observe_scores(int32_t layer, const float* scores, int32_t n_heads,
                       int64_t n_tokens) override {
-    LayerState& s = layers_[layer];
-    if (s.n_heads == 0) s.n_heads = n_heads;
-    grow(s, n_tokens);
-    const int64_t n = static_cast<int64_t>(n_heads) * n_tokens;
-    for (int64_t i = 0; i < n; ++i) s.scores[i] += scores[i];
+    layers_[layer].received.add(scores, n_heads, n_tokens);
   }
 
   bool plan(int32_t layer, const DenseKv& kv, CachePhase phase, RetainPlan& plan) override {
@@ -113,60 +107,43 @@ class D2oPolicy : public TokenPolicy {
     const int64_t keep = layer_budget_[layer];
     if (n <= keep) return false;
     LayerState& s = layers_[layer];
-    grow(s, n);
+    s.received.grow(n);
     select(s, kv, keep, plan);
     merge(s, kv, plan);
     return true;
   }
 
   void retained(int32_t layer, const RetainPlan& plan) override {
-    LayerState& s = layers_[layer];
-    retain_rows(s.scores, s.n_heads, s.n_tokens, plan, n_kv_heads_);
-    s.n_tokens = plan.n_keep;
+    layers_[layer].received.retained(plan, n_kv_heads_);
   }
 
   int64_t bytes_resident(int32_t layer) const override {
-    return vector_bytes(layers_[layer].scores);
+    return layers_[layer].received.bytes();
   }
 
  private:
   struct LayerState {
-    HeldVector<float> scores;  // [n_heads, n_tokens]: attention received, per query head
-    int64_t n_tokens = 0;
-    int32_t n_heads = 0;
+    ReceivedAttention received;  // H2O's sums, per query head
     double threshold = 0;  // the merge threshold's EMA
     bool has_threshold = false;
   };
-
-  // New slots (appended at the end of every head) start at 0.
-  static void grow(LayerState& s, int64_t n) {
-    if (n <= s.n_tokens) return;
-    const int64_t old = s.n_tokens;
-    s.scores.resize(static_cast<size_t>(s.n_heads * n));
-    for (int64_t r = s.n_heads - 1; r >= 0; --r) {
-      std::copy_backward(s.scores.begin() + r * old, s.scores.begin() + (r + 1) * old,
-                         s.scores.begin() + r * n + old);
-      std::fill(s.scores.begin() + r * n + old, s.scores.begin() + (r + 1) * n, 0.f);
-    }
-    s.n_tokens = n;
-  }
 
   // v_l per layer from its accumulated column sums, then the budgets.
   void allocate(int64_t budget, int64_t n_context) {
     std::vector<double> density;
     for (const LayerState& s : layers_) {
+      const ReceivedAttention& r = s.received;
+      const int64_t n = r.n_tokens();
       std::vector<double> per_head;
-      for (int32_t h = 0; h < s.n_heads; ++h) {
-        const float* col = s.scores.data() + h * s.n_tokens;
+      for (int32_t h = 0; h < r.n_heads(); ++h) {
+        const float* col = r.head(h);
         double sum = 0, sum_sq = 0;
-        for (int64_t t = 0; t < s.n_tokens; ++t) {
+        for (int64_t t = 0; t < n; ++t) {
           sum += col[t];
           sum_sq += static_cast<double>(col[t]) * col[t];
         }
-        const double mean = s.n_tokens > 0 ? sum / s.n_tokens : 0;
-        per_head.push_back(s.n_tokens > 1 ? std::max(0.0, (sum_sq - s.n_tokens * mean * mean) /
-                                                               (s.n_tokens - 1))
-                                          : 0.0);
+        const double mean = n > 0 ? sum / n : 0;
+        per_head.push_back(n > 1 ? std::max(0.0, (sum_sq - n * mean * mean) / (n - 1)) : 0.0);
       }
       double v = 0;
       if (!per_head.empty()) {
@@ -187,13 +164,7 @@ class D2oPolicy : public TokenPolicy {
     const int64_t n_recent =
         std::min(keep, static_cast<int64_t>(std::floor(config_.recent * keep + 1e-9)));
     const int64_t n_sink = std::min(config_.sink, n - n_recent);
-    std::vector<float> ranked(static_cast<size_t>(n_kv_heads_ * n), 0.f);
-    const int32_t group = std::max(1, s.n_heads / n_kv_heads_);
-    for (int32_t h = 0; h < s.n_heads; ++h) {
-      float* out = ranked.data() + (h / group) * n;
-      const float* in = s.scores.data() + h * n;
-      for (int64_t t = 0; t < n; ++t) out[t] += in[t];
-    }
+    std::vector<float> ranked = s.received.per_kv_head(n_kv_heads_);
     for (int32_t g = 0; g < n_kv_heads_; ++g) {
       const std::vector<int32_t> order = slots_by_position(kv, g, n_sink, n_recent);
       for (int64_t i = 0; i < n_sink; ++i) ranked[g * n + order[i]] = FLT_MAX / 2;

@@ -22,7 +22,7 @@
 #include "cache/budget.h"
 #include "cache/plan_helpers.h"
 #include "cache/registry.h"
-#include "kernels/cpu/scores.h"
+#include "methods/received_attention.h"
 
 namespace kvbench {
 namespace {
@@ -38,21 +38,14 @@ class H2oPolicy : public TokenPolicy {
   std::unique_ptr<TokenPolicy> clone() const override { return std::make_unique<H2oPolicy>(*this); }
 
   void observe(int32_t layer, const AttentionQuery& query, const DenseKv& kv) override {
-    LayerScores& s = layers_[layer];
-    if (s.n_heads == 0) s.n_heads = query.n_heads;
-    grow(s, kv.n_tokens);
-    attention_scores_cpu(query, kv, s.values.data());
+    layers_[layer].observe(query, kv);
   }
 
   // On a GPU: every query row's attention, summed there (attention_scores_cuda).
   ScoredRows scored_rows() const override { return ScoredRows::All; }
   void observe_scores(int32_t layer, const float* scores, int32_t n_heads,
                       int64_t n_tokens) override {
-    LayerScores& s = layers_[layer];
-    if (s.n_heads == 0) s.n_heads = n_heads;
-    grow(s, n_tokens);
-    const int64_t n = static_cast<int64_t>(n_heads) * n_tokens;
-    for (int64_t i = 0; i < n; ++i) s.values[i] += scores[i];
+    layers_[layer].add(scores, n_heads, n_tokens);
   }
 
   bool plan(int32_t layer, const DenseKv& kv, CachePhase phase, RetainPlan& plan) override {
@@ -60,19 +53,13 @@ class H2oPolicy : public TokenPolicy {
     const int64_t n = kv.n_tokens;
     const int64_t limit = limits_.resolve(layer, phase, n);
     if (limit < 0 || n <= limit) return false;
-    LayerScores& s = layers_[layer];
-    grow(s, n);
+    ReceivedAttention& received = layers_[layer];
+    received.grow(n);
     // Per KV head, the group's summed scores; the recent slots (highest positions) ranked
     // above any score so top-k keeps them.
     const int64_t n_recent =
         std::min(limit, static_cast<int64_t>(std::floor(recent_ * limit + 1e-9)));
-    std::vector<float> ranked(static_cast<size_t>(n_kv_heads_ * n), 0.f);
-    const int32_t group = std::max(1, s.n_heads / n_kv_heads_);
-    for (int32_t h = 0; h < s.n_heads; ++h) {
-      float* out = ranked.data() + (h / group) * n;
-      const float* in = s.values.data() + h * n;
-      for (int64_t t = 0; t < n; ++t) out[t] += in[t];
-    }
+    std::vector<float> ranked = received.per_kv_head(n_kv_heads_);
     for (int32_t g = 0; g < n_kv_heads_; ++g) {
       const std::vector<int32_t> order = slots_by_position(kv, g, 0, n_recent);
       for (int64_t i = n - n_recent; i < n; ++i) ranked[g * n + order[i]] = FLT_MAX;
@@ -82,39 +69,16 @@ class H2oPolicy : public TokenPolicy {
   }
 
   void retained(int32_t layer, const RetainPlan& plan) override {
-    LayerScores& s = layers_[layer];
-    retain_rows(s.values, s.n_heads, s.n_tokens, plan, n_kv_heads_);
-    s.n_tokens = plan.n_keep;
+    layers_[layer].retained(plan, n_kv_heads_);
   }
 
-  int64_t bytes_resident(int32_t layer) const override {
-    return vector_bytes(layers_[layer].values);
-  }
+  int64_t bytes_resident(int32_t layer) const override { return layers_[layer].bytes(); }
 
  private:
-  struct LayerScores {
-    HeldVector<float> values;  // [n_heads, n_tokens]: attention received, per query head
-    int64_t n_tokens = 0;
-    int32_t n_heads = 0;
-  };
-
-  // New slots (appended at the end of every head) start at 0.
-  static void grow(LayerScores& s, int64_t n) {
-    if (n <= s.n_tokens) return;
-    const int64_t old = s.n_tokens;
-    s.values.resize(static_cast<size_t>(s.n_heads * n));
-    for (int64_t r = s.n_heads - 1; r >= 0; --r) {
-      std::copy_backward(s.values.begin() + r * old, s.values.begin() + (r + 1) * old,
-                         s.values.begin() + r * n + old);
-      std::fill(s.values.begin() + r * n + old, s.values.begin() + (r + 1) * n, 0.f);
-    }
-    s.n_tokens = n;
-  }
-
   LayerLimits limits_;
   double recent_;
   int32_t n_kv_heads_;
-  std::vector<LayerScores> layers_;
+  std::vector<ReceivedAttention> layers_;  // per layer
 };
 
 }  // namespace
