@@ -48,8 +48,8 @@ struct UnitResult {
 
 using UnitSink = std::function<void(const UnitResult&)>;
 
-// Runs every sample through every method in order, sample by sample. Checks that every sample fits the model's context before running any
-// (InputError naming the sample).
+// Runs every sample through every method in order, sample by sample. Checks that every
+// sample fits the model's context before running any (InputError naming the sample).
 // Returns what was prefilled.
 PrefillCount evaluate(const LlamaModel& model, const std::vector<Sample>& samples,
                       const std::vector<ResolvedSpec>& methods, const EvaluationOptions& options,

@@ -106,8 +106,9 @@ struct SessionResult {
   std::vector<TurnRecord> turns;
 };
 
-// Runs `sample` with the cache `method` builds (resolved once, by the caller's entry point). `reference` (from a run with the full
-// cache in the same mode) fills the fidelity fields; without it they stay 0.
+// Runs `sample` with the cache `method` builds (resolved once, by the caller's entry point).
+// `reference` (from a run with the full cache in the same mode) fills the fidelity fields;
+// without it they stay 0.
 // Throws InputError for a method the session's mode cannot run, and naming the sample id
 // when the context and turns cannot fit the model's context length (checked before anything
 // runs).

@@ -403,7 +403,9 @@ std::vector<ShardPlan> plan_shards(const SweepModel& source, const SweepConfig& 
   std::vector<ShardPlan> plans(static_cast<size_t>(count));
   for (size_t g = 0; g < groups.size(); ++g) {
     ShardPlan& plan = plans[g % static_cast<size_t>(count)];
-    for (const SweepMethod& m : methods) plan.unit_keys.push_back(unit_key(groups[g], m.spec.canonical));
+    for (const SweepMethod& m : methods) {
+      plan.unit_keys.push_back(unit_key(groups[g], m.spec.canonical));
+    }
     add_planned(plan.planned, config, groups[g], static_cast<int64_t>(methods.size()));
   }
   return plans;

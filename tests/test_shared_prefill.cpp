@@ -170,7 +170,8 @@ TEST_CASE("shared prefill: streamed prefills, reuse methods and query-observing 
   CHECK(count.unit_tokens == count.shared_tokens);  // only the streamed one prefilled again
   options.shared_prefill = false;
   const PrefillCount separate =
-      evaluate(model, {long_sample()}, std::vector<std::string>{"snapkv:budget=64,window=8", "kivi"}, options,
+      evaluate(model, {long_sample()},
+               std::vector<std::string>{"snapkv:budget=64,window=8", "kivi"}, options,
                [](const UnitResult&) {});
   CHECK(separate.shared_prefills == 0);
   CHECK(separate.unit_tokens == 3 * count.shared_tokens);  // full, snapkv, kivi

@@ -126,7 +126,8 @@ TEST_CASE("sweep config: methods x budgets, full once, canonical JSON", "[unit]"
   composed.methods = {"snapkv+kivi:bits=2", "kivi:bits=4", "adakv:floor=0.5+snapkv"};
   const auto with_kivi = sweep_methods(composed);
   REQUIRE(with_kivi.size() == 5);
-  CHECK(with_kivi[3].spec.canonical == "adakv:floor=0.5+snapkv:budget=32,window=32,kernel=5,pool=avg");
+  CHECK(with_kivi[3].spec.canonical ==
+        "adakv:floor=0.5+snapkv:budget=32,window=32,kernel=5,pool=avg");
   CHECK(with_kivi[3].budget == "budget=32");
   CHECK(with_kivi[4].budget == "ratio=0.5");
   CHECK(with_kivi[0].spec.canonical ==
