@@ -36,7 +36,7 @@
 // recorded again (tests/test_plugins.cpp).
 #define KVBENCH_PLUGIN_INTERFACE_VERSION 8
 #define KVBENCH_PLUGIN_INTERFACE_HASH \
-  "8:6188e16b99195a232bc7c5213d0648f3c8567407c044773799f58ac45247428c"
+  "8:6082eef2e304c5a729ce9e81e0c114f39e3a9b039a13e9c1fc09eae17c3b1c5e"
 
 namespace kvbench {
 

@@ -83,29 +83,27 @@ std::string check_value(const ParamInfo& p, const std::string& value) {
 
 // The kinds a spec composes (MethodKind): `info` joins the components before it (`seen`).
 // The eviction methods an allocation method can split the budget of, for error messages.
-std::string allocating_methods() {
+// The registered methods `pick` picks, named in a list for error messages.
+std::string methods_where(const std::function<bool(const MethodInfo&)>& pick) {
   std::vector<std::string> names;
   for (const auto& m : method_registry()) {
-    if (m.make_allocated_policy) names.push_back(m.name);
+    if (pick(m)) names.push_back(m.name);
   }
   return join_names(names);
 }
 
-// The reuse methods that keep blocks (tiers and pinning need one), for error messages.
+std::string allocating_methods() {
+  return methods_where([](const MethodInfo& m) { return bool(m.make_allocated_policy); });
+}
+
+// The reuse methods that keep blocks (tiers and pinning need one).
 std::string block_reuse_methods() {
-  std::vector<std::string> names;
-  for (const auto& m : method_registry()) {
-    if (m.kind == MethodKind::Reuse && m.reuses_blocks) names.push_back(m.name);
-  }
-  return join_names(names);
+  return methods_where(
+      [](const MethodInfo& m) { return m.kind == MethodKind::Reuse && m.reuses_blocks; });
 }
 
 std::string head_splitting_methods() {
-  std::vector<std::string> names;
-  for (const auto& m : method_registry()) {
-    if (m.splits_heads) names.push_back(m.name);
-  }
-  return join_names(names);
+  return methods_where([](const MethodInfo& m) { return m.splits_heads; });
 }
 
 const MethodInfo* ragged_component(const std::map<MethodKind, const MethodInfo*>& seen) {
@@ -506,11 +504,14 @@ ResolvedSpec resolve_method_spec(const MethodSpec& spec) {
     }
   }
   for (const auto& [info, params] : resolved.components) {
-    const std::string p = params.text();
-    resolved.canonical +=
-        (resolved.canonical.empty() ? "" : "+") + info->name + (p.empty() ? "" : ":" + p);
+    resolved.canonical += (resolved.canonical.empty() ? "" : "+") + component_text(*info, params);
   }
   return resolved;
+}
+
+std::string component_text(const MethodInfo& info, const MethodParams& params) {
+  const std::string p = params.text();
+  return info.name + (p.empty() ? "" : ":" + p);
 }
 
 const ResolvedSpec& full_cache_spec() {

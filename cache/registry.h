@@ -196,6 +196,10 @@ struct ResolvedSpec {
   const MethodParams* find(MethodKind kind) const;
 };
 
+// One component of a spec as its canonical text ("kivi:bits=2,residual=128,tail=kivi"):
+// every parameter with a value, in registry order.
+std::string component_text(const MethodInfo& info, const MethodParams& params);
+
 // The full cache alone (MethodKind::Full), resolved: the reference every other method is
 // measured against.
 const ResolvedSpec& full_cache_spec();

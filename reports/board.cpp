@@ -57,13 +57,13 @@ std::string variant_name(const std::string& family, const std::string& series,
   };
   // A composed series (or one that does not parse) is named in full.
   if (family.find('+') != std::string::npos || family == series) return series;
+  std::vector<std::vector<std::string>> others;  // each series of the family, parsed once
+  for (const std::string& other : family_series) others.push_back(params_of(other));
   std::string differing;
   for (const std::string& param : params_of(series)) {
-    bool shared = true;
-    for (const std::string& other : family_series) {
-      const auto ps = params_of(other);
-      if (std::find(ps.begin(), ps.end(), param) == ps.end()) shared = false;
-    }
+    const bool shared = std::all_of(others.begin(), others.end(), [&](const auto& ps) {
+      return std::find(ps.begin(), ps.end(), param) != ps.end();
+    });
     if (!shared) differing += (differing.empty() ? "" : ",") + param;
   }
   return differing.empty() ? family : family + " " + differing;

@@ -131,6 +131,9 @@ class Stmt {
   Stmt& bind(int i, const std::optional<double>& v) {
     return v ? bind(i, *v) : check(sqlite3_bind_null(stmt_, i));
   }
+  Stmt& bind(int i, const std::optional<int64_t>& v) {
+    return v ? bind(i, *v) : check(sqlite3_bind_null(stmt_, i));
+  }
   Stmt& bind_null(int i) { return check(sqlite3_bind_null(stmt_, i)); }
 
   // One step: true while a row is ready, false when done.
@@ -487,13 +490,7 @@ void fill_parts(sqlite3* db, const Stmt::OnError& on_error) {
          on_error);
   for (const std::string& method : methods) {
     const MethodParts parts = stored_method_parts(method);
-    u.bind(1, parts.family).bind(2, parts.series);
-    if (parts.budget_tokens) {
-      u.bind(3, *parts.budget_tokens);
-    } else {
-      u.bind_null(3);
-    }
-    u.bind(4, method).run();
+    u.bind(1, parts.family).bind(2, parts.series).bind(3, parts.budget_tokens).bind(4, method).run();
     u.reset();
   }
 }
@@ -923,12 +920,7 @@ void insert_unit(sqlite3* db, const std::string& path, const Stmt::OnError& on_e
       .bind(20, unit.shared_forward_ms)
       .bind(21, unit.reference_ms);
   const MethodParts parts = stored_method_parts(unit.method);
-  u.bind(22, parts.family).bind(23, parts.series);
-  if (parts.budget_tokens) {
-    u.bind(24, *parts.budget_tokens);
-  } else {
-    u.bind_null(24);
-  }
+  u.bind(22, parts.family).bind(23, parts.series).bind(24, parts.budget_tokens);
   u.run();
   const int64_t unit_id = sqlite3_last_insert_rowid(db);
 

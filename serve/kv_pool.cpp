@@ -60,8 +60,7 @@ StoreCost KvPool::store_cost(const LlamaModel& model, const ResolvedSpec& spec) 
   ResolvedSpec store = full_cache_spec();
   for (const auto& component : spec.components) {
     if (component.first->kind != MethodKind::Storage) continue;
-    const std::string text = component.second.text();
-    store.canonical = component.first->name + (text.empty() ? "" : ":" + text);
+    store.canonical = component_text(*component.first, component.second);
     store.components = {component};
   }
   const std::string& storage = store.canonical;
