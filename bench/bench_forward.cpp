@@ -28,6 +28,7 @@
 #include "harness/model/llama_model.h"
 #include "harness/model/tokenizer.h"
 #include "harness/model_cache.h"
+#include "methods/builtin_methods.h"
 
 using namespace kvbench;
 using kvbench::bench::model_or_skip;
@@ -313,6 +314,7 @@ BENCHMARK(BM_DocsBlend)->Args({4096, 15})->Args({4096, 0})->Unit(benchmark::kMil
 // (each with fp32 and int8 activations) at those lengths, one iteration each: left out by default, as
 // a 16K-token prefill takes minutes on a 2-core machine.
 int main(int argc, char** argv) {
+  kvbench::register_builtin_methods();
   if (const char* contexts = std::getenv("KVBENCH_BENCH_CONTEXTS"); contexts && *contexts) {
     std::stringstream list(contexts);
     for (std::string item; std::getline(list, item, ',');) {

@@ -27,6 +27,7 @@
 #include "cache/registry.h"
 #include "common/input_error.h"
 #include "harness/shared_prefill.h"
+#include "methods/builtin_methods.h"
 
 using namespace kvbench;
 using kvbench::bench::model_or_skip;
@@ -346,6 +347,7 @@ void register_all() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  kvbench::register_builtin_methods();
   register_all();
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();

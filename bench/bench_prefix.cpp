@@ -10,6 +10,7 @@
 
 #include "bench_model.h"
 #include "cache/full_cache.h"
+#include "methods/builtin_methods.h"
 #include "reuse/prefix_cache.h"
 
 namespace kvbench::bench {
@@ -99,4 +100,10 @@ BENCHMARK(BM_PrefixHitTtft)
 }  // namespace
 }  // namespace kvbench::bench
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  kvbench::register_builtin_methods();
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "methods/builtin_methods.h"
 #include "reuse/block_codec.h"
 #include "reuse/disk_tier.h"
 #include "reuse/kv_block.h"
@@ -174,4 +175,10 @@ BENCHMARK(BM_RedisGet)->Apply(per_codec);
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  kvbench::register_builtin_methods();
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -310,11 +310,7 @@ const MethodParams* ResolvedSpec::find(MethodKind kind) const {
 namespace {
 
 std::deque<MethodInfo>& registry() {
-  static std::deque<MethodInfo> methods = [] {
-    std::vector<MethodInfo> builtin = builtin_methods();
-    return std::deque<MethodInfo>(std::make_move_iterator(builtin.begin()),
-                                  std::make_move_iterator(builtin.end()));
-  }();
+  static std::deque<MethodInfo> methods;
   return methods;
 }
 
@@ -341,17 +337,25 @@ const char* missing_factory(const MethodInfo& m) {
 
 }  // namespace
 
-const std::deque<MethodInfo>& method_registry() { return registry(); }
+const std::deque<MethodInfo>& method_registry() {
+  if (registry().empty()) {
+    throw std::logic_error("no cache methods are registered: the program's main registers "
+                           "kvbench's own first (register_builtin_methods)");
+  }
+  return registry();
+}
 
-void register_methods(std::vector<MethodInfo> methods, const std::string& plugin,
-                      const std::string& plugin_sha256) {
+namespace {
+
+void add_methods(std::vector<MethodInfo> methods, const std::string& plugin,
+                 const std::string& plugin_sha256, bool built_in) {
   std::vector<std::string> names;
   for (const MethodInfo& m : methods) {
     if (!valid_method_name(m.name)) {
       throw InputError("method name '" + m.name +
                        "' is not lower-case letters, digits and '_' starting with a letter");
     }
-    if (const MethodInfo* known = find_method(m.name)) {
+    if (const MethodInfo* known = registry().empty() ? nullptr : find_method(m.name)) {
       throw InputError("method '" + m.name + "' is already registered (" +
                        (known->plugin.empty() ? "built into kvbench" : "by " + known->plugin) +
                        ")");
@@ -361,12 +365,12 @@ void register_methods(std::vector<MethodInfo> methods, const std::string& plugin
     }
     names.push_back(m.name);
     const char* factory = missing_factory(m);
-    if (factory == nullptr) {
+    if (factory == nullptr && !built_in) {
       throw InputError("method '" + m.name +
                        "': a plugin adds eviction, storage, retrieval, allocation or prefill "
                        "methods (full, reuse, tiers and pinning are the session's)");
     }
-    if (*factory != '\0') {
+    if (factory != nullptr && *factory != '\0') {
       throw InputError("method '" + m.name + "' has no " + factory + " for its kind");
     }
     std::vector<std::string> param_names;
@@ -386,6 +390,23 @@ void register_methods(std::vector<MethodInfo> methods, const std::string& plugin
     m.plugin_sha256 = plugin_sha256;
     registry().push_back(std::move(m));
   }
+}
+
+}  // namespace
+
+void register_methods(std::vector<MethodInfo> methods, const std::string& plugin,
+                      const std::string& plugin_sha256) {
+  if (registry().empty()) {
+    throw std::logic_error("plugin " + plugin + " registers before kvbench's own methods");
+  }
+  add_methods(std::move(methods), plugin, plugin_sha256, false);
+}
+
+void register_builtin(std::vector<MethodInfo> methods) {
+  if (!registry().empty()) {
+    throw std::logic_error("kvbench's own methods are registered twice");
+  }
+  add_methods(std::move(methods), "", "", true);
 }
 
 const MethodInfo* find_method(const std::string& name) {

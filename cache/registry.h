@@ -4,8 +4,9 @@
 //
 // Adding a method: write methods/<name>.cpp with its TokenPolicy and a
 // `MethodInfo <name>_method()` function, declare it in methods/method_list.cpp and add it
-// to the list there. Out of the tree, a plugin registers its methods at run time
-// (cache/plugin_api.h; docs/methods.md, "Write your own method").
+// to the list there, which each program's main registers (methods/builtin_methods.h). Out of
+// the tree, a plugin registers its methods at run time (cache/plugin_api.h; docs/methods.md,
+// "Write your own method").
 #pragma once
 
 #include <cstdint>
@@ -169,10 +170,11 @@ struct MethodInfo {
   std::string plugin_sha256;
 };
 
-// The methods built into kvbench, in listing order (methods/method_list.cpp).
-std::vector<MethodInfo> builtin_methods();
 // Every registered method: the built-in ones, then those plugins added, in the order they
-// came. Entries never move: a MethodInfo* stays valid while the program runs.
+// came. Entries never move: a MethodInfo* stays valid while the program runs. Throws
+// std::logic_error while nothing is registered: a program registers kvbench's own methods
+// first thing in its main (methods/builtin_methods.h), as it loads plugins, and the seam
+// never reaches up for them.
 const std::deque<MethodInfo>& method_registry();
 const MethodInfo* find_method(const std::string& name);
 
@@ -183,6 +185,9 @@ const MethodInfo* find_method(const std::string& name);
 // those) or lacks its factory.
 void register_methods(std::vector<MethodInfo> methods, const std::string& plugin,
                       const std::string& plugin_sha256);
+// kvbench's own methods, in listing order, checked as a plugin's are but of any kind (the
+// full cache, reuse, tiers and pinning too). Called once, before any plugin's.
+void register_builtin(std::vector<MethodInfo> methods);
 
 // A parsed and validated spec: components with their infos and parameters.
 struct ResolvedSpec {

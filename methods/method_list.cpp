@@ -1,5 +1,9 @@
-// The registered methods, in the order `kvbench list methods` prints them. A method that
-// is not finished is not listed here.
+// The built-in methods, in the order `kvbench list methods` prints them. A method that is
+// not finished is not listed here.
+#include "methods/builtin_methods.h"
+
+#include <mutex>
+
 #include "cache/registry.h"
 
 namespace kvbench {
@@ -57,6 +61,8 @@ MethodInfo tiers_method();
 MethodInfo apc_ttl_method();
 MethodInfo cacheblend_method();
 
+namespace {
+
 std::vector<MethodInfo> builtin_methods() {
   return {
       full_method(),
@@ -112,6 +118,13 @@ std::vector<MethodInfo> builtin_methods() {
       apc_ttl_method(),
       cacheblend_method(),
   };
+}
+
+}  // namespace
+
+void register_builtin_methods() {
+  static std::once_flag once;
+  std::call_once(once, [] { register_builtin(builtin_methods()); });
 }
 
 }  // namespace kvbench

@@ -19,6 +19,7 @@
 #   tests, examples: anything
 # so nothing includes a layer above its own: the seam no method, the store no report, the
 # harness no server and no command line.
+# Calls are checked on the built objects by tests/check_layer_calls.sh (test_layer_calls).
 # Run: cmake -DSOURCE_DIR=<tree> -P tests/check_layers.cmake
 cmake_minimum_required(VERSION 3.22)
 set(allowed_common "")

@@ -15,6 +15,7 @@
 #include "harness/model/gguf.h"
 #include "harness/model/known_models.h"
 #include "harness/plugins.h"
+#include "methods/builtin_methods.h"
 
 namespace kvbench {
 
@@ -194,6 +195,7 @@ int main(int argc, char** argv) {
                  missing);
     return 2;
   }
+  kvbench::register_builtin_methods();
   CLI::App app{"kvbench: a benchmark harness for KV-cache methods on a real LLM"};
   app.set_version_flag("--version", KVBENCH_VERSION);
   app.footer("Docs (in the source tree): README.md; docs/methods.md (every method, specs, "

@@ -10,8 +10,14 @@
 #include "../cache_feed.h"
 #include "cache/registry.h"
 #include "fuzz_check.h"
+#include "methods/builtin_methods.h"
 
 using namespace kvbench;
+
+extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
+  register_builtin_methods();
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

@@ -5,9 +5,15 @@
 #include <string>
 
 #include "fuzz_check.h"
+#include "methods/builtin_methods.h"
 #include "serve/openai_api.h"
 
 using namespace kvbench;
+
+extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
+  register_builtin_methods();
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
