@@ -9,40 +9,35 @@
 #include "cache/allocation.h"
 #include "cache/budget.h"
 #include "cache/plan_helpers.h"
-#include "cache/query_window.h"
+#include "cache/windowed_policy.h"
 #include "common/input_error.h"
 
 namespace kvbench {
 namespace {
 
-class ScorerPolicy : public TokenPolicy {
+class ScorerPolicy : public WindowedPolicy {
  public:
   ScorerPolicy(std::shared_ptr<const ScorerMethod> method, const MethodParams& params,
                const KvShape& shape, std::shared_ptr<const HeadAllocation> allocation)
-      : method_(std::move(method)),
+      : WindowedPolicy(budget_from(params), params.get_int("window"), shape.n_layers),
+        method_(std::move(method)),
         params_(params),
         allocation_(std::move(allocation)),
-        limits_(budget_from(params), shape.n_layers),
-        window_(params.get_int("window")),
         sinks_(params.get_int("sink")),
-        n_layers_(shape.n_layers),
-        windows_(shape.n_layers, window_) {}
+        n_layers_(shape.n_layers) {}
 
   std::unique_ptr<TokenPolicy> clone() const override {
     return std::make_unique<ScorerPolicy>(*this);
   }
 
-  void observe(int32_t layer, const AttentionQuery& query, const DenseKv& kv) override {
-    if (window_ > 0) windows_.observe(layer, query, kv.head_dim);
-  }
+  // With a window, as SnapKV: nothing more to observe or plan once the layer is compressed.
+  // Without one, as the built-in knorm: plan() still sees each later phase (and declines).
+  bool done(int32_t layer) const override { return window() > 0 && closed(layer); }
 
-  bool plan(int32_t layer, const DenseKv& kv, CachePhase phase, RetainPlan& plan) override {
-    if (phase != CachePhase::ContextEnd || windows_.closed(layer)) return false;
-    const QueryWindow held = windows_.close(layer);  // not needed after this call
+ protected:
+  bool select(int32_t layer, const DenseKv& kv, const QueryWindow& held, int64_t limit,
+              RetainPlan& plan) override {
     const int64_t n = kv.n_tokens;
-    const int64_t limit = limits_.resolve(layer, phase, n);
-    if (limit < 0 || n <= limit) return false;
-
     ScorerInput input;
     input.layer = layer;
     input.n_layers = n_layers_;
@@ -61,7 +56,7 @@ class ScorerPolicy : public TokenPolicy {
     for (float& s : scores) {
       if (std::isnan(s)) s = -FLT_MAX;
     }
-    const int64_t window = std::min(window_, limit);
+    const int64_t window = std::min(this->window(), limit);
     const int64_t sinks = std::min(sinks_, limit - window);
     if (window + sinks > 0) {
       for (int32_t h = 0; h < kv.n_kv_heads; ++h) {
@@ -81,20 +76,12 @@ class ScorerPolicy : public TokenPolicy {
     return true;
   }
 
-  // With a window, as SnapKV: nothing more to observe or plan once the layer is compressed.
-  // Without one, as the built-in knorm: plan() still sees each later phase (and declines).
-  bool done(int32_t layer) const override { return window_ > 0 && windows_.closed(layer); }
-  int64_t bytes_resident(int32_t layer) const override { return windows_.bytes_resident(layer); }
-
  private:
   std::shared_ptr<const ScorerMethod> method_;
   MethodParams params_;
   std::shared_ptr<const HeadAllocation> allocation_;
-  LayerLimits limits_;
-  int64_t window_;
   int64_t sinks_;
   int32_t n_layers_;
-  ContextWindows windows_;
 };
 
 }  // namespace

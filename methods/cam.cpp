@@ -55,29 +55,17 @@ double uniform_draw(uint64_t seed, int32_t layer, int32_t head, int32_t position
   return static_cast<double>(x >> 11) * 0x1.0p-53;
 }
 
-class CamPolicy : public TokenPolicy {
+class CamPolicy : public WindowedPolicy {
  public:
   CamPolicy(const CamConfig& config, int32_t n_layers)
-      : config_(config),
-        limits_(config.select.budget, n_layers),
-        windows_(n_layers, config.select.window) {}
+      : WindowedPolicy(config.select.budget, config.select.window, n_layers), config_(config) {}
 
   std::unique_ptr<TokenPolicy> clone() const override { return std::make_unique<CamPolicy>(*this); }
 
-  void observe(int32_t layer, const AttentionQuery& query, const DenseKv& kv) override {
-    windows_.observe(layer, query, kv.head_dim);
-  }
-
-  bool done(int32_t layer) const override { return windows_.closed(layer); }
-
-  int64_t bytes_resident(int32_t layer) const override { return windows_.bytes_resident(layer); }
-
-  bool plan(int32_t layer, const DenseKv& kv, CachePhase phase, RetainPlan& plan) override {
-    if (phase != CachePhase::ContextEnd || windows_.closed(layer)) return false;
-    const QueryWindow held = windows_.close(layer);
+ protected:
+  bool select(int32_t layer, const DenseKv& kv, const QueryWindow& held, int64_t limit,
+              RetainPlan& plan) override {
     const int64_t n = kv.n_tokens;
-    const int64_t limit = limits_.resolve(layer, phase, n);
-    if (limit < 0 || n <= limit) return false;
     const int64_t window = std::min(config_.select.window, limit);
     const std::vector<float> scores = held.kv_head_scores(kv);
     const std::vector<float> ranked =
@@ -146,8 +134,6 @@ class CamPolicy : public TokenPolicy {
   }
 
   CamConfig config_;
-  LayerLimits limits_;
-  ContextWindows windows_;
 };
 
 }  // namespace

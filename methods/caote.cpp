@@ -17,36 +17,26 @@
 #include <cfloat>
 #include <cmath>
 
-#include "cache/budget.h"
-#include "cache/plan_helpers.h"
-#include "cache/query_window.h"
 #include "cache/registry.h"
+#include "cache/windowed_policy.h"
 
 namespace kvbench {
 namespace {
 
-class CaotePolicy : public TokenPolicy {
+class CaotePolicy : public WindowedPolicy {
  public:
   CaotePolicy(const Budget& budget, int64_t window, int32_t n_layers)
-      : limits_(budget, n_layers), window_(window), windows_(n_layers, window) {}
+      : WindowedPolicy(budget, window, n_layers) {}
 
   std::unique_ptr<TokenPolicy> clone() const override {
     return std::make_unique<CaotePolicy>(*this);
   }
 
-  void observe(int32_t layer, const AttentionQuery& query, const DenseKv& kv) override {
-    windows_.observe(layer, query, kv.head_dim);
-  }
-
-  bool plan(int32_t layer, const DenseKv& kv, CachePhase phase, RetainPlan& plan) override {
-    if (phase != CachePhase::ContextEnd || windows_.closed(layer)) return false;
-    const QueryWindow held = windows_.close(layer);
+ protected:
+  bool select(int32_t /*layer*/, const DenseKv& kv, const QueryWindow& held, int64_t limit,
+              RetainPlan& plan) override {
     const int64_t n = kv.n_tokens;
-    const int64_t limit = limits_.resolve(layer, phase, n);
-    if (limit < 0 || n <= limit) return false;
-    // A context never evicted before ContextEnd holds its slots in position order: the
-    // window's own tokens are the last `window` slots.
-    const int64_t window = std::min(window_, limit);
+    const int64_t window = std::min(this->window(), limit);
     std::vector<float> scores = held.kv_head_scores(kv);  // summed over the window's rows
     const double rows = static_cast<double>(std::max<int64_t>(held.n_rows(), 1));
     const int32_t d = kv.head_dim;
@@ -71,14 +61,6 @@ class CaotePolicy : public TokenPolicy {
     plan_top_k_per_head(scores.data(), kv.n_kv_heads, n, limit, plan);
     return true;
   }
-
-  int64_t bytes_resident(int32_t layer) const override { return windows_.bytes_resident(layer); }
-  bool done(int32_t layer) const override { return windows_.closed(layer); }
-
- private:
-  LayerLimits limits_;
-  int64_t window_;
-  ContextWindows windows_;
 };
 
 }  // namespace

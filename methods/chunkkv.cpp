@@ -80,42 +80,34 @@ std::vector<int32_t> keep_chunks(std::vector<ScoredChunk> chunks, int64_t keep) 
   return slots;
 }
 
-class ChunkKvPolicy : public TokenPolicy {
+// The key-norm scorer holds no window (size 0).
+class ChunkKvPolicy : public WindowedPolicy {
  public:
   ChunkKvPolicy(const ChunkKvConfig& config, int32_t n_layers)
-      : config_(config),
-        limits_(config.select.budget, n_layers),
-        windows_(n_layers, config.scorer == ChunkScorer::SnapKv ? config.select.window : 0) {}
+      : WindowedPolicy(config.select.budget,
+                       config.scorer == ChunkScorer::SnapKv ? config.select.window : 0, n_layers),
+        config_(config) {}
 
   std::unique_ptr<TokenPolicy> clone() const override {
     return std::make_unique<ChunkKvPolicy>(*this);
   }
 
-  void observe(int32_t layer, const AttentionQuery& query, const DenseKv& kv) override {
-    if (config_.scorer == ChunkScorer::SnapKv) windows_.observe(layer, query, kv.head_dim);
-  }
-
-  bool done(int32_t layer) const override { return windows_.closed(layer); }
-
   int64_t bytes_resident(int32_t layer) const override {
-    return windows_.bytes_resident(layer) + group_slots_.bytes();
+    return WindowedPolicy::bytes_resident(layer) + group_slots_.bytes();
   }
 
-  bool plan(int32_t layer, const DenseKv& kv, CachePhase phase, RetainPlan& plan) override {
-    if (phase != CachePhase::ContextEnd || windows_.closed(layer)) return false;
-    const QueryWindow held = windows_.close(layer);
-    const int64_t n = kv.n_tokens;
-    const int64_t limit = limits_.resolve(layer, phase, n);
-    if (limit < 0 || n <= limit) return false;
+ protected:
+  bool select(int32_t layer, const DenseKv& kv, const QueryWindow& held, int64_t limit,
+              RetainPlan& plan) override {
     // A layer inside a group keeps what the group's first layer chose.
     const std::vector<int32_t>& slots = group_slots_.slots(
-        layer, config_.reuse, n, limit, [&] { return select(held, kv, limit); });
+        layer, config_.reuse, kv.n_tokens, limit, [&] { return choose(held, kv, limit); });
     plan_same_slots(slots, kv.n_kv_heads, plan);
     return true;
   }
 
  private:
-  std::vector<int32_t> select(const QueryWindow& held, const DenseKv& kv, int64_t limit) const {
+  std::vector<int32_t> choose(const QueryWindow& held, const DenseKv& kv, int64_t limit) const {
     const int64_t n = kv.n_tokens;
     std::vector<double> token_scores(static_cast<size_t>(n), 0.0);
     int64_t window = 0;
@@ -140,8 +132,6 @@ class ChunkKvPolicy : public TokenPolicy {
   }
 
   ChunkKvConfig config_;
-  LayerLimits limits_;
-  ContextWindows windows_;
   LayerGroupSlots group_slots_;
 };
 

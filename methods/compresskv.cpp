@@ -55,30 +55,19 @@ std::vector<int32_t> retrieval_heads(const std::vector<float>& scores, int32_t n
   return heads;
 }
 
-class CompressKvPolicy : public TokenPolicy {
+class CompressKvPolicy : public WindowedPolicy {
  public:
   CompressKvPolicy(const SnapKvConfig& config, int64_t first_k, int32_t n_layers)
-      : config_(config),
-        first_k_(first_k),
-        limits_(config.budget, n_layers),
-        windows_(n_layers, config.window) {}
+      : WindowedPolicy(config.budget, config.window, n_layers), config_(config), first_k_(first_k) {}
 
   std::unique_ptr<TokenPolicy> clone() const override {
     return std::make_unique<CompressKvPolicy>(*this);
   }
 
-  void observe(int32_t layer, const AttentionQuery& query, const DenseKv& kv) override {
-    windows_.observe(layer, query, kv.head_dim);
-  }
-
-  bool plan(int32_t layer, const DenseKv& kv, CachePhase phase, RetainPlan& plan) override {
-    if (phase != CachePhase::ContextEnd || windows_.closed(layer)) return false;
-    const QueryWindow held = windows_.close(layer);
+ protected:
+  bool select(int32_t /*layer*/, const DenseKv& kv, const QueryWindow& held, int64_t limit,
+              RetainPlan& plan) override {
     const int64_t n = kv.n_tokens;
-    const int64_t limit = limits_.resolve(layer, phase, n);
-    if (limit < 0 || n <= limit) return false;
-    // A context never evicted before ContextEnd holds its slots in position order: the
-    // window's own tokens are the last `window` slots.
     const int64_t window = std::min(config_.window, limit);
     const int64_t n_prefix = n - window;
     const int64_t keep = limit - window;
@@ -100,14 +89,9 @@ class CompressKvPolicy : public TokenPolicy {
     return true;
   }
 
-  int64_t bytes_resident(int32_t layer) const override { return windows_.bytes_resident(layer); }
-  bool done(int32_t layer) const override { return windows_.closed(layer); }
-
  private:
   SnapKvConfig config_;
   int64_t first_k_;
-  LayerLimits limits_;
-  ContextWindows windows_;
 };
 
 }  // namespace

@@ -113,30 +113,19 @@ void select_graph(std::vector<float>& score, const std::vector<float>& unit, int
   }
 }
 
-class GraphKvPolicy : public TokenPolicy {
+class GraphKvPolicy : public WindowedPolicy {
  public:
   GraphKvPolicy(const SnapKvConfig& config, const GraphConfig& graph, int32_t n_layers)
-      : config_(config),
-        graph_(graph),
-        limits_(config.budget, n_layers),
-        windows_(n_layers, config.window) {}
+      : WindowedPolicy(config.budget, config.window, n_layers), config_(config), graph_(graph) {}
 
   std::unique_ptr<TokenPolicy> clone() const override {
     return std::make_unique<GraphKvPolicy>(*this);
   }
 
-  void observe(int32_t layer, const AttentionQuery& query, const DenseKv& kv) override {
-    windows_.observe(layer, query, kv.head_dim);
-  }
-
-  bool plan(int32_t layer, const DenseKv& kv, CachePhase phase, RetainPlan& plan) override {
-    if (phase != CachePhase::ContextEnd || windows_.closed(layer)) return false;
-    const QueryWindow held = windows_.close(layer);
+ protected:
+  bool select(int32_t /*layer*/, const DenseKv& kv, const QueryWindow& held, int64_t limit,
+              RetainPlan& plan) override {
     const int64_t n = kv.n_tokens;
-    const int64_t limit = limits_.resolve(layer, phase, n);
-    if (limit < 0 || n <= limit) return false;
-    // A context never evicted before ContextEnd holds its slots in position order: the
-    // window's own tokens are the last `window` slots.
     const int64_t window = std::min(config_.window, limit);
     const int64_t n_prefix = n - window;
     const int64_t keep = limit - window;
@@ -154,14 +143,9 @@ class GraphKvPolicy : public TokenPolicy {
     return true;
   }
 
-  int64_t bytes_resident(int32_t layer) const override { return windows_.bytes_resident(layer); }
-  bool done(int32_t layer) const override { return windows_.closed(layer); }
-
  private:
   SnapKvConfig config_;
   GraphConfig graph_;
-  LayerLimits limits_;
-  ContextWindows windows_;
 };
 
 }  // namespace

@@ -23,10 +23,8 @@
 #include <numeric>
 #include <vector>
 
-#include "cache/budget.h"
-#include "cache/plan_helpers.h"
-#include "cache/query_window.h"
 #include "cache/registry.h"
+#include "cache/windowed_policy.h"
 #include "kernels/cpu/merge.h"
 
 namespace kvbench {
@@ -39,30 +37,19 @@ struct KvMergerConfig {
   int64_t window = 32;
 };
 
-class KvMergerPolicy : public TokenPolicy {
+class KvMergerPolicy : public WindowedPolicy {
  public:
   KvMergerPolicy(const KvMergerConfig& config, int32_t n_layers)
-      : config_(config), limits_(config.budget, n_layers), windows_(n_layers, config.window) {}
+      : WindowedPolicy(config.budget, config.window, n_layers), config_(config) {}
 
   std::unique_ptr<TokenPolicy> clone() const override {
     return std::make_unique<KvMergerPolicy>(*this);
   }
 
-  void observe(int32_t layer, const AttentionQuery& query, const DenseKv& kv) override {
-    windows_.observe(layer, query, kv.head_dim);
-  }
-
-  bool done(int32_t layer) const override { return windows_.closed(layer); }
-
-  int64_t bytes_resident(int32_t layer) const override { return windows_.bytes_resident(layer); }
-
-  bool plan(int32_t layer, const DenseKv& kv, CachePhase phase, RetainPlan& plan) override {
-    if (phase != CachePhase::ContextEnd || windows_.closed(layer)) return false;
-    const QueryWindow held = windows_.close(layer);
-
+ protected:
+  bool select(int32_t /*layer*/, const DenseKv& kv, const QueryWindow& held, int64_t limit,
+              RetainPlan& plan) override {
     const int64_t n = kv.n_tokens;
-    const int64_t limit = limits_.resolve(layer, phase, n);
-    if (limit < 0 || n <= limit) return false;
     const int64_t window = std::min(config_.window, limit);
     const int64_t n_prefix = n - window;      // tokens that may merge, oldest first
     const int64_t max_sets = limit - window;  // merge sets the budget leaves them
@@ -177,8 +164,6 @@ class KvMergerPolicy : public TokenPolicy {
   }
 
   KvMergerConfig config_;
-  LayerLimits limits_;
-  ContextWindows windows_;
   std::map<int32_t, std::vector<float>> merged_;  // scratch of one head: pivot -> k then v
 };
 

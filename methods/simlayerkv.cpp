@@ -24,36 +24,30 @@
 #include <algorithm>
 #include <string>
 
-#include "cache/budget.h"
-#include "cache/plan_helpers.h"
-#include "cache/query_window.h"
 #include "cache/registry.h"
+#include "cache/windowed_policy.h"
 #include "common/input_error.h"
 
 namespace kvbench {
 namespace {
 
-class SimLayerKvPolicy : public TokenPolicy {
+// The window here is the context's last n_last queries, whose attention decides whether a
+// layer is lazy.
+class SimLayerKvPolicy : public WindowedPolicy {
  public:
   SimLayerKvPolicy(const Budget& budget, int64_t sink, int64_t n_last, double threshold,
                    int32_t n_layers)
-      : limits_(budget, n_layers), windows_(n_layers, n_last), sink_(sink),
-        threshold_(threshold) {}
+      : WindowedPolicy(budget, n_last, n_layers), sink_(sink), threshold_(threshold) {}
 
   std::unique_ptr<TokenPolicy> clone() const override {
     return std::make_unique<SimLayerKvPolicy>(*this);
   }
 
-  void observe(int32_t layer, const AttentionQuery& query, const DenseKv& kv) override {
-    windows_.observe(layer, query, kv.head_dim);
-  }
-
-  bool plan(int32_t layer, const DenseKv& kv, CachePhase phase, RetainPlan& plan) override {
-    if (phase != CachePhase::ContextEnd || windows_.closed(layer)) return false;
-    const QueryWindow held = windows_.close(layer);  // decided once, whatever the outcome
+ protected:
+  bool select(int32_t /*layer*/, const DenseKv& kv, const QueryWindow& held, int64_t limit,
+              RetainPlan& plan) override {
     const int64_t n = kv.n_tokens;
-    const int64_t limit = limits_.resolve(layer, phase, n);
-    if (limit < 0 || n <= limit || held.n_rows() == 0) return false;
+    if (held.n_rows() == 0) return false;
     // A ratio can resolve to a limit at or below `sink`: the newest token still stays.
     const int64_t n_sink = std::min(sink_, limit - 1);
     const int64_t n_recent = limit - n_sink;
@@ -77,12 +71,7 @@ class SimLayerKvPolicy : public TokenPolicy {
     return true;
   }
 
-  int64_t bytes_resident(int32_t layer) const override { return windows_.bytes_resident(layer); }
-  bool done(int32_t layer) const override { return windows_.closed(layer); }
-
  private:
-  LayerLimits limits_;
-  ContextWindows windows_;  // the context's last n_last queries per layer, until decided
   int64_t sink_;
   double threshold_;
 };

@@ -26,28 +26,18 @@ namespace kvbench {
 
 SnapKvPolicy::SnapKvPolicy(const SnapKvConfig& config, int32_t n_layers, PrefixKeep prefix_keep,
                            std::shared_ptr<const HeadAllocation> allocation)
-    : config_(config),
+    : WindowedPolicy(config.budget, config.window, n_layers),
+      config_(config),
       prefix_keep_(std::move(prefix_keep)),
-      allocation_(std::move(allocation)),
-      limits_(config.budget, n_layers),
-      windows_(n_layers, config.window) {}
+      allocation_(std::move(allocation)) {}
 
 std::unique_ptr<TokenPolicy> SnapKvPolicy::clone() const {
   return std::make_unique<SnapKvPolicy>(*this);
 }
 
-void SnapKvPolicy::observe(int32_t layer, const AttentionQuery& query, const DenseKv& kv) {
-  windows_.observe(layer, query, kv.head_dim);
-}
-
-bool SnapKvPolicy::plan(int32_t layer, const DenseKv& kv, CachePhase phase, RetainPlan& plan) {
-  if (phase != CachePhase::ContextEnd || windows_.closed(layer)) return false;
-  // Whatever is decided, the window's queries are not needed afterwards.
-  const QueryWindow held = windows_.close(layer);
-
+bool SnapKvPolicy::select(int32_t layer, const DenseKv& kv, const QueryWindow& held,
+                          int64_t limit, RetainPlan& plan) {
   const int64_t n = kv.n_tokens;
-  const int64_t limit = limits_.resolve(layer, phase, n);
-  if (limit < 0 || n <= limit) return false;
   const int64_t window = std::min(config_.window, limit);
   const int64_t n_prefix = n - window;
   const int64_t keep_prefix = std::clamp<int64_t>(
@@ -55,8 +45,7 @@ bool SnapKvPolicy::plan(int32_t layer, const DenseKv& kv, CachePhase phase, Reta
   if (keep_prefix == n_prefix) return false;
 
   // Per KV head, the mean over its query heads of the attention each prefix slot receives
-  // from the window (a context never evicted before ContextEnd holds its slots in
-  // position order, so the window's own tokens are the last `window` slots), pooled.
+  // from the window, pooled.
   std::vector<float> ranked =
       snapkv_ranking(held.kv_head_scores(kv), kv.n_kv_heads, n, window, config_);
   if (!allocation_) {
@@ -85,8 +74,6 @@ std::vector<float> snapkv_ranking(const std::vector<float>& window_scores, int32
   }
   return ranked;
 }
-
-int64_t SnapKvPolicy::bytes_resident(int32_t layer) const { return windows_.bytes_resident(layer); }
 
 std::vector<ParamInfo> snapkv_params() {
   std::vector<ParamInfo> params = budget_params(kDefaultBudget);

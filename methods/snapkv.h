@@ -13,6 +13,7 @@
 #include "cache/policy.h"
 #include "cache/query_window.h"
 #include "cache/registry.h"
+#include "cache/windowed_policy.h"
 #include "kernels/cpu/scores.h"
 
 namespace kvbench {
@@ -33,7 +34,7 @@ using PrefixKeep =
 // (causal inside the window), the GQA group's query heads averaged per KV head, pooled
 // along tokens; keeps the top prefix_keep tokens per KV head plus the window. Compresses
 // once, at ContextEnd; tokens after the context are appended uncompressed.
-class SnapKvPolicy : public TokenPolicy {
+class SnapKvPolicy : public WindowedPolicy {
  public:
   // prefix_keep empty: SnapKV's budget - window in every layer. allocation (AdaKV): the
   // layer's prefix keep, n_kv_heads times over, split unevenly over its KV heads (each keeps
@@ -42,12 +43,10 @@ class SnapKvPolicy : public TokenPolicy {
                std::shared_ptr<const HeadAllocation> allocation = nullptr);
 
   std::unique_ptr<TokenPolicy> clone() const override;
-  void observe(int32_t layer, const AttentionQuery& query, const DenseKv& kv) override;
-  bool plan(int32_t layer, const DenseKv& kv, CachePhase phase, RetainPlan& plan) override;
-  int64_t bytes_resident(int32_t layer) const override;
-  bool done(int32_t layer) const override { return windows_.closed(layer); }
 
  protected:
+  bool select(int32_t layer, const DenseKv& kv, const QueryWindow& held, int64_t limit,
+              RetainPlan& plan) override;
   // Turns SnapKV's ranking of a layer's n_tokens slots ([n_kv_heads, n_tokens], snapkv_ranking:
   // the last `window` at FLT_MAX) into the one KV head h keeps its top prefix_keep[h] prefix
   // tokens and the window by. SnapKV keeps it as is; CriticalKV (methods/criticalkv.cpp)
@@ -61,8 +60,6 @@ class SnapKvPolicy : public TokenPolicy {
   SnapKvConfig config_;
   PrefixKeep prefix_keep_;
   std::shared_ptr<const HeadAllocation> allocation_;
-  LayerLimits limits_;
-  ContextWindows windows_;
 };
 
 // SnapKV's ranking of a context's n_tokens slots (in position order, the last `window`

@@ -184,12 +184,11 @@ struct UncompConfig {
   double spread = 1.0 / 3;
 };
 
-class UncompPolicy : public TokenPolicy {
+class UncompPolicy : public WindowedPolicy {
  public:
   UncompPolicy(const UncompConfig& config, int32_t n_layers)
-      : config_(config),
-        limits_(config.snap.budget, n_layers),
-        windows_(n_layers, config.snap.window),
+      : WindowedPolicy(config.snap.budget, config.snap.window, n_layers),
+        config_(config),
         head_entropy_(n_layers) {}
 
   std::unique_ptr<TokenPolicy> clone() const override {
@@ -197,8 +196,8 @@ class UncompPolicy : public TokenPolicy {
   }
 
   void observe(int32_t layer, const AttentionQuery& query, const DenseKv& kv) override {
-    if (windows_.closed(layer)) return;
-    windows_.observe(layer, query, kv.head_dim);
+    if (closed(layer)) return;
+    WindowedPolicy::observe(layer, query, kv);
     // The context so far (the last forward before ContextEnd has all of it).
     std::vector<double>& entropy = head_entropy_[layer];
     entropy.assign(static_cast<size_t>(kv.n_kv_heads), 0.0);
@@ -208,13 +207,10 @@ class UncompPolicy : public TokenPolicy {
     }
   }
 
-  bool plan(int32_t layer, const DenseKv& kv, CachePhase phase, RetainPlan& plan) override {
-    if (phase != CachePhase::ContextEnd || windows_.closed(layer)) return false;
-    const QueryWindow held = windows_.close(layer);
-
+ protected:
+  bool select(int32_t layer, const DenseKv& kv, const QueryWindow& held, int64_t limit,
+              RetainPlan& plan) override {
     const int64_t n = kv.n_tokens;
-    const int64_t limit = limits_.resolve(layer, phase, n);
-    if (limit < 0 || n <= limit) return false;
     const int64_t window = std::min(config_.snap.window, limit);
     const int64_t n_prefix = n - window;
     if (layer_keep_.empty()) {
@@ -242,15 +238,8 @@ class UncompPolicy : public TokenPolicy {
     return true;
   }
 
-  int64_t bytes_resident(int32_t layer) const override {
-    return windows_.bytes_resident(layer);
-  }
-  bool done(int32_t layer) const override { return windows_.closed(layer); }
-
  private:
   UncompConfig config_;
-  LayerLimits limits_;
-  ContextWindows windows_;
   std::vector<std::vector<double>> head_entropy_;  // [layer][KV head], latest forward's
   std::vector<int64_t> layer_keep_;                // prefix tokens per layer, set once
 };

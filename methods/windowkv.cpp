@@ -32,8 +32,8 @@
 
 #include "cache/budget.h"
 #include "cache/plan_helpers.h"
-#include "cache/query_window.h"
 #include "cache/registry.h"
+#include "cache/windowed_policy.h"
 #include "common/input_error.h"
 
 namespace kvbench {
@@ -61,47 +61,42 @@ int64_t group_budget(const WindowKvConfig& c, int32_t layer, int32_t n_layers, i
   return first - g * ((first - last) / (n_groups - 1));
 }
 
-class WindowKvPolicy : public TokenPolicy {
+// The window here is the `suffix`: the context's last queries, which review the rest.
+class WindowKvPolicy : public WindowedPolicy {
  public:
   WindowKvPolicy(const WindowKvConfig& config, int32_t n_layers)
-      : config_(config),
-        n_layers_(n_layers),
-        limits_(config.budget, n_layers),
-        windows_(n_layers, config.suffix) {}
+      : WindowedPolicy(config.budget, config.suffix, n_layers),
+        config_(config),
+        n_layers_(n_layers) {}
 
   std::unique_ptr<TokenPolicy> clone() const override {
     return std::make_unique<WindowKvPolicy>(*this);
   }
 
-  void observe(int32_t layer, const AttentionQuery& query, const DenseKv& kv) override {
-    windows_.observe(layer, query, kv.head_dim);
-  }
-
-  bool done(int32_t layer) const override { return windows_.closed(layer); }
-
   int64_t bytes_resident(int32_t layer) const override {
-    return windows_.bytes_resident(layer) + group_slots_.bytes();
+    return WindowedPolicy::bytes_resident(layer) + group_slots_.bytes();
   }
 
-  bool plan(int32_t layer, const DenseKv& kv, CachePhase phase, RetainPlan& plan) override {
-    if (phase != CachePhase::ContextEnd || windows_.closed(layer)) return false;
-    const QueryWindow held = windows_.close(layer);
-    const int64_t n = kv.n_tokens;
-    const int64_t average = limits_.resolve(layer, phase, n);
-    // A context within the average budget stays whole in every layer (kvbench's invariant;
-    // the authors' last groups would still compress).
-    if (average < 0 || n <= average) return false;
-    const int64_t limit = std::max<int64_t>(0, group_budget(config_, layer, n_layers_, average));
-    if (n <= limit) return false;
+ protected:
+  // The budget is the layers' average: a context within it stays whole in every layer
+  // (kvbench's invariant; the authors' last groups would still compress); else the layer's
+  // group's share.
+  int64_t layer_limit(int32_t layer, int64_t n_tokens, int64_t average) const override {
+    if (n_tokens <= average) return n_tokens;
+    return std::max<int64_t>(0, group_budget(config_, layer, n_layers_, average));
+  }
+
+  bool select(int32_t layer, const DenseKv& kv, const QueryWindow& held, int64_t limit,
+              RetainPlan& plan) override {
     // A layer inside a group keeps what the group's first layer chose.
     const std::vector<int32_t>& slots = group_slots_.slots(
-        layer, config_.group, n, limit, [&] { return select(held, kv, limit); });
+        layer, config_.group, kv.n_tokens, limit, [&] { return choose(held, kv, limit); });
     plan_same_slots(slots, kv.n_kv_heads, plan);
     return true;
   }
 
  private:
-  std::vector<int32_t> select(const QueryWindow& held, const DenseKv& kv, int64_t limit) const {
+  std::vector<int32_t> choose(const QueryWindow& held, const DenseKv& kv, int64_t limit) const {
     const int64_t n = kv.n_tokens;
     const int64_t suffix = std::min(config_.suffix, limit);
     const int64_t review = n - suffix, review_budget = limit - suffix;
@@ -146,8 +141,6 @@ class WindowKvPolicy : public TokenPolicy {
 
   WindowKvConfig config_;
   int32_t n_layers_;
-  LayerLimits limits_;
-  ContextWindows windows_;
   LayerGroupSlots group_slots_;
 };
 
