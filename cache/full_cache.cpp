@@ -171,6 +171,14 @@ DenseKv DenseLayerKv::view() const {
   return rows_.view();
 }
 
+DenseKv DenseLayerKv::heads_view() const {
+  if (!ragged()) return view();
+  std::vector<DenseKv> heads;
+  heads.reserve(heads_.size());
+  for (const HeadRows& head : heads_) heads.push_back(head.view());
+  return ragged_view_.gather(heads);
+}
+
 std::unique_ptr<LayerKv> DenseLayerKv::clone() const {
   return std::make_unique<DenseLayerKv>(*this);
 }

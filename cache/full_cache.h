@@ -10,6 +10,7 @@
 
 #include "cache/head_rows.h"
 #include "cache/kv_cache.h"
+#include "cache/ragged_view.h"
 
 namespace kvbench {
 
@@ -47,6 +48,8 @@ class DenseLayerKv : public LayerKv {
   // host policy. A policy that plans ragged and plans again later (DuoAttention's streaming
   // heads) follows its slots itself, by the placement retain hands back in the plan.
   DenseKv view() const override;
+  DenseKv heads_view() const override;  // ragged: the heads gathered
+  void settle() override { ragged_view_.clear(); }
   std::unique_ptr<LayerKv> clone() const override;
   int64_t n_tokens() const override;  // ragged: the largest head's
   int64_t head_tokens(int32_t head) const override;
@@ -64,6 +67,7 @@ class DenseLayerKv : public LayerKv {
   HeadRows rows_;                // every KV head, equal counts (until a ragged plan)
   std::vector<HeadRows> heads_;  // after one: KV head h alone in heads_[h], sized to its count
   bool evicted_ = false;         // a plan has dropped slots: growth is by kEvictionSlack
+  mutable RaggedView ragged_view_;  // heads_view's copy, until settle()
 };
 
 // Where a retain plan puts one head's kept slots. keep: the kept slots, ascending; on

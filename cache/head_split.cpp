@@ -111,7 +111,17 @@ DenseKv HeadSplitLayerKv::view() const {
   return DenseKv{nullptr, nullptr, nullptr, n_kv_heads_, head_dim_, 0, n_tokens()};
 }
 
+DenseKv HeadSplitLayerKv::heads_view() const {
+  if (!split()) return whole_->heads_view();
+  if (std::string(tier()) != "ram") return view();
+  std::vector<DenseKv> heads;
+  heads.reserve(heads_.size());
+  for (const auto& head : heads_) heads.push_back(head->view());
+  return ragged_view_.gather(heads);
+}
+
 void HeadSplitLayerKv::settle() {
+  ragged_view_.clear();
   if (!split()) {
     whole_->settle();
     return;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cache/kv_cache.h"
+#include "cache/ragged_view.h"
 
 namespace kvbench {
 
@@ -53,6 +54,8 @@ class HeadSplitLayerKv : public LayerKv {
   // Before the split the wrapped store's view; after it the shape alone (null pointers,
   // n_tokens the largest head's), as DenseLayerKv's.
   DenseKv view() const override;
+  // After the split, in host memory: the heads gathered (their shape alone on a device).
+  DenseKv heads_view() const override;
   void settle() override;
   std::unique_ptr<LayerKv> clone() const override;
   int64_t n_tokens() const override;  // split: the largest head's
@@ -76,6 +79,7 @@ class HeadSplitLayerKv : public LayerKv {
   std::shared_ptr<const RowMemory> memory_;
   std::unique_ptr<LayerKv> whole_;              // until the first ragged plan
   std::vector<std::unique_ptr<LayerKv>> heads_;  // after it: KV head h alone in heads_[h]
+  mutable RaggedView ragged_view_;               // heads_view's copy, until settle()
 };
 
 // The layers of `layers` each wrapped in a HeadSplitLayerKv; stores of a storage method that

@@ -53,7 +53,7 @@ void KvCache::attend(int32_t layer, const AttentionQuery& query) {
     bytes_read_forward_ += store.attend(query, pages);
   }
   store.observe_queries(query);
-  if (policy_ && !policy_->done(layer)) policy_->observe(layer, query, store.view());
+  if (policy_ && !policy_->done(layer)) policy_->observe(layer, query, policy_view(store));
 }
 
 bool KvCache::attend_scored(int32_t layer, const AttentionQuery& query) {
@@ -87,7 +87,7 @@ void KvCache::end_context() {
   context_ended_ = true;
   if (policy_ && policy_->reads_context_end()) {
     for (int32_t l = 0; l < shape_.n_layers; ++l) {
-      if (!policy_->done(l)) policy_->context_ending(l, layers_[l]->view());
+      if (!policy_->done(l)) policy_->context_ending(l, policy_view(*layers_[l]));
     }
   }
   compress(CachePhase::ContextEnd);
@@ -104,6 +104,10 @@ int64_t held_per_head(const LayerKv& store, int32_t heads) {
 }
 }  // namespace
 
+DenseKv KvCache::policy_view(const LayerKv& store) const {
+  return policy_->reads_ragged_heads() ? store.heads_view() : store.view();
+}
+
 void KvCache::compress(CachePhase phase) {
   RetainPlan plan;
   for (int32_t l = 0; l < shape_.n_layers; ++l) {
@@ -113,7 +117,7 @@ void KvCache::compress(CachePhase phase) {
     const bool planning = policy_ && !policy_->done(l) &&
                           (phase != CachePhase::ContextChunk || policy_->context_block() > 0);
     plan.head_keep.clear();
-    if (planning && policy_->plan(l, store.view(), phase, plan)) {
+    if (planning && policy_->plan(l, policy_view(store), phase, plan)) {
       if (plan.ragged() && !store.holds_ragged_heads()) {
         throw std::invalid_argument("a ragged retain plan for a store that holds equal heads");
       }

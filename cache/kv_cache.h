@@ -113,8 +113,13 @@ class LayerKv {
   // token, not all those after it). Positions travel with their tokens.
   virtual void retain(RetainPlan& plan) = 0;
   // The stored KV in fp32, for policies to score (a packed store unpacks into a buffer it
-  // holds until settle()).
+  // holds until settle()). A layer whose heads hold their own counts shows its shape alone.
   virtual DenseKv view() const = 0;
+  // view(), except in a layer whose heads hold their own counts (holds_ragged_heads, after a
+  // ragged plan), where it is those heads gathered into one view with DenseKv::head_tokens
+  // (cache/ragged_view.h; a copy, held until settle()): for a policy that reads such layers
+  // (TokenPolicy::reads_ragged_heads).
+  virtual DenseKv heads_view() const { return view(); }
   // The end of a forward, after the policy's plan: a store that packs what it holds (KIVI
   // quantizes full blocks past its fp32 residual) does it here.
   virtual void settle() {}
@@ -252,6 +257,9 @@ class KvCache {
 
  private:
   void compress(CachePhase phase);
+  // What the policy is shown of a layer (LayerKv::view, or heads_view for a policy that
+  // reads_ragged_heads).
+  DenseKv policy_view(const LayerKv& store) const;
   // A policy scored by the attention every query row gives (TokenPolicy::ScoredRows::All)
   // over a store that attends and scores in one pass (LayerKv::attend_scored): both done,
   // the policy handed the scores; false where not (then attend, then observe).

@@ -18,15 +18,16 @@ int64_t LayerLimits::resolve(int32_t layer, CachePhase phase, int64_t n_tokens) 
 
 std::vector<int32_t> slots_by_position(const DenseKv& kv, int32_t head, int64_t n_oldest,
                                        int64_t n_newest) {
-  assert(n_oldest + n_newest <= kv.n_tokens);
+  const int64_t n = kv.tokens(head);
+  assert(n_oldest + n_newest <= n);
   const int32_t* positions = kv.positions + static_cast<int64_t>(head) * kv.capacity;
-  std::vector<int32_t> order(static_cast<size_t>(kv.n_tokens));
-  for (int64_t t = 0; t < kv.n_tokens; ++t) order[t] = static_cast<int32_t>(t);
+  std::vector<int32_t> order(static_cast<size_t>(n));
+  for (int64_t t = 0; t < n; ++t) order[t] = static_cast<int32_t>(t);
   const auto older = [positions](int32_t a, int32_t b) { return positions[a] < positions[b]; };
-  if (n_newest > 0 && n_newest < kv.n_tokens) {
+  if (n_newest > 0 && n_newest < n) {
     std::nth_element(order.begin(), order.end() - n_newest, order.end(), older);
   }
-  if (n_oldest > 0 && n_oldest < kv.n_tokens - n_newest) {
+  if (n_oldest > 0 && n_oldest < n - n_newest) {
     std::nth_element(order.begin(), order.begin() + n_oldest, order.end() - n_newest, older);
   }
   return order;

@@ -35,7 +35,8 @@ class LayerLimits {
 // KV head `head`'s slots ordered by position, oldest first, partially: the first `n_oldest`
 // and the last `n_newest` entries are the oldest and newest tokens (each group in any
 // order; the middle unordered). Where "the first" and "the most recent" tokens are, since
-// applying a plan may reorder slots; O(n_tokens), no full sort on every decode step.
+// applying a plan may reorder slots; O(n_tokens), no full sort on every decode step. The
+// head's own tokens (kv.tokens(head)) in a view of heads that hold their own counts.
 std::vector<int32_t> slots_by_position(const DenseKv& kv, int32_t head, int64_t n_oldest,
                                        int64_t n_newest);
 

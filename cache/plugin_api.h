@@ -30,15 +30,17 @@
 // AttentionQuery::rounding, 5 since PrefillAttention::sparse_after_context, 6 since
 // TokenPolicy::adopt_scores, 7 since DenseKv's checked accessors (key, value, position), 8 since
 // MethodInfo::make_device_layers (a storage method's device twin) replaced cuda_store and
-// MethodInfo::reuses_blocks. (The built-in methods registering themselves, register_builtin,
-// and cache/windowed_policy.h, a base a plugin may use, changed no declaration a plugin
-// already used: the hash moved, the version did not.)
+// MethodInfo::reuses_blocks, 9 since DenseKv::head_tokens, TokenPolicy::reads_ragged_heads and
+// LayerKv::heads_view (a full policy under adakv+ reads layers whose heads hold their own
+// counts). (The built-in methods registering themselves, register_builtin, and
+// cache/windowed_policy.h, a base a plugin may use, changed no declaration a plugin already
+// used: the hash moved with them, the version did not.)
 // The hash is of every installed seam header (cache/*.h) and every header they include,
 // comments aside ("<version>:<sha256>"); a test fails when they change and it is not
 // recorded again (tests/test_plugins.cpp).
-#define KVBENCH_PLUGIN_INTERFACE_VERSION 8
+#define KVBENCH_PLUGIN_INTERFACE_VERSION 9
 #define KVBENCH_PLUGIN_INTERFACE_HASH \
-  "8:589a3a8cb602a14a82e76904bea9934c58f29d732d2cb310a65ecefd58f271a1"
+  "9:d1aac90f0f15d06c17b0b9d51048e0450d23431a47d7efcb475162cba11b7a42"
 
 namespace kvbench {
 

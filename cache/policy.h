@@ -168,6 +168,13 @@ class TokenPolicy {
   // True once `layer` is compressed for good (a policy that compresses once): observe and
   // plan are no longer called for it, so a packed store is not unpacked to show them.
   virtual bool done(int32_t /*layer*/) const { return false; }
+
+  // A policy that goes on observing and planning a layer after a ragged plan (its own under
+  // an allocation method, adakv+<name>), reading keys, values or positions: the cache then
+  // shows it such a layer's heads gathered (LayerKv::heads_view: DenseKv::head_tokens gives
+  // each head's count) instead of the shape alone, at the price of a copy of the layer each
+  // time. Its later plans are ragged too (a head keeps at most what it holds).
+  virtual bool reads_ragged_heads() const { return false; }
 };
 
 }  // namespace kvbench

@@ -11,7 +11,8 @@ namespace kvbench {
 // Keys and values of one layer, stored per KV head (GQA stays GQA: never expanded per query
 // head). Token t of head h lives at k[(h * capacity + t) * head_dim]. Each KV head has its
 // own positions because per-head eviction (SnapKV, H2O, Knorm) keeps different tokens in
-// different heads; every head holds the same number of tokens.
+// different heads; every head holds the same number of tokens, except in a view of a layer
+// whose heads hold their own counts (head_tokens).
 struct DenseKv {
   const float* k;            // [n_kv_heads, capacity, head_dim]
   const float* v;            // [n_kv_heads, capacity, head_dim]
@@ -19,24 +20,46 @@ struct DenseKv {
   int32_t n_kv_heads;
   int32_t head_dim;
   int64_t capacity;          // row stride between heads, in tokens
-  int64_t n_tokens;          // stored tokens, all valid
+  int64_t n_tokens;          // stored tokens, all valid (the largest head's, see head_tokens)
+  // nullptr: every head holds n_tokens. Else the view is of a layer whose heads hold their
+  // own counts (head-wise budgets, after a ragged RetainPlan; cache/ragged_view.h): KV head h
+  // holds its first head_tokens[h] rows, each count <= n_tokens, and the rows after them to
+  // n_tokens are padding (keys and values 0, position kPaddingPosition, which no query
+  // attends: attention and its scores skip them as they skip any later position).
+  const int64_t* head_tokens = nullptr;
 
+  // The tokens KV head h holds.
+  int64_t tokens(int32_t h) const {
+    check_head(h);
+    return head_tokens ? head_tokens[h] : n_tokens;
+  }
   // Token t of KV head h: its key and its value (head_dim floats each) and its position.
   // A head's tokens are `capacity` rows apart, not n_tokens (the two differ once the cache
   // has room for more), so code outside the kernels reads through these; each checks that
-  // h < n_kv_heads and t < n_tokens (std::out_of_range otherwise), once a row.
+  // h < n_kv_heads and t < tokens(h) (std::out_of_range otherwise), once a row.
   const float* key(int32_t h, int64_t t) const { return k + row(h, t) * head_dim; }
   const float* value(int32_t h, int64_t t) const { return v + row(h, t) * head_dim; }
   int32_t position(int32_t h, int64_t t) const { return positions[row(h, t)]; }
   int64_t row(int32_t h, int64_t t) const {
-    if (h < 0 || h >= n_kv_heads || t < 0 || t >= n_tokens) {
+    if (t < 0 || t >= tokens(h)) {
       throw std::out_of_range("DenseKv: token " + std::to_string(t) + " of KV head " +
-                              std::to_string(h) + " (" + std::to_string(n_tokens) +
-                              " tokens, " + std::to_string(n_kv_heads) + " heads)");
+                              std::to_string(h) + " (" + std::to_string(tokens(h)) +
+                              " tokens in that head, " + std::to_string(n_kv_heads) + " heads)");
     }
     return static_cast<int64_t>(h) * capacity + t;
   }
+  int32_t check_head(int32_t h) const {
+    if (h < 0 || h >= n_kv_heads) {
+      throw std::out_of_range("DenseKv: KV head " + std::to_string(h) + " of " +
+                              std::to_string(n_kv_heads));
+    }
+    return h;
+  }
 };
+
+// The position of a ragged view's padding rows (DenseKv::head_tokens): after every real one,
+// so causal attention never reads them.
+constexpr int32_t kPaddingPosition = 0x7fffffff;
 
 // How a narrow store holds each key and value element (kernels/cpu/narrow.h converts):
 // IEEE fp16 or bf16, as engines hold their caches, or fp8 e4m3 (OCP "e4m3fn": no

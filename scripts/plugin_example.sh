@@ -20,7 +20,7 @@ plugin="$work/build/libexample_methods.so"
 echo "plugin example: built $(basename "$plugin") out of the tree"
 
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
-"$work/prefix/bin/kvbench" --plugin "$plugin" list methods | grep -A1 -E "^(example_knorm|value_attention)$"
+"$work/prefix/bin/kvbench" --plugin "$plugin" list methods | grep -A1 -E "^(example_knorm|value_attention|vatp_h2o)$"
 "$work/prefix/bin/kvbench" --plugin "$plugin" sweep "$root/examples/plugin_method/sweep.json" \
   --db "$work/example.db"
 "$work/prefix/bin/kvbench" report "$work/example.db" -o "$work/report" > /dev/null
@@ -39,4 +39,13 @@ if not builtin or builtin != plugin:
     sys.exit("plugin example: example_knorm's rows differ from knorm's:\n%r\n%r" % (builtin, plugin))
 print("plugin example: example_knorm equals the built-in knorm on %d turns "
       "(answers, bytes, kept tokens, KL, top-1)" % len(builtin))
+# The full policy ran alone and under adakv+, its heads at their own counts there.
+for pattern in ("vatp_h2o:%", "adakv:%+vatp_h2o:%"):
+    n = db.execute("SELECT COUNT(*) FROM results WHERE method LIKE ?", (pattern,)).fetchone()[0]
+    if n == 0:
+        sys.exit("plugin example: no rows for %s" % pattern)
+heads = db.execute("SELECT head_tokens FROM units WHERE method LIKE 'adakv:%+vatp_h2o:%'").fetchone()[0]
+if not any(len(set(layer)) > 1 for layer in __import__("json").loads(heads)):
+    sys.exit("plugin example: adakv+vatp_h2o's heads hold equal counts: %s" % heads)
+print("plugin example: vatp_h2o (a full policy) ran alone and under adakv+, heads uneven there")
 PY

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/full_cache.h"
 #include "cache/plugin_api.h"
 #include "cache/registry.h"
 #include "cache_feed.h"
@@ -119,7 +120,7 @@ TEST_CASE("plugins: the example's Knorm keeps, scores and holds what the built-i
   CHECK(info->plugin_sha256 == sha256_file(kExample));
   REQUIRE(loaded_plugins().size() == 1);
   CHECK(loaded_plugins()[0].methods ==
-        std::vector<std::string>{"example_knorm", "value_attention"});
+        std::vector<std::string>{"example_knorm", "value_attention", "vatp_h2o"});
 
   testing::TinyLlamaSpec spec;
   spec.n_layer = 4;
@@ -208,6 +209,95 @@ TEST_CASE("plugins: a scorer method composes, keeps its window and sink, and lis
   CHECK(list.output.find("plugin: libexample_methods.so (sha256 " + sha256_file(kExample)) !=
         std::string::npos);
   CHECK(list.output.find("value_attention\n") != std::string::npos);
+}
+
+namespace {
+
+// Original positions KV head `head` of `layer` holds, ascending, from the view a policy that
+// reads layers of ragged heads is shown (any store: a split KIVI layer shows no rectangle).
+std::vector<int32_t> held_positions(const KvCache& cache, int32_t layer, int32_t head) {
+  const DenseKv kv = cache.layer(layer).heads_view();
+  std::vector<int32_t> positions;
+  for (int64_t t = 0; t < kv.tokens(head); ++t) positions.push_back(kv.position(head, t));
+  std::sort(positions.begin(), positions.end());
+  return positions;
+}
+
+}  // namespace
+
+TEST_CASE("plugins: the example's full policy evicts at every step, alone and under adakv+",
+          "[unit]") {
+  load_plugin(kExample);
+  const KvShape shape{3, 2, 32};
+  const int32_t n_heads = 4;
+  std::mt19937 rng(11);
+  const testing::Chunk context = testing::random_chunk(64, shape, n_heads, rng);
+  for (const std::string spec : {"vatp_h2o:budget=24", "adakv+vatp_h2o:budget=24",
+                                 "adakv+vatp_h2o:budget=24+kivi:bits=4"}) {
+    INFO(spec);
+    const bool allocated = spec.rfind("adakv", 0) == 0;
+    KvCache cache = make_cache(spec, shape);
+    testing::feed(cache, n_heads, context);
+    cache.end_context();
+    // Each head's count at the end of the context: the budget, or the allocation's split.
+    std::vector<std::vector<int64_t>> counts(shape.n_layers);
+    bool uneven = false;
+    for (int32_t l = 0; l < shape.n_layers; ++l) {
+      for (int32_t h = 0; h < shape.n_kv_heads; ++h) {
+        counts[l].push_back(cache.layer(l).head_tokens(h));
+        CHECK(static_cast<int64_t>(held_positions(cache, l, h).size()) == counts[l][h]);
+      }
+      // AdaKV's floor is the integer part of 0.2 x 24 a head (4, not 4.8): 46.4 of 48.
+      const int64_t total = counts[l][0] + counts[l][1];
+      CHECK(total <= 48);
+      CHECK(total >= (allocated ? 46 : 48));
+      if (!allocated) CHECK(counts[l][0] == 24);
+      uneven = uneven || counts[l][0] != counts[l][1];
+    }
+    CHECK(uneven == allocated);
+    // Every decode step adds a token and the policy drops one per head: each keeps its count
+    // and its newest token.
+    for (int32_t step = 0; step < 5; ++step) {
+      testing::decode_step(cache, n_heads, testing::random_chunk(1, shape, n_heads, rng));
+      for (int32_t l = 0; l < shape.n_layers; ++l) {
+        for (int32_t h = 0; h < shape.n_kv_heads; ++h) {
+          const std::vector<int32_t> held = held_positions(cache, l, h);
+          CHECK(static_cast<int64_t>(held.size()) == counts[l][h]);
+          CHECK(cache.layer(l).head_tokens(h) == counts[l][h]);
+          CHECK(held.back() == 64 + step);
+        }
+      }
+    }
+    CHECK(cache.stats().tokens_evicted > 0);
+  }
+
+  // What such a policy is shown of a layer whose heads hold their own counts: the heads
+  // gathered, each head's count in head_tokens, its rows past it padding no query attends,
+  // read through the checked accessors; every other policy sees the shape alone.
+  KvCache ada = make_cache("adakv+vatp_h2o:budget=24", shape);
+  testing::feed(ada, n_heads, context);
+  ada.end_context();
+  const auto& dense = dynamic_cast<const DenseLayerKv&>(ada.layer(0));
+  REQUIRE(dense.ragged());
+  CHECK(dense.view().k == nullptr);
+  const DenseKv view = dense.heads_view();
+  REQUIRE(view.head_tokens != nullptr);
+  CHECK(view.n_tokens == std::max(dense.head_tokens(0), dense.head_tokens(1)));
+  for (int32_t h = 0; h < shape.n_kv_heads; ++h) {
+    INFO("head " << h);
+    const DenseKv one = dense.head_view(h);
+    REQUIRE(view.tokens(h) == one.n_tokens);
+    for (int64_t t = 0; t < one.n_tokens; ++t) {
+      CHECK(view.position(h, t) == one.position(0, t));
+      CHECK(std::equal(view.key(h, t), view.key(h, t) + shape.head_dim, one.key(0, t)));
+      CHECK(std::equal(view.value(h, t), view.value(h, t) + shape.head_dim, one.value(0, t)));
+    }
+    if (view.tokens(h) < view.n_tokens) {
+      CHECK(view.positions[h * view.capacity + view.tokens(h)] == kPaddingPosition);
+      CHECK_THROWS_AS(view.key(h, view.tokens(h)), std::out_of_range);
+    }
+  }
+  CHECK_THROWS_AS(view.tokens(2), std::out_of_range);
 }
 
 TEST_CASE("plugins: a sweep with a plugin method resumes, equals the built-in, and reports it",

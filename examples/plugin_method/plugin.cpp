@@ -4,10 +4,12 @@
 namespace example {
 kvbench::ScorerMethod knorm_scorer();     // knorm_scorer.cpp
 kvbench::ScorerMethod value_attention();  // value_attention.cpp
+kvbench::MethodInfo vatp_h2o();           // vatp_h2o.cpp: a full policy
 
 void register_methods(kvbench::PluginMethods& methods) {
   methods.add(knorm_scorer());
   methods.add(value_attention());
+  methods.add(vatp_h2o());
 }
 }  // namespace example
 

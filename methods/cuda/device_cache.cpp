@@ -29,6 +29,12 @@ KvCache make_cuda_cache(const ResolvedSpec& spec, const KvShape& shape) {
     }
   }
   std::unique_ptr<TokenPolicy> policy;
+  if (parts.policy && ragged && parts.policy->reads_ragged_heads()) {
+    // Its plans after the first would read device layers whose heads are stored apart,
+    // which the host wrapping does not gather.
+    throw InputError("'" + spec.canonical + "': a policy that plans again after a ragged plan "
+                     "(reads_ragged_heads) under an allocation method runs with --device cpu only");
+  }
   if (parts.policy) policy = std::make_unique<HostPolicyOnDevice>(std::move(parts.policy));
   std::unique_ptr<ReadPolicy> reader;
   if (parts.reader) {
