@@ -210,9 +210,7 @@ Board build_board(const std::vector<Aggregate>& aggs) {
   for (const auto& [key, list] : g) {
     Row r;
     std::tie(r.method, r.budget, r.mode) = key;
-    r.family = list.front()->parts.family;
-    r.series = list.front()->parts.series;
-    r.budget_tokens = list.front()->parts.budget_tokens;
+    r.parts = list.front()->parts;
     std::vector<double> accs, ratios, kls, top1s, decodes, kvs, ttfts, reads, reuses;
     std::vector<std::vector<double>> turn_vals;
     std::vector<std::vector<std::vector<double>>> task_scores;  // per scored task, per unit
@@ -267,12 +265,12 @@ Board build_board(const std::vector<Aggregate>& aggs) {
   // that set a series apart from the family's other series; the spec when still ambiguous.
   const bool many_modes = b.modes.size() > 1;
   std::map<std::string, std::set<std::string>> family_series;
-  for (const Row& r : b.rows) family_series[r.family].insert(r.series);
+  for (const Row& r : b.rows) family_series[r.parts.family].insert(r.parts.series);
   std::map<std::string, int> seen;
   std::vector<std::string> shorts;
   for (const Row& r : b.rows) {
     // The variant may be cut; the budget and mode after it stay readable.
-    std::string s = truncate(variant_name(r.family, r.series, family_series[r.family]), 24);
+    std::string s = truncate(variant_name(r.parts.family, r.parts.series, family_series[r.parts.family]), 24);
     if (!r.budget.empty()) s += " " + budget_cell(r.budget);
     if (many_modes) s += " (" + r.mode + ")";
     shorts.push_back(s);

@@ -50,8 +50,7 @@ std::optional<double> mean_of(const std::vector<double>& v);
 
 struct Row {
   std::string method, budget, mode;
-  std::string family, series;  // series: the spec without its budget (MethodParts)
-  std::optional<int64_t> budget_tokens;  // the spec's budget= in tokens, if it has one
+  MethodParts parts;  // the spec's family, series (without its budget) and budget= tokens
   std::map<std::string, std::optional<double>> accuracy;  // by task (present tasks only)
   std::map<std::string, Interval> accuracy_ci;            // by task, where scored
   std::optional<double> average;  // mean of the task accuracies present
@@ -65,7 +64,7 @@ struct Row {
   int64_t units = 0, turns = 0;
   UnitTime time;  // summed over the row's tasks
   std::string label;  // short display name for charts
-  bool is_full() const { return family == "full"; }
+  bool is_full() const { return parts.family == "full"; }
 };
 
 struct Board {

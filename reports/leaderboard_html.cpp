@@ -162,8 +162,8 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
         ++no_ratio;
         continue;
       }
-      auto key = std::make_pair(r.series, r.mode);
-      family_of[r.series] = r.family;
+      auto key = std::make_pair(r.parts.series, r.mode);
+      family_of[r.parts.series] = r.parts.family;
       if (!rows_of.count(key)) order.push_back(key);
       rows_of[key].push_back(&r);
       xs.insert(*r.kv_vs_ref);
@@ -269,17 +269,17 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
   std::vector<const Row*> bar_rows;
   for (const Row& r : b.rows) bar_rows.push_back(&r);
   std::stable_sort(bar_rows.begin(), bar_rows.end(), [](const Row* x, const Row* y) {
-    const auto& bx = x->budget_tokens;
-    const auto& by = y->budget_tokens;
-    return std::make_tuple(!x->is_full(), x->family, x->series, x->mode, !bx.has_value(),
+    const auto& bx = x->parts.budget_tokens;
+    const auto& by = y->parts.budget_tokens;
+    return std::make_tuple(!x->is_full(), x->parts.family, x->parts.series, x->mode, !bx.has_value(),
                            bx.value_or(0), x->budget) <
-           std::make_tuple(!y->is_full(), y->family, y->series, y->mode, !by.has_value(),
+           std::make_tuple(!y->is_full(), y->parts.family, y->parts.series, y->mode, !by.has_value(),
                            by.value_or(0), y->budget);
   });
   std::vector<Bar> ttft, mem;
   for (const Row* rp : bar_rows) {
     const Row& r = *rp;
-    const std::string c = fc.colour_of(r.family);
+    const std::string c = fc.colour_of(r.parts.family);
     ttft.push_back({r.label, r.method + " " + r.mode, c, r.ttft_ms, fmt(r.ttft_ms, 1) + " ms"});
     mem.push_back({r.label, r.method + " " + r.mode, c, r.kv_mib,
                    fmt(r.kv_mib, 2) + " MiB" +
@@ -335,11 +335,11 @@ std::string render_leaderboard_html(const std::vector<RunRecord>& runs,
       }
       se.tooltip = r.method;
       // The family's colour, as in the other charts; budgets of one family by dash.
-      se.colour = fc.colour_of(r.family);
+      se.colour = fc.colour_of(r.parts.family);
       static const char* const kFamilyDash[] = {"", " stroke-dasharray=\"6 3\"",
                                                 " stroke-dasharray=\"2 2\"",
                                                 " stroke-dasharray=\"8 2 2 2\""};
-      se.dash = kFamilyDash[family_lines[r.family]++ % 4];
+      se.dash = kFamilyDash[family_lines[r.parts.family]++ % 4];
       for (size_t i = 0; i < k; ++i) {
         const bool has = i < r.by_turn.size() && std::isfinite(r.by_turn[i]);
         o << td(has ? fmt(r.by_turn[i] * 100, 1) : std::string(kMissing), "num");

@@ -25,7 +25,7 @@ class FamilyColours {
   explicit FamilyColours(const std::vector<board::Row>& rows) {
     std::set<std::string> families;
     for (const board::Row& r : rows) {
-      if (!r.is_full()) families.insert(r.family);
+      if (!r.is_full()) families.insert(r.parts.family);
     }
     size_t i = 0;
     for (const std::string& f : families) index_[f] = i++;
