@@ -5,7 +5,6 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
-#include <iterator>
 #include <map>
 #include <stdexcept>
 

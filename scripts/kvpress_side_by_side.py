@@ -147,6 +147,9 @@ ACCURACY_PRESSES = {
     "criticalkv": lambda kp, cr: kp.CriticalKVPress(
         kp.SnapKVPress(compression_ratio=cr, window_size=32, kernel_size=5), epsilon=1e-4,
         first_stage_ratio=0.5),
+    "adakv+snapkv": lambda kp, cr: kp.AdaKVPress(
+        kp.SnapKVPress(compression_ratio=cr, window_size=32, kernel_size=5),
+        alpha_safeguard=0.2),
 }
 
 
@@ -190,11 +193,15 @@ def task_lengths(binary):
 class MultiPress:
     """One prefill, every press: in each attention layer, each press's own forward_hook runs
     on a cache of its own that holds the layer's full keys and values (kvpress compresses a
-    layer's cache after the layer; the next layer's input does not depend on it)."""
+    layer's cache after the layer; the next layer's input does not depend on it). A press that
+    compresses head-wise by masking (AdaKV: kvpress keeps every key and leaves the layer's
+    `masked_key_indices` for its attention patch to hide at decoding) has its masks kept
+    here per layer, and put back on the layers only while its own answers are decoded."""
 
     def __init__(self, model, presses):
         self.model, self.presses = model, presses
         self.caches = None
+        self.masks = {}  # press name -> {layer: masked_key_indices}
 
     def hook(self, module, args, kwargs, output):
         full = kwargs["past_key_values"]
@@ -204,6 +211,10 @@ class MultiPress:
             cache = self.caches[name]
             cache.update(keys, values, i)
             press.forward_hook(module, args, dict(kwargs, past_key_values=cache), output)
+            masked = getattr(module, "masked_key_indices", None)
+            if masked is not None:
+                self.masks.setdefault(name, {})[i] = masked
+                module.masked_key_indices = None  # not the next press's, nor the full cache's
         return output
 
     def prefill(self, torch, ids):
@@ -325,10 +336,14 @@ def run_accuracy(args):
                 continue
             kept = math.ceil(r * n - 1e-9)  # kvbench's count (cache/budget.cpp)
             presses[kvbench_spec(m, r)] = ACCURACY_PRESSES[m](kvpress, 1 - (kept + 0.5) / n)
-        caches = MultiPress(model, presses).prefill(torch, context)
+        multi = MultiPress(model, presses)
+        caches = multi.prefill(torch, context)
         for spec, cache in caches.items():
+            masks = multi.masks.get(spec, {})
             for t, turn in enumerate(s["multi_turns"], 1):
                 query = encode(tokenizer, turn["input"] + tail, False)
+                for i, layer in enumerate(model.model.layers):  # this press's, or none
+                    layer.self_attn.masked_key_indices = masks.get(i)
                 text = answer(torch, model, tokenizer, cache, n, query, max_new, stop_ids)
                 rows.append({"sample": s["id"], "method": spec, "turn": t, "prediction": text,
                              "prompt_tokens": n + len(query)})
