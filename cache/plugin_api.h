@@ -32,7 +32,7 @@
 // MethodInfo::make_device_layers (a storage method's device twin) replaced cuda_store and
 // MethodInfo::reuses_blocks, 9 since DenseKv::head_tokens, TokenPolicy::reads_ragged_heads and
 // LayerKv::heads_view (a full policy under adakv+ reads layers whose heads hold their own
-// counts). (The built-in methods registering themselves, register_builtin, and
+// counts) and MethodInfo::uncompressed_tiers. (The built-in methods registering themselves, register_builtin, and
 // cache/windowed_policy.h, a base a plugin may use, changed no declaration a plugin already
 // used: the hash moved with them, the version did not.)
 // The hash is of every installed seam header (cache/*.h) and every header they include,
@@ -40,7 +40,7 @@
 // recorded again (tests/test_plugins.cpp).
 #define KVBENCH_PLUGIN_INTERFACE_VERSION 9
 #define KVBENCH_PLUGIN_INTERFACE_HASH \
-  "9:d1aac90f0f15d06c17b0b9d51048e0450d23431a47d7efcb475162cba11b7a42"
+  "9:f291155552c20f29e5be4fc80b9151e2008b5b38f3d6d3216e1d70320e3960a5"
 
 namespace kvbench {
 

@@ -95,6 +95,15 @@ std::string allocating_methods() {
   return methods_where([](const MethodInfo& m) { return bool(m.make_allocated_policy); });
 }
 
+// A spec to quote in an error message: the first registered eviction method that an
+// allocation method can split, at a quarter of the context ("<name>:ratio=0.25").
+std::string example_eviction_spec() {
+  for (const auto& m : method_registry()) {
+    if (m.make_allocated_policy) return m.name + ":ratio=0.25";
+  }
+  return "<eviction method>:ratio=0.25";
+}
+
 // The reuse methods that keep blocks (tiers and pinning need one).
 std::string block_reuse_methods() {
   return methods_where(
@@ -180,7 +189,7 @@ void check_composition(const std::string& text, const std::map<MethodKind, const
   }
   if (info.kind == MethodKind::Allocation && seen.count(MethodKind::Eviction)) {
     fail_spec(text, "'" + info.name + "' comes before the eviction method whose budget it splits "
-                        "(" + info.name + "+snapkv:ratio=0.25)");
+                        "(" + info.name + "+" + example_eviction_spec() + ")");
   }
   // Heads of their own (an allocation method, or an eviction method that makes them) are
   // held by the fp32 store and the storage methods that split their heads.
@@ -499,15 +508,16 @@ ResolvedSpec resolve_method_spec(const MethodSpec& spec) {
   if (seen.count(MethodKind::Allocation) && !seen.count(MethodKind::Eviction)) {
     fail_spec(text, "'" + seen[MethodKind::Allocation]->name + "' splits the budget of an "
                         "eviction method: give one after it (" +
-                        seen[MethodKind::Allocation]->name + "+snapkv:ratio=0.25; those that "
+                        seen[MethodKind::Allocation]->name + "+" + example_eviction_spec() +
+                        "; those that "
                         "take one: " + allocating_methods() + ")");
   }
   const auto storage = seen.find(MethodKind::Storage);
   if (storage != seen.end() && storage->second->needs_eviction &&
       !seen.count(MethodKind::Eviction)) {
     fail_spec(text, "'" + storage->second->name + "' keeps at low precision what an eviction "
-                        "method in front drops: give one before it (snapkv:ratio=0.25+" +
-                        storage->second->name + ")");
+                        "method in front drops: give one before it (" +
+                        example_eviction_spec() + "+" + storage->second->name + ")");
   }
   if (reuse && seen.count(MethodKind::Eviction)) {
     if (!blocks) {
@@ -515,11 +525,11 @@ ResolvedSpec resolve_method_spec(const MethodSpec& spec) {
                       "method has not seen; it composes with full, storage and retrieval caches");
     }
     const MethodParams* tiers = resolved.find(MethodKind::Tiers);
-    for (const char* lower : {"cpu", "disk", "redis"}) {
-      if (tiers && tiers->given(lower)) {
+    if (tiers) {
+      for (const std::string& lower : seen[MethodKind::Tiers]->uncompressed_tiers) {
+        if (!tiers->given(lower)) continue;
         fail_spec(text, "with an eviction method the compressed context is reused whole from "
-                        "device memory; the '" + std::string(lower) +
-                        "' tier holds uncompressed blocks only");
+                        "device memory; the '" + lower + "' tier holds uncompressed blocks only");
       }
     }
   }

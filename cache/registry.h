@@ -143,6 +143,10 @@ struct MethodInfo {
   // stores its blocks and a pinning method pins them, and an eviction method may sit in front
   // (its compressed context reused whole). One that does not (cacheblend) takes none of these.
   bool reuses_blocks = false;
+  // A tiers method: its parameters that open a tier below device memory. Those tiers hold
+  // blocks uncompressed only, so with an eviction method in front (its compressed context
+  // reused whole, from device memory) a spec that sets one is refused.
+  std::vector<std::string> uncompressed_tiers;
   // Extra cross-parameter checks (e.g. budget xor ratio); throws InputError. May be empty.
   std::function<void(const MethodParams&)> check;
   // Builds one sequence's policy (Eviction), stores (Storage) or read policy (Retrieval). A

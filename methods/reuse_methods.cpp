@@ -50,6 +50,7 @@ MethodInfo tiers_method() {
       "every disk file carries an XXH3 checksum of its encoding, so a corrupt raw file is a "
       "miss like a corrupt zstd one",
   };
+  m.uncompressed_tiers = {"cpu", "disk", "redis"};
   m.params = {
       bytes_param("device", "1GB", "bytes of blocks kept where the model computes (host memory in "
                                   "this CPU build)"),
