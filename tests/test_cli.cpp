@@ -116,6 +116,12 @@ TEST_CASE("cli: --dtype bf16 is refused without --device cuda, even where no mod
 TEST_CASE("cli: bad options exit 2 with one line", "[unit]") {
   require_clear_error(run_kvbench("generate --prompt hi --max-new -3"), "max-new");
   require_clear_error(run_kvbench("frobnicate"), "frobnicate");
+  // An option no command takes stops the run before its command writes anything.
+  const std::string config = write_text("bogus_option.json", "{\"tasks\": [\"retr_kv\"]}");
+  const std::string db = testing::temp_path("bogus_option.db");
+  std::remove(db.c_str());
+  require_clear_error(run_kvbench("sweep " + config + " --bogus --db " + db), "--bogus");
+  CHECK_FALSE(std::filesystem::exists(db));
 }
 
 TEST_CASE("cli: generate on a tiny model prints the reply and the figures", "[unit]") {

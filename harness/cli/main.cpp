@@ -181,6 +181,23 @@ void check_thread_environment() {
   } while (start != std::string::npos);
 }
 
+// One command, and no word after it that no option takes. The app allows extras so that an
+// unknown command can be named; this runs before the command's callback, so an unknown option
+// (sweep CONFIG --bogus) stops the run before it writes anything.
+void check_command_words(const CLI::App& app) {
+  std::string commands;
+  for (const CLI::App* command : app.get_subcommands({})) {
+    commands += (commands.empty() ? "" : ", ") + command->get_name();
+  }
+  const std::vector<std::string> extras = app.remaining();
+  if (app.get_subcommands().empty()) {
+    throw InputError(extras.empty() ? "no command given (commands: " + commands + ")"
+                                    : "unknown command '" + extras.front() +
+                                          "' (commands: " + commands + ")");
+  }
+  if (!extras.empty()) throw InputError("unexpected argument '" + extras.front() + "'");
+}
+
 void apply_thread_option(const ModelOptions& options) {
   if (options.threads > 0) omp_set_num_threads(options.threads);
 }
@@ -233,8 +250,10 @@ int main(int argc, char** argv) {
   app.add_option("--plugin", model.plugins,
                  "A shared object that adds methods (cache/plugin_api.h; docs/methods.md, "
                  "\"Write your own method\"); may be repeated");
-  // Before any command runs: a bad combination is refused even by commands without a model.
+  // Before any command runs: a bad combination is refused even by commands without a model,
+  // and a word no command knows stops the run before its command writes anything.
   app.parse_complete_callback([&app, &model] {
+    kvbench::check_command_words(app);
     kvbench::check_option_values(app);
     kvbench::check_thread_environment();
     kvbench::check_dtype_option(model);
@@ -255,16 +274,6 @@ int main(int argc, char** argv) {
   kvbench::set_command_line(argc, argv);
   try {
     app.parse(argc, argv);
-    if (app.get_subcommands().empty()) {
-      const auto extras = app.remaining();
-      throw kvbench::InputError(extras.empty()
-                                    ? "no command given (commands: calibrate, check, generate, list, merge, report, run, session, sweep)"
-                                    : "unknown command '" + extras.front() +
-                                          "' (commands: calibrate, check, generate, list, merge, report, run, session, sweep)");
-    }
-    if (!app.remaining().empty()) {
-      throw kvbench::InputError("unexpected argument '" + app.remaining().front() + "'");
-    }
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
     std::cerr << "kvbench: error: " << kvbench::one_line(e.what()) << " (see kvbench --help)\n";
