@@ -39,7 +39,7 @@ std::string method_spec_text(const std::vector<MethodComponent>& components);
 MethodSpec with_method_param(MethodSpec spec, size_t component,
                              std::pair<std::string, std::string> param);
 
-// What the reports group a spec's rows by, from its syntax (results/results_db.h keeps them in
+// What the reports group a spec's rows by, from its syntax (store/results_db.h keeps them in
 // columns beside the spec).
 struct MethodParts {
   std::string family;  // the method names, joined by '+': "adakv+snapkv"

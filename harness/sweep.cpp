@@ -20,7 +20,7 @@
 #include "harness/model/tokenizer.h"
 #include "harness/model_cache.h"
 #include "harness/plugin_guard.h"
-#include "results/results_db.h"
+#include "store/results_db.h"
 #include "tasks/task_catalog.h"
 
 namespace kvbench {
@@ -415,7 +415,7 @@ std::string run_config_json(const SweepConfig& config, ModelDtype dtype,
                             CpuActivations activations) {
   const std::string canonical = canonical_config_json(config);
   // The plugins the sweep's methods come from, by sha256 (the file name kept for the report;
-  // a resume or merge compares the bytes alone, results/run_identity.h): a rebuilt plugin is
+  // a resume or merge compares the bytes alone, store/run_identity.h): a rebuilt plugin is
   // another method, so a db of the old one refuses to resume with it.
   std::map<std::string, std::string> plugins;  // sha256 -> file
   for (const SweepMethod& m : sweep_methods(config)) {

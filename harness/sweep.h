@@ -13,7 +13,7 @@
 #include "harness/evaluation.h"
 #include "harness/model/model_dtype.h"
 #include "harness/sweep_config.h"
-#include "results/results_db.h"
+#include "store/results_db.h"
 
 namespace kvbench {
 

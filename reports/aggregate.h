@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "reports/intervals.h"
-#include "results/results_db.h"
+#include "store/results_db.h"
 
 namespace kvbench {
 

@@ -15,7 +15,7 @@
 #include "reports/aggregate.h"
 #include "reports/intervals.h"
 #include "reports/mode_comparison.h"
-#include "results/results_db.h"
+#include "store/results_db.h"
 
 namespace kvbench::board {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "results/results_db.h"
+#include "store/results_db.h"
 
 namespace kvbench {
 

@@ -7,7 +7,7 @@
 
 #include "reports/aggregate.h"
 #include "reports/head_map.h"
-#include "results/results_db.h"
+#include "store/results_db.h"
 
 namespace kvbench {
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "datasets/sample.h"
-#include "results/results_db.h"
+#include "store/results_db.h"
 
 namespace kvbench {
 

@@ -32,10 +32,10 @@ nm -A "${objects[@]}" 2>/dev/null | awk '
     allowed["model"] = "cache kernels common"
     allowed["datasets"] = "model common"
     allowed["tasks"] = "datasets common"
-    allowed["results"] = "common"
-    allowed["reports"] = "results common"
+    allowed["store"] = "common"
+    allowed["reports"] = "store common"
     allowed["reuse"] = "cache kernels common"
-    allowed["harness"] = "methods model datasets tasks results reports reuse cache kernels common"
+    allowed["harness"] = "methods model datasets tasks store reports reuse cache kernels common"
     allowed["serve"] = "harness " allowed["harness"]
     allowed["cli"] = "serve " allowed["serve"]
     allowed["bench"] = allowed["serve"]

@@ -9,8 +9,8 @@
 #   model     cache kernels common           (harness/model: the forward writes a KvCache)
 #   datasets  model common                   (the generators count tokens)
 #   tasks     datasets common
-#   results   common                         (the store)
-#   reports   results common
+#   store     common                         (the SQLite store; results/ holds the committed dbs)
+#   reports   store common
 #   reuse     cache kernels common
 #   harness   every layer above
 #   serve     harness and every layer below it
@@ -29,14 +29,14 @@ set(allowed_methods "cache;kernels;common")
 set(allowed_model "cache;kernels;common")
 set(allowed_datasets "model;common")
 set(allowed_tasks "datasets;common")
-set(allowed_results "common")
-set(allowed_reports "results;common")
+set(allowed_store "common")
+set(allowed_reports "store;common")
 set(allowed_reuse "cache;kernels;common")
-set(allowed_harness "methods;model;datasets;tasks;results;reports;reuse;cache;kernels;common")
+set(allowed_harness "methods;model;datasets;tasks;store;reports;reuse;cache;kernels;common")
 set(allowed_serve "harness;${allowed_harness}")
 set(allowed_cli "serve;${allowed_serve}")
 set(allowed_bench "serve;tests;${allowed_serve}")
-set(layers common kernels cache methods model datasets tasks results reports reuse harness serve
+set(layers common kernels cache methods model datasets tasks store reports reuse harness serve
     cli bench)
 
 # layer_of(PATH OUT): the layer of a path relative to the tree's root.
@@ -54,7 +54,7 @@ endfunction()
 set(bad "")
 set(checked 0)
 set(files "")
-foreach(folder common kernels cache methods harness datasets tasks results reports reuse serve bench)
+foreach(folder common kernels cache methods harness datasets tasks store reports reuse serve bench)
   file(GLOB_RECURSE found RELATIVE "${SOURCE_DIR}" "${SOURCE_DIR}/${folder}/*.h"
        "${SOURCE_DIR}/${folder}/*.cpp" "${SOURCE_DIR}/${folder}/*.cu" "${SOURCE_DIR}/${folder}/*.cuh")
   list(APPEND files ${found})

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "gguf_writer.h"
-#include "results/results_db.h"
+#include "store/results_db.h"
 
 namespace kvbench::testing {
 

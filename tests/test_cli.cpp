@@ -15,7 +15,7 @@
 #include "cache/registry.h"
 #include "cli_run.h"
 #include "gguf_writer.h"
-#include "results/results_db.h"
+#include "store/results_db.h"
 
 using namespace kvbench;
 

@@ -27,7 +27,7 @@
 #include "common/sha256.h"
 #include "gguf_writer.h"
 #include "harness/calibration.h"
-#include "results/results_db.h"
+#include "store/results_db.h"
 
 using namespace kvbench;
 using testing::one_unit_db;

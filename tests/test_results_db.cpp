@@ -18,7 +18,7 @@
 
 #include "common/input_error.h"
 #include "reports/leaderboard.h"
-#include "results/results_db.h"
+#include "store/results_db.h"
 #include "tests/gguf_writer.h"
 
 namespace kvbench {

@@ -16,7 +16,7 @@
 
 #include "cli_run.h"
 #include "model_path.h"
-#include "results/results_db.h"
+#include "store/results_db.h"
 
 namespace kvbench {
 namespace {

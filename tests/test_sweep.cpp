@@ -23,7 +23,7 @@
 #include "harness/sweep_config.h"
 #include "harness/model/llama_model.h"
 #include "harness/sweep.h"
-#include "results/results_db.h"
+#include "store/results_db.h"
 
 using namespace kvbench;
 using Catch::Contains;

@@ -11,7 +11,7 @@
 #include "harness/model/llama_model.h"
 #include "harness/sweep.h"
 #include "harness/sweep_config.h"
-#include "results/results_db.h"
+#include "store/results_db.h"
 
 using namespace kvbench;
 

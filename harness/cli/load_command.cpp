@@ -21,8 +21,8 @@
 #include "harness/model/tokenizer.h"
 #include "harness/sweep_config.h"
 #include "reports/serving_report.h"
-#include "results/results_db.h"
-#include "results/writer_lock.h"
+#include "store/results_db.h"
+#include "store/writer_lock.h"
 #include "serve/load_generator.h"
 
 namespace kvbench {

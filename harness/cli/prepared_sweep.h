@@ -9,7 +9,7 @@
 #include "harness/calibration.h"
 #include "harness/cli/commands.h"
 #include "harness/sweep_config.h"
-#include "results/results_db.h"
+#include "store/results_db.h"
 
 namespace kvbench {
 

@@ -13,7 +13,7 @@
 #include "reports/aggregate.h"
 #include "reports/leaderboard.h"
 #include "reports/regression_check.h"
-#include "results/results_db.h"
+#include "store/results_db.h"
 
 namespace kvbench {
 

@@ -19,7 +19,7 @@
 #include "harness/model/model_config.h"
 #include "harness/model/tokenizer.h"
 #include "harness/sweep.h"
-#include "results/run_identity.h"
+#include "store/run_identity.h"
 
 namespace kvbench {
 

@@ -35,9 +35,9 @@
 #include "harness/model/tokenizer.h"
 #include "harness/model_cache.h"
 #include "harness/sweep.h"
-#include "results/results_db.h"
-#include "results/run_identity.h"
-#include "results/writer_lock.h"
+#include "store/results_db.h"
+#include "store/run_identity.h"
+#include "store/writer_lock.h"
 
 #include "git_sha.h"  // generated at build time (cmake/git_sha.cmake)
 

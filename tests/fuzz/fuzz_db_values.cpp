@@ -1,7 +1,7 @@
 // Valid results dbs with hostile values (issue 39): a small db written through the results
 // API, then edited as someone with sqlite3 could (any value of any type in any column of any
 // row), then read by report, check and merge. Every value read from a db is checked once, on
-// read (results/results_db.cpp, CheckedRow): what is not in range is an InputError naming the
+// read (store/results_db.cpp, CheckedRow): what is not in range is an InputError naming the
 // db, table, column and row; what is in range renders, and its baseline parses back.
 //
 // The input is a list of edits, each: table, column, row, kind of value, then the value's
@@ -23,7 +23,7 @@
 #include "reports/aggregate.h"
 #include "reports/leaderboard.h"
 #include "reports/regression_check.h"
-#include "results/results_db.h"
+#include "store/results_db.h"
 
 using namespace kvbench;
 

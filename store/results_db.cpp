@@ -1,5 +1,5 @@
-// The SQLite results store: see results_db.h and results/README.md.
-#include "results/results_db.h"
+// The SQLite results store: see results_db.h and store/README.md.
+#include "store/results_db.h"
 
 #include <sqlite3.h>
 #include <sys/stat.h>
@@ -22,7 +22,7 @@
 #include "common/files.h"
 #include "common/input_error.h"
 #include "common/utf8.h"
-#include "results/run_identity.h"
+#include "store/run_identity.h"
 
 namespace kvbench {
 namespace {

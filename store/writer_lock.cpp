@@ -1,4 +1,4 @@
-#include "results/writer_lock.h"
+#include "store/writer_lock.h"
 
 #include <fcntl.h>
 #include <sys/file.h>

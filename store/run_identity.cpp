@@ -1,4 +1,4 @@
-#include "results/run_identity.h"
+#include "store/run_identity.h"
 
 #include <nlohmann/json.hpp>
 
