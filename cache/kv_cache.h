@@ -1,7 +1,7 @@
 // The KV-store interface: attention reads keys and values only through it, so a cache
 // method (eviction, quantization, retrieval, ...) changes what attention sees.
 //
-// Three parts, after DESIGN.md's "plan, then apply":
+// Three parts, so that a method plans and the store applies (docs/overview.md):
 //   LayerKv     one layer's physical storage (fp32, or KIVI's packed form): appends,
 //               attends, applies retain plans and really frees what it drops;
 //   TokenPolicy (cache/policy.h) an eviction or merging method's decisions: plans what

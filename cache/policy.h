@@ -1,6 +1,6 @@
-// Stage 2 of a cache method (DESIGN.md): the policy that decides which tokens each layer
-// keeps. It scores and plans; the layer's store (LayerKv::retain) applies the plan and
-// frees the memory. A policy never touches storage itself.
+// Stage 2 of a cache method (docs/methods.md, "Adding a cache method"): the policy that decides
+// which tokens each layer keeps. It scores and plans; the layer's store (LayerKv::retain) applies
+// the plan and frees the memory. A policy never touches storage itself.
 #pragma once
 
 #include <cstddef>

@@ -16,6 +16,15 @@ namespace kvbench {
 
 class RaggedView {
  public:
+  RaggedView() = default;
+  // A copy starts empty: a view belongs to the layer that gathered it, and a cloned layer
+  // (a fork of the shared prefill) gathers its own.
+  RaggedView(const RaggedView&) {}
+  RaggedView& operator=(const RaggedView&) {
+    clear();
+    return *this;
+  }
+
   // heads[h]: KV head h alone (n_kv_heads 1, host memory), as its store shows it. The view
   // lives until the next gather or clear.
   DenseKv gather(const std::vector<DenseKv>& heads);

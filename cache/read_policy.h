@@ -1,6 +1,6 @@
-// Stage 3 of a cache method (DESIGN.md): retrieval at decode time. A read policy keeps
-// metadata beside the stored KV and picks, per query, which pages attention reads; what
-// is stored does not change (Quest saves reads, not memory).
+// Stage 3 of a cache method (docs/methods.md, "Adding a cache method"): retrieval at decode time. A
+// read policy keeps metadata beside the stored KV and picks, per query, which pages attention
+// reads; what is stored does not change (Quest saves reads, not memory).
 #pragma once
 
 #include <cstdint>

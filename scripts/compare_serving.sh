@@ -33,7 +33,7 @@ turns="${TURNS:-2}"
 read -r -a levels <<< "${LEVELS:-1 2 4 8 16}"
 read -r -a methods <<< "${METHODS:-full full@int8 bf16 kivi:bits=4 snapkv:ratio=0.25 prefix:block=64+tiers:device=64MB,cpu=512MB prefix:block=64+tiers:device=64MB,cpu=512MB@int8}"
 port=18180  # one more for each server: a port just closed may not be bound again at once
-kvbench="$root/build/kvbench"
+kvbench="${KVBENCH_BUILD_DIR:-$root/build}/kvbench"  # KVBENCH_BUILD_DIR: another build of kvbench
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 
 "$root/scripts/setup.sh" >/dev/null
