@@ -27,10 +27,10 @@ COLUMN_BUDGETS = {"1/2": "ratio=0.5", "1/4": "ratio=0.25", "1/8": "ratio=0.125",
 
 # (the line before the table contains this, shards, the report's column)
 TABLES = [
-    ("below mean anything:", "results/long/long-*-of-20.db", "niah"),
-    ("**Retr.KV at 4K, ten samples**", "results/long/long-*-of-20.db", "retr\\_kv"),
+    ("below mean anything:", "results/long-ae0cccc/long-*-of-20.db", "niah"),
+    ("**Retr.KV at 4K, ten samples**", "results/long-ae0cccc/long-*-of-20.db", "retr\\_kv"),
     ("every cell as `kvbench report` prints it from the committed shards):",
-     "results/long/long-*-of-20.db", "average"),
+     "results/long-ae0cccc/long-*-of-20.db", "average"),
     ("Ten samples of 5 turns are 50 turns a cell:", "results/leaderboard_1.5b/lb15-*-of-10.db",
      "average"),
 ]
