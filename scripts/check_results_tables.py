@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """docs/results.md's leaderboard tables against the committed dbs they come from.
 
-Merges each table's shards (results/long/, results/leaderboard_1.5b/), renders them with
+Merges each table's shards (results/long-ae0cccc/, results/leaderboard_1.5b/, results/long_8k/), renders them with
 `kvbench report`, and compares every cell of the docs' table with the report's cell for the
 same method and budget, as text: the accuracy and its interval exactly as the report prints
 them. The tables of one db each (results/short/: the 512-token sweeps and the default run)
@@ -33,6 +33,7 @@ TABLES = [
      "results/long-ae0cccc/long-*-of-20.db", "average"),
     ("Ten samples of 5 turns are 50 turns a cell:", "results/leaderboard_1.5b/lb15-*-of-10.db",
      "average"),
+    ("shards by `scripts/check_results_tables.py`):", "results/long_8k/shard-*.db", "niah"),
 ]
 
 
