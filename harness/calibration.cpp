@@ -44,7 +44,7 @@ SweepEstimate estimate_sweep(const std::vector<PlannedUnits>& plan,
     const double per_sample_prefill = prefill / cell->samples;
     const double per_turn =
         (cell->seconds - prefill) / (static_cast<double>(cell->samples) * cell->turns);
-    estimate.seconds += per_sample_prefill * static_cast<double>(p.groups) +
+    estimate.seconds += per_sample_prefill * static_cast<double>(p.groups + p.own_prefills) +
                         per_turn * p.turns * static_cast<double>(p.units);
     estimate.timed_units += p.units;
   }

@@ -40,6 +40,7 @@ struct PlannedUnits {
   int32_t turns = 0;
   int64_t units = 0;
   int64_t groups = 0;  // the samples x modes (x query settings, gaps) the units share
+  int64_t own_prefills = 0;  // units that prefill their context themselves, not from the group's
 };
 
 struct SweepEstimate {

@@ -125,8 +125,7 @@ SharedPrefill::SharedPrefill(const LlamaModel& model, const std::vector<int32_t>
 
 SharedPrefill::~SharedPrefill() = default;
 
-bool SharedPrefill::can_share(const ResolvedSpec& spec, const LlamaModel& model) {
-  if (model.device() != ModelDevice::Cpu) return false;
+bool SharedPrefill::may_share(const ResolvedSpec& spec) {
   for (const auto& [info, params] : spec.components) {
     if (info->kind == MethodKind::Reuse || info->kind == MethodKind::Tiers ||
         info->kind == MethodKind::Pinning) {
@@ -135,6 +134,11 @@ bool SharedPrefill::can_share(const ResolvedSpec& spec, const LlamaModel& model)
     if (info->context_reads_store || info->store_observes_queries) return false;
     if (info->kind == MethodKind::Prefill) return false;  // its prefill is not the dense one
   }
+  return true;
+}
+
+bool SharedPrefill::can_share(const ResolvedSpec& spec, const LlamaModel& model) {
+  if (model.device() != ModelDevice::Cpu || !may_share(spec)) return false;
   const std::unique_ptr<TokenPolicy> policy = make_cache_parts(spec, model.kv_shape()).policy;
   // A policy that propagates only some tokens past a layer prefills its own way.
   return !policy || (policy->context_block() == 0 && policy->propagation_layer() < 0);

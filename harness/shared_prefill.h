@@ -46,6 +46,10 @@ class SharedPrefill {
   ~SharedPrefill();
 
   static bool can_share(const ResolvedSpec& spec, const LlamaModel& model);
+  // can_share's part that needs no model: false for a method that always prefills its own
+  // context (a sparse prefill, a store the context reads back, reuse); a policy that
+  // propagates only some tokens is known once the model's shape is.
+  static bool may_share(const ResolvedSpec& spec);
 
   // Whether the prefill ran for this canonical spec.
   bool serves(const std::string& canonical) const;

@@ -20,6 +20,7 @@
 #include "harness/model/tokenizer.h"
 #include "harness/model_cache.h"
 #include "harness/plugin_guard.h"
+#include "harness/shared_prefill.h"
 #include "store/results_db.h"
 #include "tasks/task_catalog.h"
 
@@ -119,18 +120,22 @@ bool in_shard(size_t group, const Shard& shard) {
   return static_cast<int32_t>(group % static_cast<size_t>(shard.count)) == shard.index;
 }
 
-// Adds n units of group's task to a plan's per-task counts.
+// Adds the units of `methods` in group's task to a plan's per-task counts, and those of them
+// that will prefill their context themselves (the time estimate charges each a prefill).
 void add_planned(std::vector<PlannedUnits>& planned, const SweepConfig& config, const Group& group,
-                 int64_t n) {
+                 const std::vector<SweepMethod>& methods) {
   const std::string label = group.task->label();
   auto p = std::find_if(planned.begin(), planned.end(),
                         [&](const PlannedUnits& u) { return u.task == label; });
   if (p == planned.end()) {
-    planned.push_back({label, config.context_tokens, config.turns, 0, 0});
+    planned.push_back({label, config.context_tokens, config.turns, 0, 0, 0});
     p = planned.end() - 1;
   }
-  p->units += n;
+  p->units += static_cast<int64_t>(methods.size());
   p->groups += 1;
+  for (const SweepMethod& m : methods) {
+    if (!config.shared_prefill || !SharedPrefill::may_share(m.spec)) ++p->own_prefills;
+  }
 }
 
 // CacheStats::tokens_per_head ([n_layers * n_kv_heads], by layer) as one row per layer.
@@ -294,7 +299,7 @@ SweepProgress run_sweep(const SweepModel& source, const SweepConfig& config, con
     }
     if (!left.empty()) {
       state.total += static_cast<int64_t>(left.size());
-      add_planned(state.planned, config, group, static_cast<int64_t>(left.size()));
+      add_planned(state.planned, config, group, left);
       todo.emplace_back(&group, std::move(left));
     }
   }
@@ -406,7 +411,7 @@ std::vector<ShardPlan> plan_shards(const SweepModel& source, const SweepConfig& 
     for (const SweepMethod& m : methods) {
       plan.unit_keys.push_back(unit_key(groups[g], m.spec.canonical));
     }
-    add_planned(plan.planned, config, groups[g], static_cast<int64_t>(methods.size()));
+    add_planned(plan.planned, config, groups[g], methods);
   }
   return plans;
 }

@@ -172,6 +172,9 @@ TEST_CASE("calibration: a sweep's time estimate from the cells' timings", "[unit
   const SweepEstimate shared = estimate_sweep({{"retr_kv", 1024, 5, 40, 8}}, timed);
   CHECK(shared.seconds == Approx(8 * 1.5 + 40 * 5 * 0.2));
   CHECK(shared.timed_units == 40);
+  // A unit that prefills its context itself (bf16, a sparse prefill) pays a prefill too.
+  const SweepEstimate own = estimate_sweep({{"retr_kv", 1024, 5, 40, 8, 3}}, timed);
+  CHECK(own.seconds == Approx((8 + 3) * 1.5 + 40 * 5 * 0.2));
 }
 
 TEST_CASE("calibration: every committed calibration file reads", "[unit]") {

@@ -246,8 +246,8 @@ std::string slurm_time(int64_t minutes) {
 }
 
 // The time limit of a shard: the calibration's estimate of the longest shard, doubled (the
-// estimate times the full cache; methods that prefill on their own, score or rebuild the
-// cache take longer), plus 15 minutes for loading and the first prefill. Units of tasks
+// estimate times the full cache, with a prefill for each unit that prefills on its own;
+// methods that score or rebuild the cache take longer), plus 15 minutes for loading and the first prefill. Units of tasks
 // without a calibration cell count at the timed units' average. Without a calibration:
 // 24 hours, said so.
 std::string shard_time_limit(const std::vector<ShardPlan>& plans, const PreparedSweep& p,

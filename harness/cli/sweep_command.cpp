@@ -65,8 +65,9 @@ void print_plan(const SweepProgress& p, const Calibration* timings) {
     const SweepEstimate e = estimate_sweep(p.planned, *timings);
     if (e.timed_units > 0) {
       std::printf("sweep: plan: about %s on one process for the %lld units with a calibration "
-                  "timing (the full cache's prefill per sample and time per turn; methods that "
-                  "prefill on their own, score or rebuild the cache take longer)\n",
+                  "timing (the full cache's prefill per sample and per unit that prefills on "
+                  "its own, and its time per turn; methods that score or rebuild the cache take "
+                  "longer)\n",
                   duration_text(e.seconds).c_str(), static_cast<long long>(e.timed_units));
     }
     for (const std::string& t : e.untimed) {
