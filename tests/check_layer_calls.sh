@@ -8,6 +8,21 @@
 # Run: tests/check_layer_calls.sh BUILD_DIR
 set -euo pipefail
 build=${1:?usage: check_layer_calls.sh BUILD_DIR}
+# The rules are check_layers.cmake's own: its `set(allowed_LAYER "a;b;${allowed_OTHER}")`
+# lines, each reference expanded, as "LAYER=a b ..." lines for awk.
+declare -A allowed=()
+rules=""
+while IFS='=' read -r layer list; do
+  while [[ $list =~ \$\{allowed_([a-z]+)\} ]]; do
+    list=${list/"${BASH_REMATCH[0]}"/${allowed[${BASH_REMATCH[1]}]}}
+  done
+  allowed[$layer]=$list
+  rules+="$layer=${list//;/ }"$'\n'
+done < <(sed -n 's/^set(allowed_\([a-z]*\) "\(.*\)")$/\1=\2/p' "$(dirname "$0")/check_layers.cmake")
+if ((${#allowed[@]} < 10)); then
+  echo "tests/check_layer_calls.sh: no layer rules read from check_layers.cmake" >&2
+  exit 1
+fi
 cd "$build"
 # The libraries' and the program's objects (paths under .dir/ are the source's, from the
 # tree's root), and the benchmarks' (bench/).
@@ -17,7 +32,7 @@ if ((${#objects[@]} < 100)); then
   echo "tests/check_layer_calls.sh: only ${#objects[@]} objects under $build: build it first" >&2
   exit 1
 fi
-nm -A "${objects[@]}" 2>/dev/null | awk '
+nm -A "${objects[@]}" 2>/dev/null | awk -v rules="$rules" '
   # layer_of(source path): as tests/check_layers.cmake
   function layer_of(path,   top) {
     if (path ~ /^harness\/model\//) return "model"
@@ -25,20 +40,11 @@ nm -A "${objects[@]}" 2>/dev/null | awk '
     top = path; sub(/\/.*$/, "", top); return top
   }
   BEGIN {
-    allowed["common"] = ""
-    allowed["kernels"] = "common"
-    allowed["cache"] = "kernels common"
-    allowed["methods"] = "cache kernels common"
-    allowed["model"] = "cache kernels common"
-    allowed["datasets"] = "model common"
-    allowed["tasks"] = "datasets common"
-    allowed["store"] = "common"
-    allowed["reports"] = "store common"
-    allowed["reuse"] = "cache kernels common"
-    allowed["harness"] = "methods model datasets tasks store reports reuse cache kernels common"
-    allowed["serve"] = "harness " allowed["harness"]
-    allowed["cli"] = "serve " allowed["serve"]
-    allowed["bench"] = allowed["serve"]
+    n = split(rules, lines, "\n")
+    for (i = 1; i <= n; i++) {
+      if (lines[i] == "") continue
+      eq = index(lines[i], "="); allowed[substr(lines[i], 1, eq - 1)] = substr(lines[i], eq + 1)
+    }
   }
   {
     # "OBJECT:  U SYMBOL" or "OBJECT:ADDRESS T SYMBOL"
